@@ -1,0 +1,222 @@
+"""GPU activity: busy/idle, temporal breakdown, idle causes, kernel families, launch statistics.
+
+Definitions follow Holistic Trace Analysis (HTA) where it has one, so numbers can be compared.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..trace.table import GPU_CATEGORIES, Cat, EventTable
+from .intervals import merge, union_length
+from .steps import is_communication
+
+KERNEL_WAIT_US = 30.0
+"""A gap between consecutive kernels on one stream shorter than this, with work already queued,
+is launch overhead ('kernel wait' in HTA, same 30 µs threshold)."""
+
+SHORT_KERNEL_US = 10.0
+"""Kernels shorter than this finish faster than a CPU can launch them (~5-10 µs per launch):
+a stream of them is the launch-bound signature."""
+
+_FAMILIES = [
+    ("triton", re.compile(r"^triton_|triton", re.IGNORECASE)),
+    ("nccl", re.compile(r"nccl|rccl", re.IGNORECASE)),
+    ("gemm", re.compile(r"gemm|cutlass|xmma|cublas|matmul|_mm_|hipblaslt|Cijk_", re.IGNORECASE)),
+    ("conv", re.compile(r"conv|cudnn|implicit_convolve|winograd|miopen", re.IGNORECASE)),
+    ("flash_attention", re.compile(r"flash|fmha|attention|sdpa", re.IGNORECASE)),
+    ("reduction", re.compile(r"reduce_kernel|softmax|norm|Reduce", re.IGNORECASE)),
+    ("elementwise", re.compile(r"elementwise|vectorized|unrolled|at::native", re.IGNORECASE)),
+]
+
+
+def kernel_family(name: str) -> str:
+    """Coarse family of a kernel by name: triton (inductor), nccl, gemm, conv, ... or other."""
+    for family, pattern in _FAMILIES:
+        if pattern.search(name):
+            return family
+    return "other"
+
+
+def gpu_summary(table: EventTable, lo: float, hi: float) -> dict:
+    """Everything GPU-side within [lo, hi]. `present` is False for traces without GPU activity."""
+    gpu = np.isin(table.cat, GPU_CATEGORIES)
+    in_win = (table.ts < hi) & (table.ts + table.dur > lo)
+    rows = np.flatnonzero(gpu & in_win)
+    if not len(rows):
+        return {"present": False}
+    span = hi - lo
+    devices = []
+    for dev in np.unique(table.device[rows]).tolist():
+        drows = rows[table.device[rows] == dev]
+        devices.append(_device_summary(table, drows, lo, hi, span, dev))
+    kernels = rows[table.cat[rows] == Cat.KERNEL]
+    families: dict[str, dict] = {}
+    for r in kernels.tolist():
+        fam = kernel_family(table.strings[table.name[r]])
+        f = families.setdefault(fam, {"family": fam, "count": 0, "time_us": 0.0})
+        f["count"] += 1
+        f["time_us"] += float(table.dur[r])
+    memcpy_rows = rows[table.cat[rows] == Cat.GPU_MEMCPY]
+    for r in memcpy_rows.tolist():
+        f = families.setdefault("memcpy", {"family": "memcpy", "count": 0, "time_us": 0.0})
+        f["count"] += 1
+        f["time_us"] += float(table.dur[r])
+    memset_rows = rows[table.cat[rows] == Cat.GPU_MEMSET]
+    if len(memset_rows):
+        families["memset"] = {"family": "memset", "count": int(len(memset_rows)),
+                              "time_us": float(table.dur[memset_rows].sum())}
+    return {
+        "present": True,
+        "window_us": span,
+        "devices": devices,
+        "kernel_families": sorted(families.values(), key=lambda f: -f["time_us"]),
+        "top_kernels": _top_kernels(table, kernels),
+        "launch": launch_statistics(table, kernels),
+        "memcpy": memcpy_summary(table, memcpy_rows),
+    }
+
+
+def _device_summary(table: EventTable, rows: np.ndarray, lo: float, hi: float, span: float,
+                    dev: int) -> dict:
+    ts = table.ts[rows]
+    end = ts + table.dur[rows]
+    busy = union_length(ts, end, lo, hi)
+    names = table.name[rows]
+    comm_ids = table.names_matching(is_communication)
+    is_comm = comm_ids[names] & (table.cat[rows] == Cat.KERNEL)
+    is_mem = np.isin(table.cat[rows], (Cat.GPU_MEMCPY, Cat.GPU_MEMSET))
+    is_compute = (table.cat[rows] == Cat.KERNEL) & ~is_comm
+    # HTA temporal breakdown: compute, then communication not overlapping compute, then memory.
+    compute = union_length(ts[is_compute], end[is_compute], lo, hi)
+    comm_any = union_length(ts[is_comm], end[is_comm], lo, hi)
+    compute_or_comm = union_length(ts[is_compute | is_comm], end[is_compute | is_comm], lo, hi)
+    communication = compute_or_comm - compute
+    memory = busy - compute_or_comm
+    overlap = compute + comm_any - compute_or_comm
+    streams = []
+    for stream in np.unique(table.stream[rows]).tolist():
+        srows = rows[table.stream[rows] == stream]
+        s_busy = union_length(table.ts[srows], table.ts[srows] + table.dur[srows], lo, hi)
+        streams.append({"stream": int(stream), "events": int(len(srows)), "busy_us": s_busy,
+                        "busy_pct": 100 * s_busy / span if span else 0.0})
+    return {
+        "device": int(dev),
+        "busy_us": busy,
+        "busy_pct": 100 * busy / span if span else 0.0,
+        "idle_us": span - busy,
+        "temporal": {"compute_us": compute, "communication_us": communication,
+                     "memory_us": memory, "idle_us": span - busy},
+        "comm_overlap_pct": 100 * overlap / comm_any if comm_any else 0.0,
+        "idle_breakdown": idle_breakdown(table, rows, lo, hi),
+        "streams": sorted(streams, key=lambda s: -s["busy_us"]),
+    }
+
+
+def idle_breakdown(table: EventTable, rows: np.ndarray, lo: float, hi: float) -> dict:
+    """Idle time of one device within [lo, hi], split by cause as HTA does:
+
+    - host_wait: the work after the gap was launched (its runtime call started) only after the
+      device went idle: the GPU waited for the CPU to enqueue work;
+    - kernel_wait: work was already queued, and the gap is shorter than `KERNEL_WAIT_US`
+      (launch latency between consecutive kernels);
+    - other: longer gaps with work queued (waits on events, other streams, the host);
+    - edges: idle before the first and after the last GPU event of the window.
+    The four add up to the device's idle time in the window.
+    """
+    launch_start = _launch_start_by_correlation(table)
+    order = rows[np.argsort(table.ts[rows], kind="stable")]
+    ts = np.clip(table.ts[order], lo, hi)
+    end = np.clip(table.ts[order] + table.dur[order], lo, hi)
+    if not len(order):
+        return {"host_wait_us": 0.0, "kernel_wait_us": 0.0, "other_us": 0.0, "edges_us": hi - lo}
+    run_end = np.maximum.accumulate(end)
+    gaps = ts[1:] - run_end[:-1]
+    idx = np.flatnonzero(gaps > 0)
+    gap = gaps[idx]
+    nxt = order[idx + 1]
+    launched = np.array([launch_start.get(int(c), np.nan) for c in table.correlation[nxt].tolist()])
+    hw = launched >= run_end[idx]
+    kw = ~hw & (gap < KERNEL_WAIT_US)
+    return {
+        "host_wait_us": float(gap[hw].sum()),
+        "kernel_wait_us": float(gap[kw].sum()),
+        "other_us": float(gap[~hw & ~kw].sum()),
+        "edges_us": float((ts[0] - lo) + (hi - run_end[-1])),
+    }
+
+
+def _launch_start_by_correlation(table: EventTable) -> dict[int, float]:
+    rt = np.flatnonzero(np.isin(table.cat, (Cat.RUNTIME, Cat.DRIVER)) & (table.correlation >= 0))
+    return dict(zip(table.correlation[rt].tolist(), table.ts[rt].tolist()))
+
+
+def launch_statistics(table: EventTable, kernels: np.ndarray) -> dict:
+    """Kernel launches: how long the CPU spends launching vs how long kernels run.
+
+    launch_delay: kernel start minus the start of the runtime call that launched it (queueing);
+    cpu_launch_us: duration of those runtime calls. `short_share` is the fraction of kernels
+    shorter than `SHORT_KERNEL_US`.
+    """
+    if not len(kernels):
+        return {"kernels": 0}
+    rt = np.flatnonzero(np.isin(table.cat, (Cat.RUNTIME, Cat.DRIVER)) & (table.correlation >= 0))
+    by_corr = dict(zip(table.correlation[rt].tolist(), rt.tolist()))
+    corr = table.correlation[kernels].tolist()
+    launch_rows = np.array([by_corr.get(c, -1) for c in corr])
+    linked = launch_rows >= 0
+    kdur = table.dur[kernels].astype(np.float64)
+    out = {
+        "kernels": int(len(kernels)),
+        "kernel_mean_us": float(kdur.mean()),
+        "kernel_median_us": float(np.median(kdur)),
+        "short_kernels": int((kdur < SHORT_KERNEL_US).sum()),
+        "short_share": float((kdur < SHORT_KERNEL_US).mean()),
+        "linked_launches": int(linked.sum()),
+    }
+    if linked.any():
+        lr = launch_rows[linked]
+        delay = table.ts[kernels[linked]] - table.ts[lr]
+        out["launch_delay_median_us"] = float(np.median(delay))
+        out["launch_delay_p90_us"] = float(np.percentile(delay, 90))
+        out["cpu_launch_mean_us"] = float(table.dur[lr].astype(np.float64).mean())
+    return out
+
+
+def _top_kernels(table: EventTable, kernels: np.ndarray, top: int = 20) -> list[dict]:
+    if not len(kernels):
+        return []
+    names = table.name[kernels]
+    uniq, inverse = np.unique(names, return_inverse=True)
+    total = np.bincount(inverse, weights=table.dur[kernels].astype(np.float64))
+    count = np.bincount(inverse)
+    out = []
+    for g in np.argsort(-total)[:top].tolist():
+        name = table.strings[uniq[g]]
+        out.append({"name": name, "family": kernel_family(name), "count": int(count[g]),
+                    "time_us": float(total[g]), "mean_us": float(total[g] / count[g])})
+    return out
+
+
+def memcpy_summary(table: EventTable, rows: np.ndarray) -> dict:
+    """Copies by direction (HtoD, DtoH, DtoD, ...) from the memcpy kernel names."""
+    out: dict[str, dict] = {}
+    for r in rows.tolist():
+        name = table.strings[table.name[r]]
+        m = re.search(r"(HtoD|DtoH|DtoD|HtoH|PtoP|DtoA|AtoD)", name)
+        kind = m.group(1) if m else "other"
+        if "Pageable" in name or "pageable" in name:
+            kind += " (pageable)"
+        d = out.setdefault(kind, {"count": 0, "time_us": 0.0, "bytes": 0})
+        d["count"] += 1
+        d["time_us"] += float(table.dur[r])
+        d["bytes"] += int(table.nbytes[r])
+    return out
+
+
+def busy_intervals(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
+    """Merged intervals when any GPU was busy (used by tests and the timeline)."""
+    gpu = np.isin(table.cat, GPU_CATEGORIES)
+    return merge(table.ts[gpu], table.ts[gpu] + table.dur[gpu])

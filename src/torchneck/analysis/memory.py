@@ -1,0 +1,63 @@
+"""Memory from the profiler's `[memory]` instant events (profile_memory=True)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..trace.table import Cat, EventTable, MemoryTable
+
+DEVICE_TYPES = {0: "cpu", 1: "cuda"}
+
+
+def memory_summary(table: EventTable, memory: MemoryTable, lo: float, hi: float, top: int = 10) -> dict:
+    """Peak allocated per device and the ops that allocated most within [lo, hi].
+
+    An allocation is charged to the innermost CPU op on the same thread whose span contains it.
+    """
+    if not len(memory):
+        return {"recorded": False}
+    win = (memory.ts >= lo) & (memory.ts < hi)
+    devices = []
+    keys = sorted(set(zip(memory.device_type.tolist(), memory.device_id.tolist())))
+    for dtype, did in keys:
+        m = win & (memory.device_type == dtype) & (memory.device_id == did)
+        if not m.any():
+            continue
+        alloc = memory.total_allocated[m]
+        devices.append({
+            "device": f"{DEVICE_TYPES.get(dtype, str(dtype))}:{did}" if did >= 0 else DEVICE_TYPES.get(dtype, str(dtype)),
+            "peak_allocated_bytes": int(alloc.max()) if (alloc >= 0).any() else None,
+            "peak_reserved_bytes": int(memory.total_reserved[m].max()) if (memory.total_reserved[m] >= 0).any() else None,
+            "allocations": int((memory.nbytes[m] > 0).sum()),
+            "allocated_bytes": int(memory.nbytes[m][memory.nbytes[m] > 0].sum()),
+        })
+    return {"recorded": True, "devices": devices, "top_allocators": _top_allocators(table, memory, win, top)}
+
+
+def _top_allocators(table: EventTable, memory: MemoryTable, win: np.ndarray, top: int) -> list[dict]:
+    allocs = np.flatnonzero(win & (memory.nbytes > 0))
+    if not len(allocs):
+        return []
+    ops = np.flatnonzero(table.cat == Cat.CPU_OP)
+    out: dict[str, dict] = {}
+    for thread in np.unique(memory.thread[allocs]).tolist():
+        a = allocs[memory.thread[allocs] == thread]
+        o = ops[table.thread[ops] == thread]
+        if not len(o):
+            continue
+        # Innermost containing op: among ops starting before the allocation, the latest-starting
+        # one still running (ops on a thread nest, so that is the innermost).
+        o = o[np.argsort(table.ts[o], kind="stable")]
+        starts = table.ts[o]
+        ends = starts + table.dur[o]
+        for i, t in zip(a.tolist(), memory.ts[a].tolist()):
+            j = int(np.searchsorted(starts, t, side="right")) - 1
+            while j >= 0 and ends[j] < t:
+                j -= 1
+            if j < 0:
+                continue
+            name = table.strings[table.name[o[j]]]
+            d = out.setdefault(name, {"op": name, "allocations": 0, "bytes": 0})
+            d["allocations"] += 1
+            d["bytes"] += int(memory.nbytes[i])
+    return sorted(out.values(), key=lambda d: -d["bytes"])[:top]

@@ -1,0 +1,173 @@
+"""Host-side operators: nesting, self time, hot ops, shapes, dispatch overhead, dtypes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace.table import Cat, EventTable
+
+HOST_CATEGORIES = (Cat.CPU_OP, Cat.USER_ANNOTATION, Cat.RUNTIME, Cat.DRIVER, Cat.SYNC)
+
+TINY_OP_US = 20.0
+"""An op shorter than this (wall, with its children) is dominated by per-op dispatch overhead:
+eager PyTorch spends ~5-15 µs of Python + dispatcher + allocator per op on a fast CPU, so an op
+this short does little work beyond that."""
+
+
+@dataclass
+class Nesting:
+    """Per row of the table: the directly enclosing host event (or -1), and self time in µs."""
+
+    parent: np.ndarray  # int64
+    self_time: np.ndarray  # float64
+    depth: np.ndarray  # int32
+
+
+def host_nesting(table: EventTable) -> Nesting:
+    """Parent and self time of host events (ops, annotations, runtime calls), per thread.
+
+    Events on one thread nest like a call stack; an event's self time is its duration minus
+    its direct children's. Non-host rows get parent -1 and self time = duration.
+    """
+    n = len(table)
+    parent = np.full(n, -1, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int32)
+    self_time = table.dur.astype(np.float64).copy()
+    host = np.flatnonzero(np.isin(table.cat, HOST_CATEGORIES))
+    if not len(host):
+        return Nesting(parent, self_time, depth)
+    threads = table.thread[host]
+    order = np.lexsort((-table.dur[host], table.ts[host], threads))
+    rows = host[order]
+    ts = table.ts[rows].tolist()
+    end = (table.ts[rows] + table.dur[rows]).tolist()
+    dur = table.dur[rows].astype(np.float64).tolist()
+    thr = table.thread[rows].tolist()
+    rows_l = rows.tolist()
+    par = [-1] * len(rows_l)
+    dep = [0] * len(rows_l)
+    child = [0.0] * len(rows_l)
+    stack: list[int] = []  # positions into rows_l
+    current_thread = None
+    for i in range(len(rows_l)):
+        if thr[i] != current_thread:
+            stack = []
+            current_thread = thr[i]
+        s = ts[i]
+        while stack and end[stack[-1]] <= s:
+            stack.pop()
+        if stack:
+            p = stack[-1]
+            par[i] = rows_l[p]
+            dep[i] = dep[p] + 1
+            child[p] += dur[i]
+        stack.append(i)
+    parent[rows] = par
+    depth[rows] = dep
+    self_time[rows] = np.maximum(np.asarray(dur) - np.asarray(child), 0.0)
+    return Nesting(parent, self_time, depth)
+
+
+def in_windows(table: EventTable, windows: list[tuple[float, float]]) -> np.ndarray:
+    """Rows whose start lies inside any of the [start, end) windows."""
+    mask = np.zeros(len(table), dtype=bool)
+    for lo, hi in windows:
+        mask |= (table.ts >= lo) & (table.ts < hi)
+    return mask
+
+
+def op_table(table: EventTable, nesting: Nesting, rows: np.ndarray, by_shape: bool = False,
+             top: int = 30) -> list[dict]:
+    """Ops among `rows` grouped by name (and input shapes), most self time first.
+
+    Each entry: name, shapes (if by_shape), count, self_us, total_us, mean_us.
+    """
+    rows = rows[table.cat[rows] == Cat.CPU_OP] if len(rows) else rows
+    if not len(rows):
+        return []
+    key = table.name[rows].astype(np.int64)
+    if by_shape:
+        key = key * (len(table.strings) + 2) + (table.shapes[rows].astype(np.int64) + 1)
+    uniq, inverse = np.unique(key, return_inverse=True)
+    self_us = np.bincount(inverse, weights=nesting.self_time[rows], minlength=len(uniq))
+    total_us = np.bincount(inverse, weights=table.dur[rows].astype(np.float64), minlength=len(uniq))
+    count = np.bincount(inverse, minlength=len(uniq))
+    first_row = np.zeros(len(uniq), dtype=np.int64)
+    first_row[inverse[::-1]] = rows[::-1]
+    best = np.argsort(-self_us)[:top]
+    out = []
+    for g in best.tolist():
+        r = int(first_row[g])
+        entry = {
+            "name": table.strings[table.name[r]],
+            "count": int(count[g]),
+            "self_us": float(self_us[g]),
+            "total_us": float(total_us[g]),
+            "mean_us": float(total_us[g] / count[g]),
+        }
+        if by_shape:
+            entry["shapes"] = table.strings[table.shapes[r]] if table.shapes[r] >= 0 else ""
+        out.append(entry)
+    return out
+
+
+def dispatch_overhead(table: EventTable, nesting: Nesting, rows: np.ndarray, span_us: float,
+                      steps: int) -> dict:
+    """How much of the host time goes to many tiny ops.
+
+    Top-level ops are CPU ops whose parent is not another CPU op (the ops the user's code called).
+    `tiny_share` is the wall time of top-level ops shorter than `TINY_OP_US`, over `span_us`.
+    """
+    cpu = rows[table.cat[rows] == Cat.CPU_OP]
+    if not len(cpu):
+        return {"top_level_ops": 0, "ops_per_step": 0.0, "tiny_ops": 0, "tiny_us": 0.0,
+                "tiny_share": 0.0, "median_op_us": 0.0}
+    par = nesting.parent[cpu]
+    parent_is_op = np.zeros(len(cpu), dtype=bool)
+    has_parent = par >= 0
+    parent_is_op[has_parent] = table.cat[par[has_parent]] == Cat.CPU_OP
+    top = cpu[~parent_is_op]
+    dur = table.dur[top].astype(np.float64)
+    tiny = dur < TINY_OP_US
+    return {
+        "top_level_ops": int(len(top)),
+        "ops_per_step": float(len(top) / max(steps, 1)),
+        "tiny_ops": int(tiny.sum()),
+        "tiny_us": float(dur[tiny].sum()),
+        "tiny_share": float(dur[tiny].sum() / span_us) if span_us > 0 else 0.0,
+        "median_op_us": float(np.median(dur)) if len(dur) else 0.0,
+    }
+
+
+def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int = 10) -> dict:
+    """CPU ops with a `double` input (needs record_shapes): self time and the top ops."""
+    cpu = rows[(table.cat[rows] == Cat.CPU_OP) & (table.types[rows] >= 0)]
+    if not len(cpu):
+        return {"recorded": False, "self_us": 0.0, "ops": []}
+    has_double = table.names_matching(lambda s: '"double"' in s or "c10::complex<double>" in s)
+    hit = cpu[has_double[table.types[cpu]]]
+    ops = op_table(table, nesting, hit, by_shape=True, top=top) if len(hit) else []
+    return {"recorded": True, "self_us": float(nesting.self_time[hit].sum()), "count": int(len(hit)),
+            "ops": ops}
+
+
+def annotations(table: EventTable, rows: np.ndarray, top: int = 20) -> list[dict]:
+    """User annotations (`record_function` blocks, module names) other than steps, by total time."""
+    ann = rows[table.cat[rows] == Cat.USER_ANNOTATION]
+    if not len(ann):
+        return []
+    names = table.name[ann]
+    uniq, inverse = np.unique(names, return_inverse=True)
+    total = np.bincount(inverse, weights=table.dur[ann].astype(np.float64))
+    count = np.bincount(inverse)
+    out = []
+    for g in np.argsort(-total).tolist():
+        name = table.strings[uniq[g]]
+        if name.startswith("ProfilerStep#"):
+            continue
+        out.append({"name": name, "count": int(count[g]), "total_us": float(total[g])})
+        if len(out) >= top:
+            break
+    return out

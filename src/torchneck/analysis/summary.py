@@ -1,0 +1,76 @@
+"""One pass of every analysis over a loaded trace, producing the JSON-ready `analysis` section."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..trace.table import Cat, Trace
+from .compiled import compiled_summary
+from .gpu import gpu_summary
+from .memory import memory_summary
+from .ops import annotations, dispatch_overhead, float64_ops, host_nesting, in_windows, op_table
+from .steps import BREAKDOWN_CATEGORIES, find_steps, step_breakdown
+from .syncs import host_syncs
+
+
+def analyze_trace(trace: Trace) -> dict:
+    """All analyses of one trace (one rank). Times are µs; the window is the steps' span."""
+    t = trace.events
+    steps = find_steps(t)
+    lo = min(s.start for s in steps)
+    hi = max(s.end for s in steps)
+    span = hi - lo
+    breakdown = step_breakdown(t, steps)
+    nesting = host_nesting(t)
+    rows = np.flatnonzero(in_windows(t, [(lo, hi)]))
+    durations = np.array([s.duration for s in steps])
+    totals = {k: float(sum(b[k] for b in breakdown)) for k in BREAKDOWN_CATEGORIES}
+    main_thread = _busiest_cpu_thread(t, rows)
+    return {
+        "trace": {
+            "path": trace.meta.path,
+            "rank": trace.meta.rank,
+            "world_size": trace.meta.world_size,
+            "events": len(t),
+            "python_events": len(trace.python),
+            "memory_events": len(trace.memory),
+            "devices": [d.get("name") for d in trace.meta.devices],
+            "warnings": list(trace.meta.warnings),
+            "bytes": trace.meta.uncompressed_bytes,
+        },
+        "steps": {
+            "source": steps[0].source,
+            "count": len(steps),
+            "window_us": span,
+            "mean_us": float(durations.mean()),
+            "median_us": float(np.median(durations)),
+            "min_us": float(durations.min()),
+            "max_us": float(durations.max()),
+            "items": [
+                {"index": s.index, "start_us": s.start, "duration_us": s.duration, "breakdown_us": b}
+                for s, b in zip(steps, breakdown)
+            ],
+            "breakdown_total_us": totals,
+        },
+        "ops": {
+            "by_name": op_table(t, nesting, rows),
+            "by_shape": op_table(t, nesting, rows, by_shape=True, top=20),
+            "dispatch": dispatch_overhead(t, nesting, rows, span, len(steps)),
+            "annotations": annotations(t, rows),
+            "float64": float64_ops(t, nesting, rows),
+            "main_thread": main_thread,
+        },
+        "gpu": gpu_summary(t, lo, hi),
+        "syncs": host_syncs(t, nesting, rows),
+        "memory": memory_summary(t, trace.memory, lo, hi),
+        "compiled": compiled_summary(t, nesting, rows, lo, hi),
+    }
+
+
+def _busiest_cpu_thread(t, rows) -> dict:
+    cpu = rows[t.cat[rows] == Cat.CPU_OP]
+    if not len(cpu):
+        return {}
+    threads, counts = np.unique(t.thread[cpu], return_counts=True)
+    th = int(threads[np.argmax(counts)])
+    return {"pid": t.threads.pid[th], "tid": t.threads.tid[th], "ops": int(counts.max())}

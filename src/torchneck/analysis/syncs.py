@@ -1,0 +1,70 @@
+"""Host syncs: places where the CPU stops and waits for the device (or forces a scalar out)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..trace.table import Cat, EventTable
+from .ops import Nesting
+
+_SYNC_CALLS = re.compile(r"(cuda|hip)(Stream|Device|Event)Synchronize|cuStreamSynchronize|"
+                         r"cuCtxSynchronize|cuEventSynchronize")
+_SCALAR_OPS = {"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",
+               "aten::equal", "aten::allclose", "aten::masked_select", "aten::unique",
+               "aten::_unique2", "aten::repeat_interleave"}
+"""Ops whose result (a Python scalar, or a shape that depends on the data) needs the device's
+answer before the CPU can go on: on a GPU each is a sync, on any device each breaks a
+compiled graph."""
+
+
+def host_syncs(table: EventTable, nesting: Nesting, rows: np.ndarray) -> dict:
+    """Sync calls, device-to-host copies and scalar-producing ops among `rows`.
+
+    Each sync is charged to the outermost CPU op on its thread that contains it (the op the
+    user's code called), so `.item()` shows as `aten::item`, not as a runtime call.
+    """
+    names = table.strings
+    sync_ids = table.names_matching(lambda s: bool(_SYNC_CALLS.search(s)))
+    scalar_ids = table.names_matching(lambda s: s in _SCALAR_OPS)
+    cat = table.cat[rows]
+    is_sync_call = (np.isin(cat, (Cat.RUNTIME, Cat.DRIVER)) & sync_ids[table.name[rows]]) | (cat == Cat.SYNC)
+    is_scalar = (cat == Cat.CPU_OP) & scalar_ids[table.name[rows]]
+    dtoh = (cat == Cat.GPU_MEMCPY) & table.names_matching(lambda s: "DtoH" in s)[table.name[rows]]
+    sync_rows = rows[is_sync_call]
+    by_cause: dict[str, dict] = {}
+    for r in sync_rows.tolist():
+        cause = _outermost_op(table, nesting, r)
+        key = names[table.name[cause]] if cause >= 0 else names[table.name[r]]
+        d = by_cause.setdefault(key, {"op": key, "count": 0, "wait_us": 0.0})
+        d["count"] += 1
+        d["wait_us"] += float(table.dur[r])
+    scalar_rows = rows[is_scalar]
+    scalar: dict[str, dict] = {}
+    for r in scalar_rows.tolist():
+        if nesting.parent[r] >= 0 and table.cat[nesting.parent[r]] == Cat.CPU_OP and \
+                scalar_ids[table.name[nesting.parent[r]]]:
+            continue  # aten::_local_scalar_dense inside aten::item: count once
+        key = names[table.name[r]]
+        d = scalar.setdefault(key, {"op": key, "count": 0, "time_us": 0.0})
+        d["count"] += 1
+        d["time_us"] += float(table.dur[r])
+    return {
+        "sync_calls": int(len(sync_rows)),
+        "sync_wait_us": float(table.dur[sync_rows].sum()),
+        "by_cause": sorted(by_cause.values(), key=lambda d: -d["wait_us"]),
+        "scalar_ops": sorted(scalar.values(), key=lambda d: -d["time_us"]),
+        "dtoh_copies": int(dtoh.sum()),
+        "dtoh_us": float(table.dur[rows[dtoh]].sum()),
+    }
+
+
+def _outermost_op(table: EventTable, nesting: Nesting, row: int) -> int:
+    best = -1
+    p = int(nesting.parent[row])
+    while p >= 0:
+        if table.cat[p] == Cat.CPU_OP:
+            best = p
+        p = int(nesting.parent[p])
+    return best

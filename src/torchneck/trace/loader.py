@@ -1,0 +1,760 @@
+"""Stream a profiler trace (`.json` / `.json.gz`) into an `EventTable` in bounded memory.
+
+How: the file is read in blocks (gzip through python-isal). The `traceEvents` array is cut at
+event boundaries (`}` `,` `{` with only whitespace between), and each slice is decoded by msgspec
+into structs that declare only the fields torchneck reads, then turned into numpy columns. A cut
+that falls inside a string or a nested object makes that slice fail to decode, so it is merged with
+the next one and decoded again: a false boundary can cost time, never a wrong event.
+
+Only the current slice's Python objects exist at any time; the finished table holds ~35 bytes a
+complete event. Large files are decoded by a pool of worker processes, in order.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from operator import attrgetter
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from ..errors import TraceError
+from .schema import ANY_DECODER, EVENT_LIST_DECODER, LOOSE_EVENT_LIST_DECODER, Args, Event
+from .table import Cat, EventTable, MemoryTable, Threads, Trace, TraceMeta, normalise_category
+
+BLOCK_BYTES = 8 << 20
+"""Bytes decoded at once. 8 MB is ~30k events: large enough that per-call overhead vanishes,
+small enough that the decoded structs (~10x the bytes) stay far below 200 MB."""
+
+PARALLEL_MIN_BYTES = 96 << 20
+"""Uncompressed size from which slices are decoded in worker processes; below it the pool's
+start-up (~0.1 s) costs more than it saves."""
+
+_HEADER_LIMIT = 64 << 20
+_TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_WS = b" \t\r\n"
+
+
+def _open_stream(path: Path):
+    with open(path, "rb") as probe:
+        magic = probe.read(2)
+    if magic == b"\x1f\x8b":
+        try:
+            from isal import igzip
+
+            return igzip.open(path, "rb")
+        except ImportError:  # pragma: no cover - isal is a dependency, but stay usable without it
+            return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+class _Reader:
+    """Reads blocks, turning a truncated or corrupt gzip into a clean end-of-data + a warning."""
+
+    def __init__(self, path: Path, warnings: list[str]):
+        self.path = path
+        self.stream = _open_stream(path)
+        self.warnings = warnings
+        self.total = 0
+        self.eof = False
+
+    def read(self, size: int) -> bytes:
+        if self.eof:
+            return b""
+        try:
+            data = self.stream.read(size)
+        except (EOFError, OSError, zlib.error, gzip.BadGzipFile) as exc:
+            self.warnings.append(f"the compressed data ends early or is corrupt ({exc}); using what came before")
+            self.eof = True
+            return b""
+        if not data:
+            self.eof = True
+        self.total += len(data)
+        return data
+
+    def close(self) -> None:
+        try:
+            self.stream.close()
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Cutting the events array into decodable slices
+
+
+def _last_boundary(buf: bytes | bytearray, stop: int) -> tuple[int, int] | None:
+    """The last `}` , `{` boundary before `stop`: (end of the left object, start of the right)."""
+    pos = stop
+    while True:
+        brace = buf.rfind(b"{", 0, pos)
+        if brace <= 0:
+            return None
+        i = brace - 1
+        while i >= 0 and buf[i] in _WS:
+            i -= 1
+        if i >= 0 and buf[i] == 0x2C:  # ','
+            i -= 1
+            while i >= 0 and buf[i] in _WS:
+                i -= 1
+            if i >= 0 and buf[i] == 0x7D:  # '}'
+                return i + 1, brace
+        pos = brace
+
+
+def _all_boundaries(buf: bytes) -> list[tuple[int, int]]:
+    return [(m.start() + 1, m.end() - 1) for m in re.finditer(rb"\}\s*,\s*\{", buf)]
+
+
+def _array_ends(buf: bytes) -> Iterator[int]:
+    """Candidate positions of the `]` closing the events array: a `]` after a `}`."""
+    for m in re.finditer(rb"\}\s*\]", buf):
+        yield m.end() - 1
+
+
+def _decode_slice(data: bytes) -> list[Event] | None:
+    """Decode comma-separated events (a trailing comma allowed), or None if they do not parse."""
+    data = data.rstrip()
+    if data.endswith(b","):
+        data = data[:-1]
+    wrapped = b"[" + data + b"]"
+    try:
+        return EVENT_LIST_DECODER.decode(wrapped)
+    except msgspec.ValidationError:
+        pass  # valid JSON, unusual types: decode loosely
+    except msgspec.DecodeError:
+        return None
+    try:
+        return LOOSE_EVENT_LIST_DECODER.decode(wrapped)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _decode_one_by_one(data: bytes) -> tuple[list[Event], int]:
+    """Best effort for a damaged region: decode each object between boundaries on its own."""
+    good: list[Event] = []
+    bad = 0
+    start = 0
+    for end, nxt in _all_boundaries(data) + [(len(data), len(data))]:
+        piece = data[start:end].strip()
+        start = nxt
+        if not piece:
+            continue
+        events = _decode_slice(piece)
+        if events is None:
+            bad += 1
+        else:
+            good.extend(events)
+    return good, bad
+
+
+# ---------------------------------------------------------------------------------------------
+# Events -> columns (runs in worker processes for large files)
+
+
+@dataclass
+class ChunkColumns:
+    """Columns of one decoded slice, with slice-local string ids."""
+
+    strings: list[str]
+    x: dict[str, np.ndarray]
+    mem: dict[str, np.ndarray]
+    meta_events: list[tuple[str, str, str, object]]  # (kind, pid, tid, value)
+    flow_count: int
+    unknown_phases: dict[str, int]
+    negative_dur: int
+
+
+def _num(value, default: int = -1) -> int:
+    """Lenient integer: ids written as strings ("stream 7") keep their digits."""
+    if value is None:
+        return default
+    if isinstance(value, (bool, int)):
+        return int(value)
+    if isinstance(value, float):
+        return int(value) if value == value else default
+    if isinstance(value, str):
+        digits = "".join(ch for ch in value if ch.isdigit())
+        return int(digits) if digits else default
+    return default
+
+
+def _int_column(values: list, default: int, dtype) -> np.ndarray:
+    """Integers from a list that may hold None (absent) or strings, fast path in numpy."""
+    try:
+        arr = np.array(values, dtype=np.float64)  # None -> nan
+    except (TypeError, ValueError):
+        return np.array([_num(v, default) for v in values], dtype=np.int64).astype(dtype)
+    arr[np.isnan(arr)] = default
+    return arr.astype(dtype)
+
+
+def _float_column(values: list, default: float) -> np.ndarray:
+    try:
+        arr = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = np.array([v if isinstance(v, (int, float)) else _to_float(v) for v in values], dtype=np.float64)
+    if default == default:
+        arr[np.isnan(arr)] = default
+    return arr
+
+
+def _to_float(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+class _Interner:
+    """Slice-local string table. Ids for a whole column are found with C-level map calls."""
+
+    def __init__(self) -> None:
+        self.strings: list[str] = []
+        self.index: dict = {}
+
+    def ids(self, values: list) -> np.ndarray:
+        index = self.index
+        for v in dict.fromkeys(values):
+            if v not in index:
+                index[v] = len(self.strings)
+                self.strings.append(v if isinstance(v, str) else ("" if v is None else str(v)))
+        return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
+
+
+_INT32_MAX = np.iinfo(np.int32).max
+_get_args = attrgetter("args")
+
+
+def events_to_columns(events: list) -> ChunkColumns:
+    """Turn decoded events into numpy columns; the only per-event Python work in the loader."""
+    strings = _Interner()
+    xs: list = []
+    mems: list = []
+    meta_events: list[tuple[str, str, str, object]] = []
+    flows = 0
+    unknown: dict[str, int] = {}
+    phases = list(map(attrgetter("ph"), events))
+    if phases.count("X") == len(phases):
+        xs = events
+    else:
+        for e, ph in zip(events, phases):
+            if ph == "X":
+                xs.append(e)
+            elif ph == "i" or ph == "I":
+                if e.name == "[memory]" and e.args is not None:
+                    mems.append(e)
+            elif ph == "M":
+                a = e.args
+                if a is not None:
+                    if e.name == "process_name":
+                        meta_events.append(("process_name", str(e.pid), "", a.name))
+                    elif e.name == "thread_name":
+                        meta_events.append(("thread_name", str(e.pid), str(e.tid), a.name))
+                    elif e.name == "process_labels":
+                        meta_events.append(("process_labels", str(e.pid), "", a.labels))
+            elif ph in ("s", "f", "t"):
+                flows += 1
+            else:
+                key = str(ph)
+                unknown[key] = unknown.get(key, 0) + 1
+
+    n = len(xs)
+    raw_cats = list(map(attrgetter("cat"), xs))
+    cat_codes = {c: int(normalise_category(c)) for c in dict.fromkeys(raw_cats)}
+    cats = np.fromiter(map(cat_codes.__getitem__, raw_cats), dtype=np.int8, count=n)
+    ts = _float_column(list(map(attrgetter("ts"), xs)), float("nan"))
+    dur = _float_column(list(map(attrgetter("dur"), xs)), 0.0)
+    negative = int(np.count_nonzero(dur < 0))
+    if negative:
+        dur[dur < 0] = 0.0
+    name = strings.ids(list(map(attrgetter("name"), xs)))
+    pid_arr = strings.ids(list(map(attrgetter("pid"), xs)))
+    tid_arr = strings.ids(list(map(attrgetter("tid"), xs)))
+    empty = _EMPTY_ARGS
+    args = [a if a is not None else empty for a in map(_get_args, xs)]
+    ext = _int_column(list(map(attrgetter("external_id"), args)), -1, np.int64)
+    corr = _int_column(list(map(attrgetter("correlation"), args)), -1, np.int64)
+    device = _int_column(list(map(attrgetter("device"), args)), -1, np.int64)
+    stream = _int_column(list(map(attrgetter("stream"), args)), -1, np.int64)
+    dims = list(map(attrgetter("input_dims"), args))
+    shapes = strings.ids([bytes(d).decode("utf-8", "replace") if d else None for d in dims])
+    shapes[shapes == strings.index.get(None, -2)] = -1
+    kinds = list(map(attrgetter("input_type"), args))
+    types = strings.ids([bytes(d).decode("utf-8", "replace") if d else None for d in kinds])
+    types[types == strings.index.get(None, -2)] = -1
+    nbytes = _int_column(list(map(attrgetter("nbytes"), args)), 0, np.int64)
+    stacks = list(map(attrgetter("call_stack"), args))
+    colls = list(map(attrgetter("collective_name"), args))
+    extra = strings.ids([st or co or None for st, co in zip(stacks, colls)])
+    extra[extra == strings.index.get(None, -2)] = -1
+    # GPU events: kineto puts the device in pid and the stream in tid when args lack them.
+    gpu = np.isin(cats, (Cat.KERNEL, Cat.GPU_MEMCPY, Cat.GPU_MEMSET, Cat.GPU_USER_ANNOTATION))
+    if gpu.any():
+        table = strings.strings
+        fallback_dev = np.array([_num(table[i], 0) for i in pid_arr[gpu]], dtype=np.int64)
+        fallback_stream = np.array([_num(table[i], 0) for i in tid_arr[gpu]], dtype=np.int64)
+        dev_g = device[gpu]
+        device[gpu] = np.where(dev_g >= 0, dev_g, fallback_dev)
+        st_g = stream[gpu]
+        stream[gpu] = np.where(st_g >= 0, st_g, fallback_stream)
+    device[~gpu] = -1
+    stream[~gpu] = -1
+
+    x = {
+        "ts": ts,
+        "dur": dur.astype(np.float32),
+        "cat": cats,
+        "name": name,
+        "pid": pid_arr,
+        "tid": tid_arr,
+        "external_id": ext,
+        "correlation": corr,
+        "device": np.clip(device, -1, 32767).astype(np.int16),
+        "stream": np.clip(stream, -1, _INT32_MAX).astype(np.int32),
+        "shapes": shapes,
+        "types": types,
+        "nbytes": nbytes,
+        "extra": extra,
+    }
+    margs = [e.args for e in mems]
+    mem = {
+        "ts": _float_column([e.ts for e in mems], float("nan")),
+        "pid": strings.ids([e.pid for e in mems]),
+        "tid": strings.ids([e.tid for e in mems]),
+        "nbytes": _int_column([a.mem_bytes for a in margs], 0, np.int64),
+        "total_allocated": _int_column([a.total_allocated for a in margs], -1, np.int64),
+        "total_reserved": _int_column([a.total_reserved for a in margs], -1, np.int64),
+        "device_type": _int_column([a.device_type for a in margs], 0, np.int8),
+        "device_id": _int_column([a.device_id for a in margs], -1, np.int16),
+        "addr": _int_column([a.addr for a in margs], 0, np.int64),
+    }
+    return ChunkColumns(strings.strings, x, mem, meta_events, flows, unknown, negative)
+
+
+_EMPTY_ARGS = Args()
+
+
+def decode_to_columns(data: bytes) -> ChunkColumns | None:
+    """Worker entry point: decode one slice; None if it does not decode (caller merges)."""
+    events = _decode_slice(data)
+    if events is None:
+        return None
+    return events_to_columns(events)
+
+
+# ---------------------------------------------------------------------------------------------
+# Merging slices
+
+
+class _Merger:
+    """Accumulates slices into global columns with one global string table."""
+
+    X_KEYS = ("ts", "dur", "cat", "name", "thread", "external_id", "correlation", "device",
+              "stream", "shapes", "types", "nbytes", "extra")
+
+    def __init__(self, meta: TraceMeta):
+        self.meta = meta
+        self.strings: list[str] = []
+        self.index: dict[str, int] = {}
+        self.thread_index: dict[tuple[int, int], int] = {}
+        self.threads = Threads()
+        self.x_parts: dict[str, list[np.ndarray]] = {k: [] for k in self.X_KEYS}
+        self.mem_parts: dict[str, list[np.ndarray]] = {}
+        self.negative_dur = 0
+
+    def _global_ids(self, local: list[str]) -> np.ndarray:
+        out = np.empty(len(local), dtype=np.int32)
+        for i, s in enumerate(local):
+            g = self.index.get(s)
+            if g is None:
+                g = self.index[s] = len(self.strings)
+                self.strings.append(s)
+            out[i] = g
+        return out
+
+    def _threads(self, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+        if not len(pid):
+            return np.empty(0, dtype=np.int32)
+        pairs = pid.astype(np.int64) << 32 | tid.astype(np.int64)
+        uniq, inverse = np.unique(pairs, return_inverse=True)
+        ids = np.empty(len(uniq), dtype=np.int32)
+        for i, key in enumerate(uniq.tolist()):
+            p, t = key >> 32, key & 0xFFFFFFFF
+            k = (p, t)
+            found = self.thread_index.get(k)
+            if found is None:
+                found = self.thread_index[k] = len(self.threads.pid)
+                self.threads.pid.append(self.strings[p])
+                self.threads.tid.append(self.strings[t])
+            ids[i] = found
+        return ids[inverse]
+
+    def add(self, chunk: ChunkColumns) -> None:
+        remap = self._global_ids(chunk.strings)
+        x = chunk.x
+        n = len(x["ts"])
+        self.meta.event_count += n
+        self.meta.flow_count += chunk.flow_count
+        self.negative_dur += chunk.negative_dur
+        for k, v in chunk.unknown_phases.items():
+            self.meta.unknown_phases[k] = self.meta.unknown_phases.get(k, 0) + v
+        for kind, pid, tid, value in chunk.meta_events:
+            if kind == "process_name" and isinstance(value, str):
+                self.meta.process_names[pid] = value
+            elif kind == "thread_name" and isinstance(value, str):
+                self.meta.thread_names[(pid, tid)] = value
+            elif kind == "process_labels" and isinstance(value, str):
+                self.meta.process_labels[pid] = value
+        if n:
+            def gl(arr: np.ndarray) -> np.ndarray:
+                return np.where(arr >= 0, remap[np.maximum(arr, 0)], -1).astype(np.int32)
+
+            self.x_parts["ts"].append(x["ts"])
+            self.x_parts["dur"].append(x["dur"])
+            self.x_parts["cat"].append(x["cat"])
+            self.x_parts["name"].append(remap[x["name"]])
+            self.x_parts["thread"].append(self._threads(remap[x["pid"]], remap[x["tid"]]))
+            for key in ("external_id", "correlation", "device", "stream", "nbytes"):
+                self.x_parts[key].append(x[key])
+            self.x_parts["shapes"].append(gl(x["shapes"]))
+            self.x_parts["types"].append(gl(x["types"]))
+            self.x_parts["extra"].append(gl(x["extra"]))
+        mem = chunk.mem
+        if len(mem["ts"]):
+            mem = dict(mem)
+            mem["thread"] = self._threads(remap[mem.pop("pid")], remap[mem.pop("tid")])
+            for k, v in mem.items():
+                self.mem_parts.setdefault(k, []).append(v)
+
+    def finish(self) -> tuple[EventTable, EventTable, MemoryTable]:
+        dtypes = {"ts": np.float64, "dur": np.float32, "cat": np.int8, "name": np.int32,
+                  "thread": np.int32, "external_id": np.int64, "correlation": np.int64,
+                  "device": np.int16, "stream": np.int32, "shapes": np.int32, "types": np.int32,
+                  "nbytes": np.int64, "extra": np.int32}
+        cols = {}
+        for k in self.X_KEYS:
+            parts = self.x_parts[k]
+            cols[k] = np.concatenate(parts) if parts else np.empty(0, dtype=dtypes[k])
+            self.x_parts[k] = []
+        valid = ~np.isnan(cols["ts"])
+        if not valid.all():
+            self.meta.warnings.append(f"{int((~valid).sum())} events without a timestamp were skipped")
+            cols = {k: v[valid] for k, v in cols.items()}
+        # Sort by start, longer first on ties, so parents precede their children.
+        order = np.lexsort((-cols["dur"], cols["ts"]))
+        cols = {k: v[order] for k, v in cols.items()}
+        table = EventTable(**cols, strings=self.strings, threads=self.threads)
+        py = table.cat == Cat.PYTHON_FUNCTION
+        python = table.select(py)
+        if py.any():
+            table = table.select(~py)
+        mdt = {"ts": np.float64, "thread": np.int32, "nbytes": np.int64, "total_allocated": np.int64,
+               "total_reserved": np.int64, "device_type": np.int8, "device_id": np.int16, "addr": np.int64}
+        mcols = {k: (np.concatenate(self.mem_parts[k]) if k in self.mem_parts else np.empty(0, dtype=dt))
+                 for k, dt in mdt.items()}
+        morder = np.argsort(mcols["ts"], kind="stable")
+        memory = MemoryTable(**{k: v[morder] for k, v in mcols.items()})
+        if self.negative_dur:
+            self.meta.warnings.append(f"{self.negative_dur} events had a negative duration (counted as 0)")
+        return table, python, memory
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver
+
+
+def _apply_top_level(meta: TraceMeta, top: dict) -> None:
+    meta.schema_version = top.get("schemaVersion")
+    dist = top.get("distributedInfo")
+    if isinstance(dist, dict):
+        rank = dist.get("rank")
+        meta.rank = rank if isinstance(rank, int) else None
+        ws = dist.get("world_size")
+        meta.world_size = ws if isinstance(ws, int) else None
+        meta.backend = dist.get("backend") if isinstance(dist.get("backend"), str) else None
+    devices = top.get("deviceProperties")
+    if isinstance(devices, list):
+        meta.devices = [d for d in devices if isinstance(d, dict)]
+    base = top.get("baseTimeNanoseconds")
+    if isinstance(base, int):
+        meta.base_time_ns = base
+    for key in ("traceName", "displayTimeUnit", "record_shapes", "cuda_runtime_version",
+                "cuda_driver_version", "cupti_version", "torchneck"):
+        if key in top:
+            meta.other[key] = top[key]
+
+
+def _slices(reader: _Reader, meta: TraceMeta) -> Iterator[bytes]:
+    """Yield byte slices each holding whole events separated by commas; parse the top level."""
+    head = bytearray()
+    while True:
+        block = reader.read(1 << 20)
+        head += block
+        stripped = head.lstrip()
+        if stripped[:1] == b"[":
+            meta.format = "list"
+            start = len(head) - len(stripped) + 1
+            header = b""
+            break
+        if stripped[:1] not in (b"{", b""):
+            raise TraceError(f"{reader.path}: not a profiler trace (it is not JSON)")
+        m = _TRACE_EVENTS_KEY.search(head)
+        if m:
+            start = m.end()
+            header = bytes(head[: m.end() - 1])  # up to and including `"traceEvents":`
+            break
+        if not block or len(head) > _HEADER_LIMIT:
+            if not head.strip():
+                raise TraceError(f"{reader.path}: the file is empty")
+            raise TraceError(f"{reader.path}: not a profiler trace (no \"traceEvents\" array)")
+    buf = bytearray(head[start:])
+    del head
+    # Skip whitespace and detect an empty array.
+    while True:
+        lead = buf.lstrip()
+        if lead or reader.eof:
+            break
+        buf += reader.read(BLOCK_BYTES)
+    buf = bytearray(buf.lstrip())
+    trailer = b""
+    if buf[:1] == b"]":
+        trailer = bytes(buf[1:]) + _drain(reader)
+        buf = bytearray()
+    pending_failures = 0
+    while buf:
+        if not reader.eof and len(buf) < BLOCK_BYTES * (1 + pending_failures):
+            block = reader.read(BLOCK_BYTES)
+            if block:
+                buf += block
+                continue
+        if not reader.eof:
+            cut = _last_boundary(buf, len(buf))
+            if cut is None:
+                pending_failures += 1
+                continue
+            _end, nxt = cut
+            piece = bytes(buf[:nxt])  # includes the separating comma: slices concatenate
+            ok = yield piece
+            if ok is False:
+                # The cut was not a real boundary: keep the bytes and read more before cutting.
+                pending_failures += 1
+                continue
+            pending_failures = 0
+            del buf[:nxt]
+            continue
+        # End of data: find where the events array closes.
+        tail = bytes(buf)
+        buf = bytearray()
+        closed = False
+        for pos in _array_ends(tail):
+            ok = yield tail[:pos]
+            if ok is not False:
+                trailer = tail[pos + 1:]
+                closed = True
+                break
+        if not closed:
+            meta.warnings.append("the trace ends early (truncated JSON); events up to the cut were read")
+            yield b"\x00salvage" + tail
+    if meta.format == "object":
+        text = header + b"[]" + trailer
+        try:
+            top = ANY_DECODER.decode(text)
+        except msgspec.DecodeError:
+            top = _salvage_header(header)
+            if not any("truncated" in w for w in meta.warnings):
+                meta.warnings.append("the JSON after the events is damaged; metadata there was ignored")
+        if isinstance(top, dict):
+            _apply_top_level(meta, top)
+
+
+def _salvage_header(header: bytes) -> dict:
+    try:
+        top = ANY_DECODER.decode(header + b"[]}")
+        return top if isinstance(top, dict) else {}
+    except msgspec.DecodeError:
+        return {}
+
+
+def _drain(reader: _Reader) -> bytes:
+    parts = []
+    while True:
+        block = reader.read(BLOCK_BYTES)
+        if not block:
+            return b"".join(parts)
+        parts.append(block)
+
+
+def load_trace(
+    path: str | os.PathLike,
+    progress: Callable[[int, int], None] | None = None,
+    workers: int | None = None,
+) -> Trace:
+    """Load one trace file into a `Trace`.
+
+    Raises `TraceError` (one line, naming the file) when the file cannot be a trace; damaged
+    regions that leave the rest sound become warnings in `trace.meta.warnings`.
+    `progress(bytes_read, file_size)` is called after every slice.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise TraceError(f"{path}: no such file")
+    if path.is_dir():
+        raise TraceError(f"{path}: is a directory (pass a trace file, or use load_traces)")
+    size = path.stat().st_size
+    meta = TraceMeta(path=str(path), compressed_bytes=size)
+    reader = _Reader(path, meta.warnings)
+    merger = _Merger(meta)
+    compressed = path.suffix == ".gz"
+    est_uncompressed = size * (10 if compressed else 1)
+    if workers is None:
+        workers = min(2, os.cpu_count() or 1) if est_uncompressed >= PARALLEL_MIN_BYTES else 1
+    try:
+        if workers > 1:
+            _load_parallel(reader, meta, merger, workers, progress, size)
+        else:
+            _load_serial(reader, meta, merger, progress, size)
+    except TraceError:
+        raise
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise TraceError(f"{path}: not a readable profiler trace ({exc})") from None
+    finally:
+        meta.uncompressed_bytes = reader.total
+        reader.close()
+    events, python, memory = merger.finish()
+    if not len(events) and not len(memory):
+        if meta.warnings:
+            raise TraceError(f"{path}: no events could be read ({meta.warnings[0]})")
+        raise TraceError(f"{path}: the trace holds no events (empty \"traceEvents\")")
+    return Trace(events=events, python=python, memory=memory, meta=meta)
+
+
+def _handle_salvage(piece: bytes, merger: _Merger, meta: TraceMeta) -> None:
+    data = piece[len(b"\x00salvage"):]
+    # Drop whatever follows the last complete object.
+    good, bad = _decode_one_by_one(data)
+    if good:
+        merger.add(events_to_columns(good))
+    if bad:
+        meta.warnings.append(f"{bad} damaged event(s) at the end were dropped")
+
+
+def _load_serial(reader, meta, merger, progress, size) -> None:
+    gen = _slices(reader, meta)
+    send = None
+    while True:
+        try:
+            piece = gen.send(send)
+        except StopIteration:
+            return
+        if piece.startswith(b"\x00salvage"):
+            _handle_salvage(piece, merger, meta)
+            send = None
+            continue
+        chunk = decode_to_columns(piece)
+        send = chunk is not None
+        if chunk is not None:
+            merger.add(chunk)
+        if progress:
+            progress(min(reader.total, size * 20), size)
+
+
+def _load_parallel(reader, meta, merger, workers, progress, size) -> None:
+    """Decode slices in worker processes. Slices are cut optimistically; one that fails in a
+    worker (a false boundary) is re-decoded together with the following slice, in order."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    gen = _slices(reader, meta)
+    with ctx.Pool(workers) as pool:
+        in_flight: list[tuple[bytes, object]] = []
+        carry = b""
+
+        def drain(limit: int) -> None:
+            nonlocal carry
+            while len(in_flight) > limit:
+                piece, fut = in_flight.pop(0)
+                chunk = fut.get()
+                if chunk is None:
+                    carry = carry + piece
+                    continue
+                if carry:
+                    # The earlier slice was cut inside an event: decode the join here.
+                    joined = carry + piece
+                    carry = b""
+                    fixed = decode_to_columns(joined)
+                    if fixed is None:
+                        good, bad = _decode_one_by_one(joined)
+                        if good:
+                            merger.add(events_to_columns(good))
+                        if bad:
+                            meta.warnings.append(f"{bad} damaged event(s) were dropped")
+                        continue
+                    merger.add(fixed)
+                    continue
+                merger.add(chunk)
+                if progress:
+                    progress(min(reader.total, size * 20), size)
+
+        send = None
+        while True:
+            try:
+                piece = gen.send(send)
+            except StopIteration:
+                break
+            if piece.startswith(b"\x00salvage"):
+                drain(0)
+                if carry:
+                    piece = b"\x00salvage" + carry + piece[len(b"\x00salvage"):]
+                    carry = b""
+                _handle_salvage(piece, merger, meta)
+                send = None
+                continue
+            if reader.eof:
+                # Tail candidates must be judged now: decode in-process.
+                drain(0)
+                data = carry + piece if carry else piece
+                chunk = decode_to_columns(data)
+                send = chunk is not None
+                if chunk is not None:
+                    carry = b""
+                    merger.add(chunk)
+                continue
+            in_flight.append((piece, pool.apply_async(decode_to_columns, (piece,))))
+            send = True
+            drain(workers * 2)
+        drain(0)
+        if carry:
+            good, bad = _decode_one_by_one(carry)
+            if good:
+                merger.add(events_to_columns(good))
+            if bad:
+                meta.warnings.append(f"{bad} damaged event(s) were dropped")
+
+
+_TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def find_trace_files(path: str | os.PathLike) -> list[Path]:
+    """The trace files at `path`: the file itself, or every `*.json[.gz]` in a directory
+    (not recursive into run-directory internals beyond one level of `rank-*`)."""
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(f"{p}: no such file or directory")
+    if p.is_file():
+        return [p]
+    files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_TRACE_SUFFIXES)
+                   and f.name not in ("report.json", "env.json", "samples.json", "compile.json"))
+    if not files:
+        for sub in sorted(p.glob("rank-*")):
+            files += find_trace_files(sub) if sub.is_dir() else []
+    if not files:
+        raise TraceError(f"{p}: no trace files (*.json or *.json.gz) in this directory")
+    return files
+

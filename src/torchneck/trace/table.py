@@ -1,0 +1,200 @@
+"""The columnar event table every analysis reads.
+
+One row per complete ("X") event, in numpy arrays; strings (names, shapes, stacks) are interned
+into one `strings` list and stored as int32 ids. Python-function events and instant memory
+events sit in their own small tables. Nothing here holds one Python object per event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+
+
+class Cat(IntEnum):
+    """Normalised event categories. Old (PyTorch 1.8-1.10) and vendor-specific spellings map
+    onto these, so analyses never look at raw `cat` strings."""
+
+    OTHER = 0
+    CPU_OP = 1
+    USER_ANNOTATION = 2
+    GPU_USER_ANNOTATION = 3
+    KERNEL = 4
+    GPU_MEMCPY = 5
+    GPU_MEMSET = 6
+    RUNTIME = 7
+    DRIVER = 8
+    SYNC = 9
+    PYTHON_FUNCTION = 10
+    TRACE = 11
+
+
+_CATEGORY_NAMES: dict[str, Cat] = {
+    "cpu_op": Cat.CPU_OP,
+    "operator": Cat.CPU_OP,
+    "user_annotation": Cat.USER_ANNOTATION,
+    "gpu_user_annotation": Cat.GPU_USER_ANNOTATION,
+    "kernel": Cat.KERNEL,
+    "gpu_memcpy": Cat.GPU_MEMCPY,
+    "memcpy": Cat.GPU_MEMCPY,
+    "gpu_memset": Cat.GPU_MEMSET,
+    "memset": Cat.GPU_MEMSET,
+    "cuda_runtime": Cat.RUNTIME,
+    "runtime": Cat.RUNTIME,
+    "cuda_driver": Cat.DRIVER,
+    "cuda_sync": Cat.SYNC,
+    "python_function": Cat.PYTHON_FUNCTION,
+    "python": Cat.PYTHON_FUNCTION,
+    "trace": Cat.TRACE,
+}
+
+
+def normalise_category(cat: str) -> Cat:
+    """Map a raw `cat` string (any era, any vendor) onto `Cat`."""
+    if not isinstance(cat, str):
+        return Cat.OTHER
+    low = cat.lower()
+    found = _CATEGORY_NAMES.get(low)
+    if found is not None:
+        return found
+    if low.endswith("_runtime"):  # hip/mtia/xpu/privateuse1 runtimes
+        return Cat.RUNTIME
+    if low.endswith("_driver"):
+        return Cat.DRIVER
+    if low.endswith("_kernel") or low == "gpu_kernel":
+        return Cat.KERNEL
+    return Cat.OTHER
+
+
+GPU_CATEGORIES = (Cat.KERNEL, Cat.GPU_MEMCPY, Cat.GPU_MEMSET)
+
+
+@dataclass
+class Threads:
+    """One row per (pid, tid) pair seen in the trace; `EventTable.thread` indexes it."""
+
+    pid: list[str] = field(default_factory=list)
+    tid: list[str] = field(default_factory=list)
+
+
+@dataclass
+class EventTable:
+    """Complete events of one trace (or one rank), sorted by start time."""
+
+    ts: np.ndarray  # float64, µs as in the trace
+    dur: np.ndarray  # float32, µs (negative/missing clamped to 0)
+    cat: np.ndarray  # int8, `Cat`
+    name: np.ndarray  # int32, index into `strings`
+    thread: np.ndarray  # int32, index into `threads`
+    external_id: np.ndarray  # int64, -1 if absent
+    correlation: np.ndarray  # int64, -1 if absent
+    device: np.ndarray  # int16, GPU device for GPU events, -1 otherwise
+    stream: np.ndarray  # int32, GPU stream for GPU events, -1 otherwise
+    shapes: np.ndarray  # int32, "Input Dims" JSON text id, -1 if absent
+    types: np.ndarray  # int32, "Input type" JSON text id (dtypes), -1 if absent
+    nbytes: np.ndarray  # int64, bytes moved by memcpy/memset, 0 otherwise
+    extra: np.ndarray  # int32, a per-category string: "Call stack" / collective name; -1 if absent
+    strings: list[str]
+    threads: Threads
+
+    def __len__(self) -> int:
+        return int(self.ts.shape[0])
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.ts + self.dur
+
+    def name_of(self, row: int) -> str:
+        return self.strings[int(self.name[row])]
+
+    def string_id(self, text: str) -> int:
+        """Id of `text` in `strings`, or -1 (built lazily; the list is only appended to)."""
+        index = getattr(self, "_string_index", None)
+        if index is None or len(index) != len(self.strings):
+            index = {s: i for i, s in enumerate(self.strings)}
+            self._string_index = index
+        return index.get(text, -1)
+
+    def names_matching(self, predicate) -> np.ndarray:
+        """Boolean mask over `strings` ids: which interned strings satisfy `predicate`."""
+        return np.fromiter((bool(predicate(s)) for s in self.strings), dtype=bool, count=len(self.strings))
+
+    def rows_with_name(self, predicate) -> np.ndarray:
+        """Boolean row mask: events whose name satisfies `predicate`."""
+        ok = self.names_matching(predicate)
+        if not len(ok):
+            return np.zeros(len(self), dtype=bool)
+        return ok[self.name]
+
+    def select(self, mask: np.ndarray) -> EventTable:
+        """A new table with only the rows in `mask` (strings and threads shared)."""
+        return EventTable(
+            ts=self.ts[mask],
+            dur=self.dur[mask],
+            cat=self.cat[mask],
+            name=self.name[mask],
+            thread=self.thread[mask],
+            external_id=self.external_id[mask],
+            correlation=self.correlation[mask],
+            device=self.device[mask],
+            stream=self.stream[mask],
+            shapes=self.shapes[mask],
+            types=self.types[mask],
+            nbytes=self.nbytes[mask],
+            extra=self.extra[mask],
+            strings=self.strings,
+            threads=self.threads,
+        )
+
+
+@dataclass
+class MemoryTable:
+    """Instant `[memory]` events: one allocation (bytes > 0) or free (bytes < 0) each."""
+
+    ts: np.ndarray  # float64 µs
+    thread: np.ndarray  # int32
+    nbytes: np.ndarray  # int64
+    total_allocated: np.ndarray  # int64, -1 if absent
+    total_reserved: np.ndarray  # int64, -1 if absent
+    device_type: np.ndarray  # int8 (0 = CPU, 1 = CUDA, ...)
+    device_id: np.ndarray  # int16
+    addr: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return int(self.ts.shape[0])
+
+
+@dataclass
+class TraceMeta:
+    """What the trace says about itself, outside the events."""
+
+    path: str
+    schema_version: int | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    backend: str | None = None
+    devices: list[dict] = field(default_factory=list)
+    base_time_ns: int | None = None
+    process_names: dict[str, str] = field(default_factory=dict)
+    thread_names: dict[tuple[str, str], str] = field(default_factory=dict)
+    process_labels: dict[str, str] = field(default_factory=dict)
+    other: dict = field(default_factory=dict)
+    format: str = "object"  # "object" ({"traceEvents": [...]}) or "list" (a bare list)
+    compressed_bytes: int = 0
+    uncompressed_bytes: int = 0
+    event_count: int = 0
+    flow_count: int = 0
+    unknown_phases: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Trace:
+    """One loaded trace: the events table, its side tables and its metadata."""
+
+    events: EventTable
+    python: EventTable  # python_function events (with_stack traces)
+    memory: MemoryTable
+    meta: TraceMeta
