@@ -1,0 +1,155 @@
+"""Run the user's script once, in this process, as `python script.py args` would.
+
+`__name__ == "__main__"`, `sys.argv = [script, *args]`, the script's folder first on `sys.path`,
+`__file__` absolute, the working directory unchanged. The script runs in a fresh module that is
+`sys.modules["__main__"]` while it runs, so classes it defines pickle (spawn DataLoader workers,
+`torch.save(model)`).
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+import runpy
+import signal
+import sys
+import threading
+import traceback
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import TorchneckError
+
+
+@dataclass
+class Target:
+    script: Path | None = None
+    module: str | None = None
+    args: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return self.module if self.module else self.script.name
+
+
+@dataclass
+class Outcome:
+    exit_code: int
+    status: str  # "ok", "exit", "exception", "interrupted", "terminated", "timeout"
+    error: str | None = None  # one-line description
+    traceback: str | None = None
+
+
+def check_target(target: Target) -> types.CodeType | None:
+    """Fail early (exit code 2) on a missing or unparsable script; returns its code object."""
+    if target.module:
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(target.module)
+        except (ImportError, ValueError) as exc:
+            raise TorchneckError(f"cannot find module {target.module!r}: {exc}") from None
+        if spec is None:
+            raise TorchneckError(f"no module named {target.module!r} (is it on PYTHONPATH / installed?)")
+        return None
+    path = target.script
+    if not path.exists():
+        raise TorchneckError(f"{path}: no such file")
+    if path.is_dir():
+        raise TorchneckError(f"{path}: is a directory, not a Python script")
+    try:
+        source = path.read_bytes()
+    except OSError as exc:
+        raise TorchneckError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        return compile(source, str(path), "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise TorchneckError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+    except ValueError as exc:
+        raise TorchneckError(f"{path}: cannot compile ({exc})") from None
+
+
+class _Terminated(BaseException):
+    """Raised in the main thread when SIGTERM arrives, so finally-blocks and our report run."""
+
+
+class _TimedOut(BaseException):
+    pass
+
+
+def run_target(target: Target, code: types.CodeType | None, timeout: float | None) -> Outcome:
+    """Run the script and turn however it ends into an `Outcome` (never raises)."""
+    saved_argv = sys.argv[:]
+    saved_path = sys.path[:]
+    saved_main = sys.modules.get("__main__")
+    timer = None
+    timed_out = threading.Event()
+    old_term = None
+    if threading.current_thread() is threading.main_thread():
+        def on_term(signum, frame):
+            raise _Terminated()
+
+        old_term = signal.signal(signal.SIGTERM, on_term)
+    if timeout:
+        def fire():
+            timed_out.set()
+            _thread.interrupt_main()
+
+        timer = threading.Timer(timeout, fire)
+        timer.daemon = True
+        timer.start()
+    try:
+        if target.module:
+            sys.argv = [target.module, *target.args]
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(target.module, run_name="__main__", alter_sys=True)
+        else:
+            script = target.script.resolve()
+            sys.argv = [str(target.script), *target.args]
+            sys.path.insert(0, str(script.parent))
+            module = types.ModuleType("__main__")
+            module.__file__ = str(script)
+            module.__builtins__ = __builtins__
+            module.__spec__ = None
+            module.__loader__ = None
+            module.__package__ = None
+            sys.modules["__main__"] = module
+            exec(code, module.__dict__)
+        return Outcome(0, "ok")
+    except SystemExit as exc:
+        code_ = exc.code
+        if code_ is None:
+            return Outcome(0, "exit")
+        if isinstance(code_, int):
+            return Outcome(code_, "exit", None if code_ == 0 else f"the script called sys.exit({code_})")
+        print(code_, file=sys.stderr)
+        return Outcome(1, "exit", f"the script exited: {code_}")
+    except KeyboardInterrupt:
+        if timed_out.is_set():
+            return Outcome(124, "timeout", f"stopped after --timeout {timeout:g} s",
+                           _format_tb(sys.exc_info()))
+        return Outcome(130, "interrupted", "interrupted (Ctrl-C)", _format_tb(sys.exc_info()))
+    except _Terminated:
+        return Outcome(143, "terminated", "terminated (SIGTERM)", _format_tb(sys.exc_info()))
+    except BaseException as exc:  # the script's own error: report it, keep what we captured
+        return Outcome(1, "exception", f"{type(exc).__name__}: {exc}".splitlines()[0][:300],
+                       _format_tb(sys.exc_info()))
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+
+
+def _format_tb(exc_info) -> str:
+    """The traceback without torchneck's own frames."""
+    etype, value, tb = exc_info
+    here = str(Path(__file__).resolve().parent.parent)
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(here):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(etype, value, tb))

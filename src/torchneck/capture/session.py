@@ -1,0 +1,114 @@
+"""One `torchneck run`: capture everything into a run directory, raw evidence first.
+
+Order of writing: `env.json` (before the script starts), `trace.json.gz` (as soon as the profiled
+window ends), `samples.json` and `run.json` (right after the script ends). Only then does
+analysis start, so a failing analysis loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..errors import TorchneckError
+from .runner import Outcome, Target, check_target, run_target
+from .window import ProfiledWindow, WindowOptions
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    outcome: Outcome
+    trace_path: Path | None
+
+
+def make_run_dir(out: str | None, label: str) -> Path:
+    """`--out DIR`, or ./torchneck-runs/<YYYYmmdd-HHMMSS>-<script>/ (made unique)."""
+    if out:
+        path = Path(out)
+    else:
+        stem = Path(label).stem if label.endswith(".py") else label.replace(".", "_")
+        base = Path("torchneck-runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}"
+        path = base
+        n = 1
+        while path.exists():
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise TorchneckError(f"cannot write the run directory {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def capture_run(target: Target, options: WindowOptions, out: str | None, timeout: float | None,
+                status=None) -> RunResult:
+    """Run the target once under the sampler and the profiler; write the raw evidence."""
+    code = check_target(target)
+    run_dir = make_run_dir(out, target.label)
+    import torch  # noqa: F401  (imported here so its import time is not the script's)
+
+    from .env import collect_env, read_slow_settings
+    from .sampler import StackSampler
+
+    env = collect_env()
+    (run_dir / "env.json").write_text(json.dumps(env, indent=1))
+    trace_path = run_dir / "trace.json.gz"
+    window = ProfiledWindow(options, trace_path)
+    sampler = StackSampler()
+    started_ns = time.monotonic_ns()
+    cpu0 = time.process_time()
+    window.start()
+    sampler.start()
+    try:
+        outcome = run_target(target, code, timeout)
+    finally:
+        sampler.stop()
+        ended_ns = time.monotonic_ns()
+        cpu_s = time.process_time() - cpu0
+        sys.stdout.flush()
+        if status:
+            status("writing the trace")
+        window.finish()
+        window.uninstall()
+    try:
+        end_settings = read_slow_settings()
+    except Exception:
+        end_settings = {}
+    sampler.write(run_dir / "samples.json")
+    log = window.log
+    run_info = {
+        "target": {"script": str(target.script) if target.script else None, "module": target.module,
+                   "args": list(target.args), "cwd": os.getcwd()},
+        "argv": sys.argv,
+        "exit_code": outcome.exit_code,
+        "status": outcome.status,
+        "error": outcome.error,
+        "traceback": outcome.traceback,
+        "started_monotonic_ns": started_ns,
+        "ended_monotonic_ns": ended_ns,
+        "wall_s": (ended_ns - started_ns) / 1e9,
+        "cpu_s": cpu_s,
+        "clock": {
+            "kind": log.kind,
+            "ticks": log.ticks,
+            "window_start_ns": log.window_start_ns,
+            "window_end_ns": log.window_end_ns,
+            "window_first_step": log.window_first_step,
+            "whole_run": log.tentative,
+            "step_marks": log.step_marks,
+            "user_profiler": log.user_profiler,
+        },
+        "options": asdict(options),
+        "trace_error": window.export_error,
+        "settings_at_end": end_settings,
+    }
+    (run_dir / "run.json").write_text(json.dumps(run_info, indent=1))
+    return RunResult(run_dir, outcome, trace_path if trace_path.exists() else None)

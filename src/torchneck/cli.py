@@ -1,0 +1,224 @@
+"""Command line: `torchneck run`, `torchneck analyze`, and `python -m torchneck script.py`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from . import __version__
+from .errors import TorchneckError
+
+RUN_EPILOG = """\
+Everything after the script (or -m module) is passed to it unchanged, its own --help included.
+
+examples:
+  torchneck run train.py --epochs 1
+  torchneck run --steps 10 --warmup 5 -m mypackage.train
+  python -m torchneck train.py --epochs 1      (the torch.utils.bottleneck form)
+"""
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", metavar="DIR", help="run directory (default ./torchneck-runs/<time>-<script>/)")
+    p.add_argument("--warmup", type=int, default=3, metavar="N",
+                   help="steps to skip before profiling (warm-up, compilation; default 3)")
+    p.add_argument("--steps", type=int, default=5, metavar="N", help="steps to profile (default 5)")
+    p.add_argument("--duration", type=float, metavar="S",
+                   help="profile for S seconds after warm-up instead of a number of steps")
+    p.add_argument("--all", action="store_true", help="profile the whole run, warm-up included")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="stop the script after S seconds; the report of what ran is still written (exit 124)")
+    p.add_argument("--no-shapes", action="store_true", help="do not record input shapes (less overhead)")
+    p.add_argument("--no-memory", action="store_true", help="do not record memory events (less overhead)")
+    p.add_argument("--with-stack", action="store_true",
+                   help="record Python stacks in the profiler too (slow; the sampler is used otherwise)")
+    p.add_argument("--json", metavar="FILE", help="also write the report JSON here ('-' for stdout)")
+    p.add_argument("--quiet", action="store_true", help="print no report (files are still written)")
+    p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like python -m")
+    p.add_argument("script", nargs="?", help="the Python script to run")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="torchneck",
+        description="Why is my PyTorch program slow? Runs a script once (or reads profiler traces) "
+                    "and reports what costs time, where in your code, and what to change.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"torchneck {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = sub.add_parser("run", help="run a script once and diagnose it", epilog=RUN_EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         description="Run a script once, unmodified, under a Python sampler and a "
+                                     "windowed torch.profiler, then print a diagnosis.")
+    _add_run_options(run)
+    an = sub.add_parser("analyze", help="diagnose existing profiler traces (.json / .json.gz, or a directory)",
+                        description="Diagnose torch.profiler / Kineto traces from any PyTorch since 1.8.")
+    an.add_argument("paths", nargs="+", metavar="TRACE|DIR")
+    an.add_argument("--rank", type=int, help="report on this rank only")
+    an.add_argument("--json", metavar="FILE", help="write the report JSON here ('-' for stdout)")
+    an.add_argument("--quiet", action="store_true", help="print no terminal report")
+    rep = sub.add_parser("report", help="re-analyse a run directory written by `torchneck run`")
+    rep.add_argument("run_dir", metavar="RUN_DIR")
+    rep.add_argument("--json", metavar="FILE", help="write the report JSON here ('-' for stdout)")
+    return parser
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def _emit(report: dict, json_target: str | None, quiet: bool) -> None:
+    from .report.console import ConsoleRenderer
+
+    if json_target == "-":
+        sys.stdout.write(json.dumps(report, indent=1) + "\n")
+    else:
+        if json_target:
+            Path(json_target).write_text(json.dumps(report, indent=1))
+        if not quiet:
+            ConsoleRenderer().render(report)
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    from .capture.runner import Target
+    from .capture.window import WindowOptions
+
+    if ns.module:
+        args = ([ns.script] if ns.script else []) + list(ns.args)
+        target = Target(module=ns.module, args=tuple(args))
+    elif ns.script:
+        target = Target(script=Path(ns.script), args=tuple(ns.args))
+    else:
+        raise TorchneckError("nothing to run: give a script (torchneck run script.py) or -m module")
+    for name in ("warmup", "steps"):
+        if getattr(ns, name) < 0 or (name == "steps" and ns.steps == 0):
+            raise TorchneckError(f"--{name} must be a positive number of steps")
+    options = WindowOptions(warmup=ns.warmup, steps=ns.steps, duration=ns.duration, all=ns.all,
+                            record_shapes=not ns.no_shapes, profile_memory=not ns.no_memory,
+                            with_stack=ns.with_stack)
+    err = _stderr_console()
+    from .capture.session import capture_run
+
+    result = capture_run(target, options, ns.out, ns.timeout)
+    outcome = result.outcome
+    if outcome.traceback and outcome.status in ("exception", "timeout", "interrupted", "terminated"):
+        sys.stderr.write(outcome.traceback)
+    if outcome.error:
+        err.print(f"[yellow]torchneck: {outcome.error}[/]")
+    try:
+        with err.status("torchneck: analysing the run…"):
+            report = build_run_report(result.run_dir)
+    except TorchneckError as exc:
+        err.print(f"torchneck: analysis failed: {exc}; the raw evidence is kept in {result.run_dir}")
+        return outcome.exit_code or 2
+    except Exception as exc:  # an analysis bug must not hide the run
+        if os.environ.get("TORCHNECK_DEBUG"):
+            raise
+        err.print(f"torchneck: analysis failed ({type(exc).__name__}: {exc}); "
+                  f"the raw evidence is kept in {result.run_dir}")
+        return outcome.exit_code or 2
+    _emit(report, ns.json, ns.quiet)
+    err.print(f"torchneck: run directory {result.run_dir}")
+    return outcome.exit_code
+
+
+def build_run_report(run_dir: Path) -> dict:
+    """Analyse a run directory and write report.json and report.txt into it."""
+    from .pipeline import report_from_run_dir
+    from .report.console import render_text
+
+    report = report_from_run_dir(run_dir)
+    (Path(run_dir) / "report.json").write_text(json.dumps(report, indent=1))
+    (Path(run_dir) / "report.txt").write_text(render_text(report))
+    return report
+
+
+def cmd_analyze(ns: argparse.Namespace) -> int:
+    from .pipeline import report_from_traces
+
+    big = any(Path(p).is_file() and Path(p).stat().st_size > 50 << 20 for p in ns.paths)
+    if big and not ns.quiet and ns.json != "-":
+        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+        with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                      TimeRemainingColumn(), console=_stderr_console(), transient=True) as bar:
+            task = bar.add_task("reading trace", total=None)
+
+            def progress(done: int, size: int) -> None:
+                bar.update(task, completed=done)
+
+            report = report_from_traces(ns.paths, ns.rank, progress)
+    else:
+        report = report_from_traces(ns.paths, ns.rank)
+    _emit(report, ns.json, ns.quiet)
+    return 0
+
+
+def cmd_report(ns: argparse.Namespace) -> int:
+    report = build_run_report(Path(ns.run_dir))
+    _emit(report, ns.json, False)
+    return 0
+
+
+_RUN_VALUE_FLAGS = {"--out", "--warmup", "--steps", "--duration", "--timeout", "--json"}
+
+
+def _split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split `run` arguments into torchneck's own and the script's: the script's start at the
+    first token that is not a torchneck option (the script), or right after `-m MODULE`."""
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "-m":
+            return argv[: i + 2], argv[i + 2:]
+        if tok.startswith("-m") and len(tok) > 2 and not tok.startswith("--"):
+            return argv[: i + 1], argv[i + 1:]
+        if tok == "--":
+            return argv[:i] + argv[i + 1: i + 2], argv[i + 2:]
+        if not tok.startswith("-"):
+            return argv[: i + 1], argv[i + 1:]
+        i += 2 if tok in _RUN_VALUE_FLAGS else 1
+    return argv, []
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    script_args: list[str] = []
+    if argv and argv[0] == "run":
+        own, script_args = _split_run_argv(argv[1:])
+        argv = ["run", *own]
+    ns = parser.parse_args(argv)
+    if ns.command == "run":
+        ns.args = list(ns.args) + script_args
+    if ns.command is None:
+        parser.print_help()
+        return 2
+    try:
+        if ns.command == "run":
+            return cmd_run(ns)
+        if ns.command == "analyze":
+            return cmd_analyze(ns)
+        if ns.command == "report":
+            return cmd_report(ns)
+    except TorchneckError as exc:
+        print(f"torchneck: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("torchneck: interrupted", file=sys.stderr)
+        return 130
+    return 2
+
+
+def bottleneck_main(argv: list[str] | None = None) -> int:
+    """`python -m torchneck script.py args`: the torch.utils.bottleneck form, i.e. `run`."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("run", "analyze", "report", "-h", "--help", "--version"):
+        return main(argv)
+    return main(["run", *argv])

@@ -1,0 +1,377 @@
+"""Finding rules. Each is a small class: a `kind`, a named threshold with the reason for it, and
+`check(evidence)` returning findings with their evidence. A rule without evidence stays silent.
+
+Time lost is estimated per rule (see each docstring) as a share of the profiled steady-state
+window, so findings from different rules compare.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .findings import Finding, Where, rank_findings
+
+DOCS = {
+    "profiler": "https://pytorch.org/tutorials/recipes/recipes/profiler_recipe.html",
+    "tuning": "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
+    "dataloader": "https://pytorch.org/docs/stable/data.html#multi-process-data-loading",
+    "compile": "https://pytorch.org/docs/stable/torch.compiler_troubleshooting.html",
+    "cuda_graphs": "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs",
+    "inference_mode": "https://pytorch.org/docs/stable/generated/torch.inference_mode.html",
+    "anomaly": "https://pytorch.org/docs/stable/autograd.html#anomaly-detection",
+    "threads": "https://pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html",
+}
+
+
+@dataclass
+class Evidence:
+    """What the rules read: the analysis of the main trace and, for live runs, the run's data."""
+
+    analysis: dict | None = None
+    env: dict | None = None
+    phases: dict | None = None
+    python: dict | None = None
+    ops_by_line: list[dict] = field(default_factory=list)
+
+    @property
+    def window_s(self) -> float:
+        if self.analysis:
+            return self.analysis["steps"]["window_us"] / 1e6
+        if self.phases:
+            return self.phases["phases"]["window_s"]
+        return 0.0
+
+    @property
+    def steps(self) -> int:
+        return self.analysis["steps"]["count"] if self.analysis else 0
+
+    def lines_for_ops(self, names: set[str], limit: int = 3) -> list[Where]:
+        """User lines under which these ops spent most self time."""
+        acc: dict[tuple, float] = {}
+        for e in self.ops_by_line:
+            if e["op"] in names and e.get("file"):
+                k = (e["file"], e["line"], e["function"])
+                acc[k] = acc.get(k, 0.0) + e["self_us"]
+        best = sorted(acc.items(), key=lambda kv: -kv[1])[:limit]
+        return [Where(f, ln, fn) for (f, ln, fn), _ in best]
+
+
+def _pct(seconds: float, ev: Evidence) -> float:
+    return 100 * seconds / ev.window_s if ev.window_s > 0 else 0.0
+
+
+class PythonHotspot:
+    kind = "python_hotspot"
+    MIN_SHARE = 0.10
+    """A line whose work outside torch ops (its own Python, NumPy, other libraries) takes 10 % of
+    the steady state is worth moving into tensor ops; below that it is noise next to the ops."""
+
+    def check(self, ev: Evidence) -> list[Finding]:
+        if not ev.python:
+            return []
+        win = ev.python["window"]
+        total = win["sampled_s"]
+        if total <= 0:
+            return []
+        op_s: dict[tuple, float] = {}
+        for e in ev.ops_by_line:
+            if e.get("file"):
+                k = (e["file"], e["line"])
+                op_s[k] = op_s.get(k, 0.0) + e["self_us"] / 1e6
+        out = []
+        for line in win["lines"][:5]:
+            outside = max(line["total_s"] - op_s.get((line["file"], line["line"]), 0.0), line["self_s"])
+            share = outside / total
+            if share < self.MIN_SHARE:
+                continue
+            lost = share * ev.window_s
+            callee = line.get("library") or ""
+            what = f"in {callee.split(' (')[0]}" if callee and line["self_s"] < 0.5 * outside else "in Python"
+            out.append(Finding(
+                kind=self.kind,
+                title=f"{line['function']}() spends {100 * share:.0f}% of each step {what}, outside torch ops",
+                time_lost_s=lost, time_lost_pct=_pct(lost, ev),
+                where=[Where(line["file"], line["line"], line["function"])],
+                evidence={"outside_torch_s": outside, "self_python_s": line["self_s"],
+                          "line_total_s": line["total_s"], "sampled_s": total, "calls_into": callee},
+                fix="Do this work with torch ops on the tensors you already have (e.g. torch.nonzero / "
+                    "torch.where instead of a NumPy round trip, vectorised ops instead of Python loops), "
+                    "or move it out of the step.",
+                docs=DOCS["tuning"]))
+        return out
+
+
+class OpHotspot:
+    kind = "op_hotspot"
+    MIN_SHARE = 0.20
+    """One operator taking a fifth of the steady state is the place to look first."""
+
+    def check(self, ev: Evidence) -> list[Finding]:
+        a = ev.analysis
+        if not a or not a["ops"]["by_name"] or ev.window_s <= 0:
+            return []
+        top = a["ops"]["by_name"][0]
+        share = top["self_us"] / 1e6 / ev.window_s
+        if share < self.MIN_SHARE:
+            return []
+        lost = top["self_us"] / 1e6
+        return [Finding(
+            kind=self.kind,
+            title=f"{top['name']} takes {100 * share:.0f}% of the profiled time ({top['count']} calls)",
+            time_lost_s=lost, time_lost_pct=_pct(lost, ev), severity="medium" if share < 0.5 else "high",
+            where=ev.lines_for_ops({top["name"]}), ops=[top["name"]],
+            evidence={"self_us": top["self_us"], "count": top["count"], "mean_us": top["mean_us"],
+                      "shapes": [s["shapes"] for s in a["ops"]["by_shape"] if s["name"] == top["name"]][:3]},
+            fix="Check whether this op is needed at this size and precision: reduce its input, "
+                "batch its calls, or use a cheaper equivalent; it dominates the step.",
+            docs=DOCS["profiler"])]
+
+
+class DispatchOverhead:
+    kind = "dispatch_overhead"
+    MIN_SHARE = 0.30
+    """When a third of the window goes to ops under 20 µs, per-op overhead (Python, dispatcher,
+    allocator) costs more than the arithmetic."""
+    MIN_OPS_PER_STEP = 200
+
+    def check(self, ev: Evidence) -> list[Finding]:
+        a = ev.analysis
+        if not a:
+            return []
+        d = a["ops"]["dispatch"]
+        if d["tiny_share"] < self.MIN_SHARE or d["ops_per_step"] < self.MIN_OPS_PER_STEP:
+            return []
+        lost = d["tiny_us"] / 1e6 * 0.7  # fusing recovers most, not all, of the per-op cost
+        names = {o["name"] for o in a["ops"]["by_name"][:5]}
+        return [Finding(
+            kind=self.kind,
+            title=f"{d['ops_per_step']:.0f} small ops per step: per-op overhead dominates",
+            time_lost_s=lost, time_lost_pct=_pct(lost, ev),
+            where=ev.lines_for_ops(names), ops=sorted(names),
+            evidence=d,
+            fix="Batch the work into fewer, larger tensor ops (vectorise loops over elements/rows), "
+                "use torch._foreach_* for lists of tensors, or torch.compile the step to fuse them.",
+            docs=DOCS["tuning"])]
+
+
+class InputPipeline:
+    kind = "input_pipeline"
+    MIN_SHARE = 0.10
+    """Waiting 10 % of the step for data is recoverable with loader workers."""
+
+    def check(self, ev: Evidence) -> list[Finding]:
+        a = ev.analysis
+        if not a or ev.window_s <= 0:
+            return []
+        dl = a["steps"]["breakdown_total_us"]["dataloader"] / 1e6
+        if dl / ev.window_s < self.MIN_SHARE:
+            return []
+        return [Finding(
+            kind=self.kind,
+            title=f"Waiting for the DataLoader takes {100 * dl / ev.window_s:.0f}% of each step",
+            time_lost_s=dl, time_lost_pct=_pct(dl, ev),
+            ops=[n["name"] for n in a["ops"]["annotations"] if "DataLoader" in n["name"]][:2],
+            evidence={"dataloader_s": dl, "window_s": ev.window_s},
+            fix="Load data in parallel: DataLoader(num_workers=N, persistent_workers=True, "
+                "pin_memory=True on GPU); move per-sample Python work into the workers.",
+            docs=DOCS["dataloader"])]
+
+
+class DtypeFloat64:
+    kind = "dtype_float64"
+    MIN_SHARE = 0.05
+    """float64 work costs 2x float32 (and much more on GPUs); 5 % of the window is worth a cast."""
+
+    def check(self, ev: Evidence) -> list[Finding]:
+        a = ev.analysis
+        if not a or not a["ops"]["float64"]["recorded"]:
+            return []
+        f = a["ops"]["float64"]
+        s = f["self_us"] / 1e6
+        if ev.window_s <= 0 or s / ev.window_s < self.MIN_SHARE:
+            return []
+        names = {o["name"] for o in f["ops"]}
+        lost = s / 2
+        return [Finding(
+            kind=self.kind,
+            title=f"float64 (double) tensors in {len(names)} op(s): {100 * s / ev.window_s:.0f}% of the time",
+            time_lost_s=lost, time_lost_pct=_pct(lost, ev),
+            where=ev.lines_for_ops(names), ops=sorted(names),
+            evidence={"float64_self_s": s, "ops": f["ops"][:5]},
+            fix="Create these tensors as float32 (NumPy arrays default to float64: "
+                "torch.from_numpy(x).float(), or dtype=torch.float32).",
+            docs=DOCS["tuning"])]
+
+
+class HostSync:
+    kind = "host_sync"
+    MIN_SHARE = 0.05
+    """Syncs that block the CPU 5 % of the window keep the GPU starved."""
+
+    def check(self, ev: Evidence) -> list[Finding]:
+        a = ev.analysis
+        if not a or not a["gpu"].get("present"):
+            return []  # on a CPU-only run a scalar read is not a device sync
+        s = a["syncs"]
+        wait = s["sync_wait_us"] / 1e6
+        if ev.window_s <= 0 or wait / ev.window_s < self.MIN_SHARE:
+            return []
+        causes = [c["op"] for c in s["by_cause"][:3]]
+        return [Finding(
+            kind=self.kind,
+            title=f"{s['sync_calls']} host syncs block the CPU for {100 * wait / ev.window_s:.0f}% of the time",
+            time_lost_s=wait, time_lost_pct=_pct(wait, ev),
+            where=ev.lines_for_ops(set(causes)), ops=causes, evidence=s,
+            fix="Avoid .item(), .cpu(), .numpy() and printing tensors inside the step; keep values "
+                "on the device (e.g. torch.nonzero instead of a NumPy round trip), log every N steps.",
+            docs=DOCS["tuning"])]
+
+
+class GpuIdle:
+    kind = "gpu_idle"
+    MAX_BUSY_PCT = 60.0
+    """A GPU busy less than 60 % of the window is waiting on something; below that it pays to
+    find out what."""
+    LAUNCH_BOUND_SHORT_SHARE = 0.5
+
+    def check(self, ev: Evidence) -> list[Finding]:
+        a = ev.analysis
+        if not a or not a["gpu"].get("present"):
+            return []
+        out = []
+        launch = a["gpu"]["launch"]
+        for dev in a["gpu"]["devices"]:
+            if dev["busy_pct"] >= self.MAX_BUSY_PCT:
+                continue
+            idle = dev["idle_breakdown"]
+            idle_s = dev["idle_us"] / 1e6
+            host = idle["host_wait_us"] + idle["kernel_wait_us"]
+            launch_bound = (launch.get("short_share", 0) >= self.LAUNCH_BOUND_SHORT_SHARE
+                            and host >= 0.5 * dev["idle_us"])
+            kind = "launch_bound" if launch_bound else self.kind
+            fix = ("The CPU cannot launch kernels fast enough: capture the step with CUDA graphs "
+                   "(torch.compile(mode='reduce-overhead')), fuse small ops, or raise the batch size."
+                   if launch_bound else
+                   "Find what the GPU waits for in the idle breakdown: host wait means the CPU side "
+                   "(data loading, Python) is slow; 'other' means syncs or dependencies.")
+            out.append(Finding(
+                kind=kind,
+                title=f"GPU {dev['device']} is idle {100 - dev['busy_pct']:.0f}% of the time",
+                time_lost_s=idle_s, time_lost_pct=_pct(idle_s, ev),
+                evidence={"busy_pct": dev["busy_pct"], "idle_breakdown_us": idle, "launch": launch},
+                fix=fix, docs=DOCS["cuda_graphs"] if launch_bound else DOCS["profiler"]))
+        return out
+
+
+class CompiledRegions:
+    """Graph breaks and recompiles as a trace shows them (`Torch-Compiled Region` nesting and
+    compile ids). Time lost: the eager time between compiled graphs."""
+
+    kind = "graph_break"
+
+    def check(self, ev: Evidence) -> list[Finding]:
+        a = ev.analysis
+        if not a or not a["compiled"].get("present"):
+            return []
+        c = a["compiled"]
+        out = []
+        if c["nested_region_calls"]:
+            eager = c["eager_top_level_us"] / 1e6
+            out.append(Finding(
+                kind="graph_break",
+                title=f"Graph breaks: compiled code resumes in {c['nested_region_calls']} nested region(s)",
+                time_lost_s=eager, time_lost_pct=_pct(eager, ev), evidence=c,
+                fix="Run with torch.compile(fullgraph=True) to see the first break, then remove it "
+                    "(print, .item(), data-dependent if, unsupported call).",
+                docs=DOCS["compile"]))
+        recompiled = [f for f in c["frames"] if f["recompiles_seen"] > 0]
+        if recompiled:
+            out.append(Finding(
+                kind="recompile", severity="medium",
+                title=f"{len(recompiled)} compiled frame(s) were recompiled in the window",
+                time_lost_s=0.0, time_lost_pct=0.0, evidence={"frames": recompiled},
+                fix="Mark changing dimensions dynamic (torch._dynamo.mark_dynamic / dynamic=True) or "
+                    "pad inputs to a few fixed shapes.",
+                docs=DOCS["compile"]))
+        return out
+
+
+class OneTimeCost:
+    kind = "one_time_cost"
+    MIN_S = 1.0
+    """Start-up under a second is not worth a user's attention."""
+
+    def check(self, ev: Evidence) -> list[Finding]:
+        if not ev.phases or not ev.python:
+            return []
+        startup = ev.phases["phases"]["startup_s"]
+        if startup < self.MIN_S:
+            return []
+        lines = [ln for ln in ev.python["startup"]["lines"] if ln["total_s"] >= 0.2][:3]
+        steady = ev.phases.get("steady_step_s")
+        return [Finding(
+            kind=self.kind, severity="info",
+            title=f"{startup:.1f} s before the first step (imports, set-up, first-call initialisation)",
+            time_lost_s=startup, time_lost_pct=0.0,
+            where=[Where(ln["file"], ln["line"], ln["function"]) for ln in lines],
+            evidence={"startup_s": startup, "steady_step_s": steady,
+                      "lines": [{k: ln[k] for k in ("file", "line", "function", "total_s", "library")}
+                                for ln in lines]},
+            fix="One-time cost, not part of the step time: it matters for short jobs. The lines "
+                "listed are where it goes (imports, lazy initialisation, compilation).",
+            docs=DOCS["profiler"])]
+
+
+class AnomalyDetection:
+    kind = "anomaly_detection"
+
+    def check(self, ev: Evidence) -> list[Finding]:
+        env = ev.env or {}
+        settings = env.get("settings_at_end") or env.get("settings") or {}
+        if not settings.get("anomaly_detection"):
+            return []
+        return [Finding(
+            kind=self.kind, severity="high",
+            title="Autograd anomaly detection is on (every backward op is checked and traced)",
+            time_lost_s=0.0, time_lost_pct=0.0, evidence={"anomaly_detection": True},
+            fix="Remove torch.autograd.set_detect_anomaly(True) / detect_anomaly() outside debugging.",
+            docs=DOCS["anomaly"])]
+
+
+class ThreadOversubscription:
+    kind = "thread_oversubscription"
+
+    def check(self, ev: Evidence) -> list[Finding]:
+        env = ev.env or {}
+        cores = env.get("cpu_affinity") or env.get("cpu_count") or 0
+        threads = env.get("torch_threads") or 0
+        if not cores or threads <= cores:
+            return []
+        return [Finding(
+            kind=self.kind, severity="medium",
+            title=f"{threads} intra-op threads on {cores} usable cores",
+            time_lost_s=0.0, time_lost_pct=0.0,
+            evidence={"torch_threads": threads, "cores": cores, "thread_env": env.get("thread_env")},
+            fix=f"Set OMP_NUM_THREADS={cores} (or torch.set_num_threads({cores})); with several "
+                "processes, divide the cores between them.",
+            docs=DOCS["threads"])]
+
+
+RULES = [PythonHotspot(), OpHotspot(), DispatchOverhead(), InputPipeline(), DtypeFloat64(),
+         HostSync(), GpuIdle(), CompiledRegions(), OneTimeCost(), AnomalyDetection(),
+         ThreadOversubscription()]
+
+
+def diagnose(ev: Evidence) -> list[Finding]:
+    """Run every rule; findings most costly first. A broken rule never hides the others."""
+    findings: list[Finding] = []
+    for rule in RULES:
+        try:
+            findings.extend(rule.check(ev))
+        except Exception as exc:  # pragma: no cover - reported, not fatal
+            if os.environ.get("TORCHNECK_DEBUG"):
+                raise
+            findings.append(Finding(kind="internal", severity="info", title=f"rule {rule.kind} failed: {exc}",
+                                    time_lost_s=0.0, time_lost_pct=0.0, fix=""))
+    return rank_findings(findings)

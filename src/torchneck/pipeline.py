@@ -1,0 +1,119 @@
+"""Evidence -> analysis -> findings -> the report dict that every renderer reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import __version__
+from .analysis.python_stacks import load_samples
+from .analysis.run import ops_by_user_line, python_phases, run_phases
+from .analysis.summary import analyze_trace
+from .diagnose.rules import Evidence, diagnose
+from .errors import TorchneckError
+from .trace.loader import find_trace_files, load_trace
+
+SCHEMA_VERSION = 1
+
+
+def verdict(analysis: dict | None, phases: dict | None, findings: list) -> str:
+    """One paragraph: where the steady-state step time goes, and the top finding."""
+    parts = []
+    if analysis:
+        st = analysis["steps"]
+        total = st["window_us"] or 1.0
+        shares = sorted(((v / total, k) for k, v in st["breakdown_total_us"].items()), reverse=True)
+        described = ", ".join(f"{k.replace('_', ' ')} {100 * s:.0f}%" for s, k in shares if s >= 0.05)
+        parts.append(f"{st['count']} step(s) profiled, median {st['median_us'] / 1e3:.1f} ms per step; "
+                     f"the time goes to: {described or 'nothing measurable'}.")
+        gpu = analysis["gpu"]
+        if gpu.get("present"):
+            busy = ", ".join(f"GPU {d['device']} busy {d['busy_pct']:.0f}%" for d in gpu["devices"])
+            parts.append(busy + ".")
+        else:
+            parts.append("No GPU activity in the trace (CPU run).")
+    if phases:
+        p = phases["phases"]
+        parts.append(f"Start-up before the first step took {p['startup_s']:.1f} s.")
+    top = [f for f in findings if f.severity != "info"]
+    if top:
+        parts.append(f"Biggest problem: {top[0].title}.")
+    elif findings or analysis:
+        parts.append("No significant problem found.")
+    return " ".join(parts)
+
+
+def report_from_run_dir(run_dir: Path) -> dict:
+    """Analyse a run directory written by `torchneck run`."""
+    run_dir = Path(run_dir)
+    run = _read_json(run_dir / "run.json")
+    env = _read_json(run_dir / "env.json", required=False) or {}
+    env["settings_at_end"] = run.get("settings_at_end")
+    samples = load_samples(_read_json(run_dir / "samples.json", required=False) or {})
+    phases = run_phases(run)
+    python = python_phases(samples, phases)
+    analysis = None
+    ops_lines: list[dict] = []
+    trace_path = run_dir / "trace.json.gz"
+    warnings = []
+    if trace_path.exists():
+        trace = load_trace(trace_path)
+        analysis = analyze_trace(trace)
+        ops_lines = ops_by_user_line(trace, samples, run)
+    else:
+        warnings.append("no trace was recorded" + (f": {run['trace_error']}" if run.get("trace_error") else ""))
+    ev = Evidence(analysis=analysis, env=env, phases=phases, python=python, ops_by_line=ops_lines)
+    findings = diagnose(ev)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "torchneck", "version": __version__},
+        "kind": "run",
+        "verdict": verdict(analysis, phases, findings),
+        "findings": [f.to_dict() for f in findings],
+        "run": {k: run.get(k) for k in ("target", "exit_code", "status", "error", "traceback", "wall_s", "cpu_s")}
+        | {"phases": phases, "run_dir": str(run_dir)},
+        "env": env,
+        "python": python,
+        "ops_by_line": ops_lines,
+        "ranks": [analysis] if analysis else [],
+        "warnings": warnings,
+    }
+
+
+def report_from_traces(paths: list[str], rank: int | None = None, progress=None) -> dict:
+    """Analyse existing trace files (a file, or a directory of per-rank traces)."""
+    files = []
+    for p in paths:
+        files += find_trace_files(p)
+    analyses = []
+    for f in files:
+        trace = load_trace(f, progress=progress)
+        if rank is not None and trace.meta.rank is not None and trace.meta.rank != rank:
+            continue
+        analyses.append(analyze_trace(trace))
+    if not analyses:
+        raise TorchneckError(f"no trace for rank {rank} among {len(files)} file(s)")
+    main = analyses[0]
+    findings = diagnose(Evidence(analysis=main))
+    for f in findings:
+        f.rank = main["trace"]["rank"]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "torchneck", "version": __version__},
+        "kind": "analyze",
+        "verdict": verdict(main, None, findings),
+        "findings": [f.to_dict() for f in findings],
+        "ranks": analyses,
+        "warnings": [w for a in analyses for w in a["trace"]["warnings"]],
+    }
+
+
+def _read_json(path: Path, required: bool = True):
+    if not path.exists():
+        if required:
+            raise TorchneckError(f"{path.parent}: not a torchneck run directory (no {path.name})")
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TorchneckError(f"{path}: unreadable ({exc})") from None

@@ -1,0 +1,218 @@
+"""Terminal report (rich): verdict, findings, one-time costs, hotspots, op tables, memory.
+
+Reads only the report dict. Stays readable at 80 columns and without a TTY (CI logs).
+"""
+
+from __future__ import annotations
+
+import os
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
+
+
+def _short(path: str, width: int = 40) -> str:
+    try:
+        rel = os.path.relpath(path)
+        if not rel.startswith(".."):
+            path = rel
+    except ValueError:
+        pass
+    return path if len(path) <= width else "…" + path[-(width - 1):]
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1e3:.2f}"
+
+
+class ConsoleRenderer:
+    def __init__(self, console: Console | None = None, top: int = 10):
+        self.console = console or Console(highlight=False, soft_wrap=False)
+        self.top = top
+
+    def render(self, report: dict) -> None:
+        c = self.console
+        c.rule("[bold]torchneck report")
+        run = report.get("run")
+        if run:
+            target = run["target"]
+            name = target.get("module") or target.get("script")
+            c.print(f"[bold]{escape(str(name))}[/] {escape(' '.join(target.get('args') or []))}  "
+                    f"exit code {run['exit_code']}  wall {run['wall_s']:.2f} s  cpu {run['cpu_s']:.2f} s")
+            if run.get("error"):
+                c.print(f"[red]The script did not finish normally: {escape(run['error'])}[/]")
+        c.print()
+        c.print(escape(report["verdict"]))
+        self._findings(report["findings"])
+        if run:
+            self._phases(run["phases"])
+            self._python(report.get("python") or {})
+            self._ops_by_line(report.get("ops_by_line") or [])
+        for analysis in report.get("ranks", [])[:1]:
+            self._steps(analysis)
+            self._ops(analysis)
+            self._gpu(analysis)
+            self._memory(analysis)
+        if len(report.get("ranks", [])) > 1:
+            self._ranks(report["ranks"])
+        for w in report.get("warnings", []):
+            c.print(f"[yellow]warning:[/] {escape(w)}")
+
+    def _findings(self, findings: list[dict]) -> None:
+        c = self.console
+        c.print()
+        if not findings:
+            c.print("[green]No findings.[/]")
+            return
+        c.print("[bold]Findings[/] (most time lost first)")
+        for i, f in enumerate(findings, 1):
+            style = SEVERITY_STYLE.get(f["severity"], "")
+            lost = f"{f['time_lost_s']:.3f} s ({f['time_lost_pct']:.0f}%)" if f["time_lost_s"] else ""
+            c.print(f" {i}. [{style}]{f['severity'].upper()}[/] [{style}]{f['kind']}[/] {escape(f['title'])}"
+                    + (f"  [dim]lost {lost}[/]" if lost else ""))
+            for w in f.get("where", [])[:3]:
+                c.print(f"      at {escape(_short(w['file'], 50))}:{w['line']} in {escape(w['function'])}")
+            if f.get("ops"):
+                c.print(f"      ops: {escape(', '.join(f['ops'][:4]))}")
+            if f.get("fix"):
+                c.print(f"      [green]fix:[/] {escape(f['fix'])}")
+
+    def _phases(self, phases: dict) -> None:
+        c = self.console
+        p = phases["phases"]
+        c.print()
+        c.print("[bold]Run phases[/] (one-time costs vs steady state)")
+        clock = phases.get("clock") or "none detected"
+        c.print(f"  start-up {p['startup_s']:.2f} s | warm-up {p['warmup_s']:.2f} s | profiled window "
+                f"{p['window_s']:.2f} s | rest {p['rest_s']:.2f} s   steps seen: {phases['steps_seen']} "
+                f"(clock: {clock})")
+        if phases.get("steady_step_s") is not None:
+            first = phases.get("first_step_s")
+            c.print(f"  steady-state step {phases['steady_step_s'] * 1e3:.2f} ms"
+                    + (f", first step {first * 1e3:.2f} ms" if first is not None else ""))
+
+    def _python(self, python: dict) -> None:
+        for key, title in (("window", "Python hotspots in the profiled steps"),
+                           ("startup", "Python time before the first step (one-time)")):
+            h = python.get(key)
+            if not h or not h["lines"]:
+                continue
+            t = Table(title=title, box=box.SIMPLE, title_justify="left", pad_edge=False)
+            t.add_column("file:line", overflow="fold", max_width=24)
+            t.add_column("function", overflow="fold", max_width=16)
+            t.add_column("total s", justify="right")
+            t.add_column("self s", justify="right")
+            t.add_column("%", justify="right")
+            t.add_column("spends time in", overflow="fold", max_width=22)
+            for ln in h["lines"][: self.top]:
+                t.add_row(escape(f"{os.path.basename(ln['file'])}:{ln['line']}"), escape(ln["function"]),
+                          f"{ln['total_s']:.3f}", f"{ln['self_s']:.3f}", f"{ln['pct']:.0f}",
+                          escape(ln.get("library") or ""))
+            self.console.print(t)
+
+    def _ops_by_line(self, rows: list[dict]) -> None:
+        if not rows:
+            return
+        t = Table(title="Top ops by self time, by the line of your code that ran them", box=box.SIMPLE,
+                  title_justify="left", pad_edge=False)
+        t.add_column("op", overflow="fold", max_width=28)
+        t.add_column("your line", overflow="fold", max_width=30)
+        t.add_column("calls", justify="right")
+        t.add_column("self ms", justify="right")
+        for r in rows[: self.top]:
+            where = f"{os.path.basename(r['file'])}:{r['line']}" if r.get("file") else "(no user frame)"
+            t.add_row(escape(r["op"]), escape(where), str(r["count"]), _ms(r["self_us"]))
+        self.console.print(t)
+
+    def _steps(self, a: dict) -> None:
+        st = a["steps"]
+        total = st["window_us"] or 1.0
+        t = Table(title=f"Step time breakdown ({st['count']} steps from {st['source']}, "
+                        f"median {_ms(st['median_us'])} ms)", box=box.SIMPLE, title_justify="left",
+                  pad_edge=False)
+        t.add_column("category")
+        t.add_column("ms", justify="right")
+        t.add_column("%", justify="right")
+        for k, v in st["breakdown_total_us"].items():
+            if v > 0:
+                t.add_row(k.replace("_", " "), _ms(v), f"{100 * v / total:.1f}")
+        self.console.print(t)
+
+    def _ops(self, a: dict) -> None:
+        ops = a["ops"]["by_name"]
+        if not ops:
+            return
+        t = Table(title="Top ops by self time (profiled window)", box=box.SIMPLE, title_justify="left",
+                  pad_edge=False)
+        t.add_column("op", overflow="fold", max_width=36)
+        t.add_column("calls", justify="right")
+        t.add_column("self ms", justify="right")
+        t.add_column("total ms", justify="right")
+        t.add_column("mean µs", justify="right")
+        for o in ops[: self.top]:
+            t.add_row(escape(o["name"]), str(o["count"]), _ms(o["self_us"]), _ms(o["total_us"]),
+                      f"{o['mean_us']:.1f}")
+        self.console.print(t)
+        d = a["ops"]["dispatch"]
+        self.console.print(f"  {d['top_level_ops']} top-level ops ({d['ops_per_step']:.0f} per step), "
+                           f"median {d['median_op_us']:.1f} µs; ops under 20 µs: {100 * d['tiny_share']:.0f}% of the window")
+
+    def _gpu(self, a: dict) -> None:
+        g = a["gpu"]
+        if not g.get("present"):
+            return
+        for d in g["devices"]:
+            idle = d["idle_breakdown"]
+            self.console.print(
+                f"  GPU {d['device']}: busy {d['busy_pct']:.1f}%  idle {_ms(d['idle_us'])} ms "
+                f"(host wait {_ms(idle['host_wait_us'])}, kernel wait {_ms(idle['kernel_wait_us'])}, "
+                f"other {_ms(idle['other_us'])}, edges {_ms(idle['edges_us'])} ms)")
+        t = Table(title="Top GPU kernels", box=box.SIMPLE, title_justify="left", pad_edge=False)
+        t.add_column("kernel", overflow="fold", max_width=40)
+        t.add_column("family")
+        t.add_column("calls", justify="right")
+        t.add_column("ms", justify="right")
+        for k in g["top_kernels"][: self.top]:
+            t.add_row(escape(k["name"][:120]), k["family"], str(k["count"]), _ms(k["time_us"]))
+        self.console.print(t)
+
+    def _memory(self, a: dict) -> None:
+        m = a["memory"]
+        if not m.get("recorded"):
+            return
+        for d in m["devices"]:
+            peak = d.get("peak_allocated_bytes")
+            if peak is not None:
+                self.console.print(f"  memory {d['device']}: peak allocated {peak / 2**20:.1f} MiB, "
+                                   f"{d['allocations']} allocations")
+        if m["top_allocators"]:
+            t = Table(title="Top memory allocators", box=box.SIMPLE, title_justify="left", pad_edge=False)
+            t.add_column("op", overflow="fold", max_width=36)
+            t.add_column("allocations", justify="right")
+            t.add_column("MiB", justify="right")
+            for r in m["top_allocators"][:5]:
+                t.add_row(escape(r["op"]), str(r["allocations"]), f"{r['bytes'] / 2**20:.1f}")
+            self.console.print(t)
+
+    def _ranks(self, ranks: list[dict]) -> None:
+        t = Table(title="Ranks", box=box.SIMPLE, title_justify="left", pad_edge=False)
+        t.add_column("rank")
+        t.add_column("file", overflow="fold", max_width=30)
+        t.add_column("steps", justify="right")
+        t.add_column("median step ms", justify="right")
+        for a in ranks:
+            tr = a["trace"]
+            t.add_row(str(tr["rank"]), escape(os.path.basename(tr["path"])), str(a["steps"]["count"]),
+                      _ms(a["steps"]["median_us"]))
+        self.console.print(t)
+
+
+def render_text(report: dict, width: int = 100) -> str:
+    """The report as plain text (for report.txt)."""
+    console = Console(record=True, width=width, file=open(os.devnull, "w"), color_system=None)
+    ConsoleRenderer(console).render(report)
+    return console.export_text()
