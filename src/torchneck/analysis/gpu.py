@@ -87,7 +87,6 @@ def _device_summary(table: EventTable, rows: np.ndarray, lo: float, hi: float, s
     names = table.name[rows]
     comm_ids = table.names_matching(is_communication)
     is_comm = comm_ids[names] & (table.cat[rows] == Cat.KERNEL)
-    is_mem = np.isin(table.cat[rows], (Cat.GPU_MEMCPY, Cat.GPU_MEMSET))
     is_compute = (table.cat[rows] == Cat.KERNEL) & ~is_comm
     # HTA temporal breakdown: compute, then communication not overlapping compute, then memory.
     compute = union_length(ts[is_compute], end[is_compute], lo, hi)

@@ -1,0 +1,35 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent
+SCRIPTS = ROOT / "scripts"
+DATA = ROOT / "data"
+
+
+def planted_line(script: Path) -> int:
+    for i, line in enumerate(script.read_text().splitlines(), 1):
+        if "# PLANTED" in line:
+            return i
+    raise AssertionError(f"no PLANTED marker in {script}")
+
+
+def torchneck(*args, cwd=None, timeout=300, module=False):
+    """Run the real CLI in a subprocess."""
+    cmd = [sys.executable, "-m", "torchneck", *args] if module else \
+        [sys.executable, "-c", "import sys; from torchneck.cli import main; sys.exit(main())", *args]
+    env = dict(os.environ, OMP_NUM_THREADS="1", COLUMNS="100")
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def read_report(run_dir: Path) -> dict:
+    return json.loads((run_dir / "report.json").read_text())
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    return tmp_path / "run"

@@ -1,0 +1,6 @@
+import torch
+
+m = torch.nn.Linear(8, 8)
+for i in range(6):
+    m(torch.randn(2, 8))
+raise ValueError("planted failure")

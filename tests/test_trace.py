@@ -1,0 +1,198 @@
+"""Trace engine on real traces: loader formats, numbers against a plain-json reference, bad input."""
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import DATA, torchneck
+
+from torchneck.analysis.intervals import claim_by_priority
+from torchneck.analysis.summary import analyze_trace
+from torchneck.errors import TraceError
+from torchneck.trace.loader import load_trace
+from torchneck.trace.table import Cat
+
+SHARED = sorted(DATA.glob("*.json.gz"))
+
+
+def reference_events(path):
+    data = json.loads(gzip.open(path).read() if str(path).endswith(".gz") else open(path).read())
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+@pytest.fixture(scope="module")
+def cpu_trace(tmp_path_factory):
+    """A real CPU trace from torch.profiler: 4 steps of a small model, shapes and memory."""
+    path = tmp_path_factory.mktemp("t") / "cpu.json"
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.profiler.schedule(wait=0, warmup=1, active=4, repeat=1)
+    with torch.profiler.profile(schedule=sched, record_shapes=True, profile_memory=True,
+                                on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        for _ in range(6):
+            loss = model(torch.randn(16, 32).double().float()).sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    return path
+
+
+def test_steps_match_a_plain_json_reference(cpu_trace):
+    trace = load_trace(cpu_trace)
+    a = analyze_trace(trace)
+    ref = sorted((e["ts"], e["dur"]) for e in reference_events(cpu_trace)
+                 if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    assert a["steps"]["count"] == len(ref) == 4
+    got = [(s["start_us"], s["duration_us"]) for s in a["steps"]["items"]]
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-3)
+    # The breakdown claims every microsecond of each step exactly once.
+    for s in a["steps"]["items"]:
+        assert sum(s["breakdown_us"].values()) == pytest.approx(s["duration_us"], abs=1e-3)
+    assert a["gpu"] == {"present": False}
+    assert a["memory"]["recorded"]
+
+
+def test_compact_indented_and_gzip_give_identical_tables(cpu_trace, tmp_path):
+    events = reference_events(cpu_trace)
+    compact = tmp_path / "compact.json"
+    compact.write_text(json.dumps({"traceEvents": events}, separators=(",", ":")))
+    bare = tmp_path / "bare.json.gz"
+    bare.write_bytes(gzip.compress(json.dumps(events, indent=2).encode()))
+    t0 = load_trace(cpu_trace).events
+    for other in (load_trace(compact).events, load_trace(bare).events):
+        assert len(other) == len(t0)
+        np.testing.assert_array_equal(other.ts, t0.ts)
+        assert [other.strings[i] for i in other.name] == [t0.strings[i] for i in t0.name]
+
+
+def test_false_boundaries_inside_strings_are_not_split(tmp_path):
+    events = [{"ph": "X", "cat": "cpu_op", "name": 'weird}, {"name": "x', "pid": 1, "tid": 1,
+               "ts": 10.0 + i, "dur": 0.5, "args": {"Input Dims": [[1, 2]]}} for i in range(1000)]
+    p = tmp_path / "weird.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    t = load_trace(p).events
+    assert len(t) == 1000 and t.strings[t.name[0]] == 'weird}, {"name": "x'
+
+
+def test_parallel_decoding_equals_serial(tmp_path):
+    src = DATA / "trace_diff__control__control.json.gz"
+    serial = load_trace(src, workers=1).events
+    parallel = load_trace(src, workers=2).events
+    assert len(serial) == len(parallel)
+    np.testing.assert_array_equal(serial.ts, parallel.ts)
+    np.testing.assert_array_equal(serial.correlation, parallel.correlation)
+
+
+def test_gpu_busy_equals_independent_interval_union():
+    path = DATA / "trace_diff__control__control.json.gz"
+    a = analyze_trace(load_trace(path))
+    lo = a["steps"]["items"][0]["start_us"]
+    hi = lo + a["steps"]["window_us"]
+    spans = sorted((max(e["ts"], lo), min(e["ts"] + e["dur"], hi)) for e in reference_events(path)
+                   if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                   and e["ts"] < hi and e["ts"] + e["dur"] > lo)
+    busy, cur_s, cur_e = 0.0, None, None
+    for s, e in spans:  # textbook merge, independent of torchneck's numpy version
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += cur_e - cur_s
+    dev = a["gpu"]["devices"][0]
+    assert dev["busy_us"] == pytest.approx(busy, rel=1e-6)
+    idle = dev["idle_breakdown"]
+    assert sum(idle.values()) == pytest.approx(dev["idle_us"], rel=1e-6)
+    assert a["steps"]["count"] == 6
+
+
+@pytest.mark.parametrize("path", SHARED, ids=lambda p: p.name[:30])
+def test_every_shared_trace_analyses(path):
+    trace = load_trace(path)
+    ref = [e for e in reference_events(path) if e.get("ph") == "X"]
+    assert len(trace.events) + len(trace.python) == len(ref)
+    a = analyze_trace(trace)
+    assert a["steps"]["count"] >= 1
+    r = torchneck("analyze", str(path), "--json", "-")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["schema_version"] == 1
+
+
+def test_rocm_and_old_categories(tmp_path):
+    amd = load_trace(DATA / "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    assert (amd.events.cat == Cat.KERNEL).sum() == 14 and amd.meta.base_time_ns
+    old = [{"ph": "X", "cat": c, "name": n, "pid": p, "tid": t, "ts": ts, "dur": 5,
+            "args": {"correlation": 1} if c in ("Kernel", "Runtime") else {}}
+           for c, n, p, t, ts in [("Operator", "aten::mm", 1, 1, 0), ("Runtime", "cudaLaunchKernel", 1, 1, 1),
+                                  ("Kernel", "gemm", 0, "stream 7", 3), ("Memcpy", "Memcpy HtoD", 0, "stream 7", 9)]]
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps({"traceEvents": old}))
+    t = load_trace(p).events
+    assert sorted(t.cat.tolist()) == sorted([Cat.CPU_OP, Cat.RUNTIME, Cat.KERNEL, Cat.GPU_MEMCPY])
+    assert set(t.stream[t.cat == Cat.KERNEL].tolist()) == {7}
+
+
+def test_truncated_json_keeps_the_steps_before_the_cut(cpu_trace, tmp_path):
+    raw = cpu_trace.read_bytes()
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(raw[: int(len(raw) * 0.8)])
+    trace = load_trace(cut)
+    assert any("truncated" in w for w in trace.meta.warnings)
+    assert len(trace.events) > 0.5 * len(load_trace(cpu_trace).events)
+    r = torchneck("analyze", str(cut), "--quiet")
+    assert r.returncode == 0
+
+
+def test_truncated_gzip_is_a_warning(tmp_path):
+    raw = (DATA / "nccl_parser_config__nccl_data.json.gz").read_bytes()
+    p = tmp_path / "cut.json.gz"
+    p.write_bytes(raw[: len(raw) // 2])
+    trace = load_trace(p)
+    assert trace.meta.warnings and len(trace.events) > 1000
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"hello world", "not JSON"),
+    (b'{"foo": 1}', "no \\\"traceEvents\\\""),
+    (b'{"traceEvents": []}', "holds no events"),
+    (b"", "empty"),
+])
+def test_bad_input_is_one_clear_line(tmp_path, content, message):
+    p = tmp_path / "bad.json"
+    p.write_bytes(content)
+    with pytest.raises(TraceError):
+        load_trace(p)
+    r = torchneck("analyze", str(p))
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "bad.json" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_negative_duration_and_unknown_phase_are_tolerated(tmp_path):
+    events = [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": -5},
+              {"ph": "Z", "name": "?", "pid": 1, "tid": 1, "ts": 1},
+              {"ph": "X", "cat": "new_thing", "name": "b", "pid": "p", "tid": "t", "ts": 2}]
+    p = tmp_path / "odd.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    trace = load_trace(p)
+    assert len(trace.events) == 2 and trace.events.dur.min() == 0
+    assert trace.meta.unknown_phases == {"Z": 1}
+
+
+def test_claim_by_priority_sums_to_span():
+    s = [(np.array([0.0, 5.0]), np.array([4.0, 6.0])), (np.array([2.0]), np.array([8.0]))]
+    parts = claim_by_priority(s, 0.0, 10.0)
+    assert parts == [5.0, 3.0, 2.0]
+
+
+def test_multi_rank_directory(tmp_path):
+    for name in ("timeline_analysis__sampled_rank-0.json.gz", "trace_filter__sampled_rank-1.json.gz"):
+        (tmp_path / name).write_bytes((DATA / name).read_bytes())
+    r = torchneck("analyze", str(tmp_path), "--json", "-")
+    assert r.returncode == 0, r.stderr
+    ranks = json.loads(r.stdout)["ranks"]
+    assert sorted(a["trace"]["rank"] for a in ranks) == [0, 1]
+    assert all(a["steps"]["count"] == 2 for a in ranks)
