@@ -196,3 +196,14 @@ def test_multi_rank_directory(tmp_path):
     ranks = json.loads(r.stdout)["ranks"]
     assert sorted(a["trace"]["rank"] for a in ranks) == [0, 1]
     assert all(a["steps"]["count"] == 2 for a in ranks)
+
+
+def test_ruff_clean():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "benchmarks"], cwd=root,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout

@@ -54,11 +54,15 @@ def gpu_summary(table: EventTable, lo: float, hi: float) -> dict:
         devices.append(_device_summary(table, drows, lo, hi, span, dev))
     kernels = rows[table.cat[rows] == Cat.KERNEL]
     families: dict[str, dict] = {}
-    for r in kernels.tolist():
-        fam = kernel_family(table.strings[table.name[r]])
+    # Classify each distinct kernel name once, then sum per name with bincount.
+    names, inverse = np.unique(table.name[kernels], return_inverse=True)
+    time_per_name = np.bincount(inverse, weights=table.dur[kernels].astype(np.float64), minlength=len(names))
+    count_per_name = np.bincount(inverse, minlength=len(names))
+    for name_id, t_us, n in zip(names.tolist(), time_per_name.tolist(), count_per_name.tolist()):
+        fam = kernel_family(table.strings[name_id])
         f = families.setdefault(fam, {"family": fam, "count": 0, "time_us": 0.0})
-        f["count"] += 1
-        f["time_us"] += float(table.dur[r])
+        f["count"] += int(n)
+        f["time_us"] += t_us
     memcpy_rows = rows[table.cat[rows] == Cat.GPU_MEMCPY]
     for r in memcpy_rows.tolist():
         f = families.setdefault("memcpy", {"family": "memcpy", "count": 0, "time_us": 0.0})

@@ -107,13 +107,18 @@ def step_breakdown(table: EventTable, steps: list[Step]) -> list[dict[str, float
     lo_all = min(s.start for s in steps)
     hi_all = max(s.end for s in steps)
     near = (end >= lo_all) & (ts <= hi_all)
+    # Rows are sorted by start, so each step only scans the rows that can overlap it.
     spans_all = [(ts[m & near], end[m & near]) for m in masks]
+    longest = [float((e - s).max()) if len(s) else 0.0 for s, e in spans_all]
     out = []
     for step in steps:
         spans = []
-        for s, e in spans_all:
-            keep = (e > step.start) & (s < step.end)
-            spans.append((s[keep], e[keep]))
+        for (s, e), longest_dur in zip(spans_all, longest):
+            i0 = int(np.searchsorted(s, step.start - longest_dur, side="left"))
+            i1 = int(np.searchsorted(s, step.end, side="left"))
+            ss, ee = s[i0:i1], e[i0:i1]
+            keep = ee > step.start
+            spans.append((ss[keep], ee[keep]))
         parts = claim_by_priority(spans, step.start, step.end)
         out.append(dict(zip(BREAKDOWN_CATEGORIES, parts)))
     return out

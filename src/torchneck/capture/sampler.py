@@ -20,7 +20,7 @@ class StackSampler:
     def __init__(self, interval: float = SAMPLE_INTERVAL_S):
         from pyinstrument import Profiler
 
-        self._profiler = Profiler(interval=interval, async_mode="disabled")
+        self._profiler = Profiler(interval=interval, async_mode="disabled", use_timing_thread=True)
         self.interval = interval
         self.start_ns: int | None = None
         self.session = None

@@ -1,0 +1,123 @@
+"""Speed and memory of `torchneck analyze` on large traces.
+
+Generates traces of the requested sizes by replicating a real GPU trace
+(tests/data/trace_diff__control__control.json.gz) with shifted timestamps and ids, then runs
+`torchneck analyze --quiet` on each in a child process (OMP_NUM_THREADS=1), repeated, and prints
+wall time, MB/s and the child's peak RSS. With --hta, also loads the smallest file with Holistic
+Trace Analysis (installed into benchmarks/_out/hta-venv: HolisticTraceAnalysis, pandas<3, psutil)
+in the same run and prints the ratios. Targets: 1 GB in <= 2.5 s and <= 200 MB RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE.parent / "tests" / "data" / "trace_diff__control__control.json.gz"
+OUT = HERE / "_out"
+
+
+def generate(size_mb: int, path: Path) -> None:
+    if path.exists() and path.stat().st_size >= size_mb * 1e6 * 0.95:
+        return
+    data = json.loads(gzip.open(SOURCE).read())
+    events = data.pop("traceEvents")
+    span = max(e.get("ts", 0) + e.get("dur", 0) for e in events) - min(e.get("ts", 0) for e in events)
+    with open(path, "w") as f:
+        f.write('{"schemaVersion": 1, "traceEvents": [\n')
+        written, copy, first = 0, 0, True
+        while written < size_mb * 1e6:
+            shift = copy * (span + 1000)
+            for e in events:
+                e2 = dict(e)
+                if "ts" in e2:
+                    e2["ts"] = e2["ts"] + shift
+                args = e2.get("args")
+                if isinstance(args, dict):
+                    args = dict(args)
+                    for k in ("correlation", "External id"):
+                        if isinstance(args.get(k), int):
+                            args[k] += copy * 10_000_000
+                    if isinstance(e2.get("name"), str) and e2["name"].startswith("ProfilerStep#"):
+                        e2["name"] = f"ProfilerStep#{int(e2['name'][13:]) + copy * 100}"
+                    e2["args"] = args
+                line = ("" if first else ",\n") + json.dumps(e2)
+                first = False
+                f.write(line)
+                written += len(line)
+            copy += 1
+        f.write('\n], "traceName": "replicated"}\n')
+
+
+def measure(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of one child process."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(["/usr/bin/time", "-f", "%M", *cmd], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{err}")
+    rss_kb = int(err.strip().splitlines()[-1])
+    return wall, rss_kb / 1024
+
+
+def hta_python() -> Path:
+    venv = OUT / "hta-venv"
+    py = venv / "bin" / "python"
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "HolisticTraceAnalysis", "pandas<3", "psutil"],
+                       check=True)
+    return py
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="100,1000", help="trace sizes in MB (default 100,1000; add 3000)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--hta", action="store_true", help="also time HTA on the smallest trace")
+    args = parser.parse_args()
+    OUT.mkdir(exist_ok=True)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    files = {}
+    for mb in sizes:
+        path = OUT / f"replicated-{mb}MB.json"
+        generate(mb, path)
+        files[mb] = path
+    results = {}
+    for mb, path in files.items():
+        runs = [measure([sys.executable, "-m", "torchneck", "analyze", "--quiet", str(path)])
+                for _ in range(args.repeat)]
+        wall = statistics.median(r[0] for r in runs)
+        rss = max(r[1] for r in runs)
+        real_mb = path.stat().st_size / 1e6
+        results[mb] = (wall, rss)
+        print(f"{real_mb:7.0f} MB  torchneck analyze  {wall:6.2f} s  {real_mb / wall:6.0f} MB/s  "
+              f"peak RSS {rss:6.0f} MB", flush=True)
+    if args.hta:
+        mb = min(sizes)
+        py = hta_python()
+        trace_dir = OUT / "hta-trace"
+        trace_dir.mkdir(exist_ok=True)
+        target = trace_dir / "rank-0.json"
+        if not target.exists():
+            target.symlink_to(files[mb])
+        code = f"from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir={str(trace_dir)!r})"
+        ours = results[mb]
+        hta = measure([str(py), "-c", code])
+        print(f"{mb} MB: HTA load {hta[0]:.2f} s, {hta[1]:.0f} MB RSS; torchneck analyze is "
+              f"x{hta[0] / ours[0]:.1f} faster and uses x{hta[1] / ours[1]:.1f} less memory")
+
+
+if __name__ == "__main__":
+    main()
