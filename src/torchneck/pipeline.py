@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from . import __version__
+from .analysis.ops import host_nesting
 from .analysis.python_stacks import load_samples
 from .analysis.run import ops_by_user_line, python_phases, run_phases
 from .analysis.summary import analyze_trace
@@ -58,26 +59,19 @@ def report_from_run_dir(run_dir: Path) -> dict:
     warnings = []
     if trace_path.exists():
         trace = load_trace(trace_path)
-        analysis = analyze_trace(trace)
-        ops_lines = ops_by_user_line(trace, samples, run)
+        nesting = host_nesting(trace.events)  # the costliest pass: computed once, used twice
+        analysis = analyze_trace(trace, nesting)
+        ops_lines = ops_by_user_line(trace, samples, run, nesting)
     else:
         warnings.append("no trace was recorded" + (f": {run['trace_error']}" if run.get("trace_error") else ""))
     ev = Evidence(analysis=analysis, env=env, phases=phases, python=python, ops_by_line=ops_lines)
     findings = diagnose(ev)
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "torchneck", "version": __version__},
-        "kind": "run",
-        "verdict": verdict(analysis, phases, findings),
-        "findings": [f.to_dict() for f in findings],
-        "run": {k: run.get(k) for k in ("target", "exit_code", "status", "error", "traceback", "wall_s", "cpu_s")}
+    return _envelope(
+        "run", verdict(analysis, phases, findings), findings,
+        run= {k: run.get(k) for k in ("target", "exit_code", "status", "error", "traceback", "wall_s", "cpu_s")}
         | {"phases": phases, "run_dir": str(run_dir)},
-        "env": env,
-        "python": python,
-        "ops_by_line": ops_lines,
-        "ranks": [analysis] if analysis else [],
-        "warnings": warnings,
-    }
+        env=env, python=python, ops_by_line=ops_lines,
+        ranks=[analysis] if analysis else [], warnings=warnings)
 
 
 def report_from_traces(paths: list[str], rank: int | None = None, progress=None) -> dict:
@@ -97,14 +91,19 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None)
     findings = diagnose(Evidence(analysis=main))
     for f in findings:
         f.rank = main["trace"]["rank"]
+    return _envelope("analyze", verdict(main, None, findings), findings, ranks=analyses,
+                     warnings=[w for a in analyses for w in a["trace"]["warnings"]])
+
+
+def _envelope(kind: str, verdict_text: str, findings: list, **sections) -> dict:
+    """The report dict common to every kind: version, verdict and findings first."""
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "torchneck", "version": __version__},
-        "kind": "analyze",
-        "verdict": verdict(main, None, findings),
+        "kind": kind,
+        "verdict": verdict_text,
         "findings": [f.to_dict() for f in findings],
-        "ranks": analyses,
-        "warnings": [w for a in analyses for w in a["trace"]["warnings"]],
+        **sections,
     }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..trace.table import Cat, Trace
-from .ops import host_nesting, in_windows
+from .ops import Nesting, host_nesting, in_windows
 from .python_stacks import Samples, hotspots, user_line_at
 from .steps import find_steps
 
@@ -57,7 +57,8 @@ def trace_clock_offset_us(trace: Trace, run: dict) -> float | None:
     return float(np.median(diffs)) if diffs else None
 
 
-def ops_by_user_line(trace: Trace, samples: Samples, run: dict, top: int = 25) -> list[dict]:
+def ops_by_user_line(trace: Trace, samples: Samples, run: dict, nesting: Nesting | None = None,
+                     top: int = 25) -> list[dict]:
     """CPU ops' self time grouped by (op, the user's line that was running when the op started).
 
     The line comes from the Python sample covering the op's start on the main thread (sampling
@@ -74,7 +75,8 @@ def ops_by_user_line(trace: Trace, samples: Samples, run: dict, top: int = 25) -
         return []
     main = _main_thread(t, rows)
     rows = rows[t.thread[rows] == main]
-    nesting = host_nesting(t)
+    if nesting is None:
+        nesting = host_nesting(t)
     mono_us = t.ts[rows] - offset
     since_start_s = (mono_us * 1e3 - samples.start_monotonic_ns) / 1e9
     fids = user_line_at(samples, since_start_s)

@@ -8,20 +8,30 @@ from ..trace.table import Cat, Trace
 from .compiled import compiled_summary
 from .gpu import gpu_summary
 from .memory import memory_summary
-from .ops import annotations, dispatch_overhead, float64_ops, host_nesting, in_windows, op_table
+from .ops import (
+    Nesting,
+    annotations,
+    dispatch_overhead,
+    float64_ops,
+    host_nesting,
+    in_windows,
+    op_table,
+)
 from .steps import BREAKDOWN_CATEGORIES, find_steps, step_breakdown
 from .syncs import host_syncs
 
 
-def analyze_trace(trace: Trace) -> dict:
-    """All analyses of one trace (one rank). Times are µs; the window is the steps' span."""
+def analyze_trace(trace: Trace, nesting: Nesting | None = None) -> dict:
+    """All analyses of one trace (one rank). Times are µs; the window is the steps' span.
+    `nesting` may be passed when the caller already computed it for this table."""
     t = trace.events
     steps = find_steps(t)
     lo = min(s.start for s in steps)
     hi = max(s.end for s in steps)
     span = hi - lo
     breakdown = step_breakdown(t, steps)
-    nesting = host_nesting(t)
+    if nesting is None:
+        nesting = host_nesting(t)
     rows = np.flatnonzero(in_windows(t, [(lo, hi)]))
     durations = np.array([s.duration for s in steps])
     totals = {k: float(sum(b[k] for b in breakdown)) for k in BREAKDOWN_CATEGORIES}
