@@ -14,9 +14,8 @@ def test_python_hotspot_named_with_line(run_dir):
     top = report["findings"][0]
     assert top["kind"] == "python_hotspot"
     assert top["where"][0]["function"] == "python_checksum"
-    # pyinstrument samples on call/return events, so a call-free loop is charged to a line of its
-    # function at the next event (here `return total`): assert the line lies in the function.
-    assert planted_line(script) - 3 <= top["where"][0]["line"] <= planted_line(script) + 1
+    # The loop body is the planted line; the `for` line above it shares the samples.
+    assert top["where"][0]["line"] in (planted_line(script), planted_line(script) - 1)
     assert report["run"]["phases"]["clock"] == "optimizer"
     assert "python_hotspot" in r.stdout
 

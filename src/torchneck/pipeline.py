@@ -8,7 +8,7 @@ from pathlib import Path
 from . import __version__
 from .analysis.ops import host_nesting
 from .analysis.python_stacks import load_samples
-from .analysis.run import ops_by_user_line, python_phases, run_phases
+from .analysis.run import ops_by_user_line, python_phases, run_phases, sample_op_seconds
 from .analysis.summary import analyze_trace
 from .diagnose.rules import Evidence, diagnose
 from .errors import TorchneckError
@@ -52,8 +52,8 @@ def report_from_run_dir(run_dir: Path) -> dict:
     env["settings_at_end"] = run.get("settings_at_end")
     samples = load_samples(_read_json(run_dir / "samples.json", required=False) or {})
     phases = run_phases(run)
-    python = python_phases(samples, phases)
     analysis = None
+    op_s = None
     ops_lines: list[dict] = []
     trace_path = run_dir / "trace.json.gz"
     warnings = []
@@ -62,8 +62,10 @@ def report_from_run_dir(run_dir: Path) -> dict:
         nesting = host_nesting(trace.events)  # the costliest pass: computed once, used twice
         analysis = analyze_trace(trace, nesting)
         ops_lines = ops_by_user_line(trace, samples, run, nesting)
+        op_s = sample_op_seconds(trace, samples, run)
     else:
         warnings.append("no trace was recorded" + (f": {run['trace_error']}" if run.get("trace_error") else ""))
+    python = python_phases(samples, phases, op_s)
     ev = Evidence(analysis=analysis, env=env, phases=phases, python=python, ops_by_line=ops_lines)
     findings = diagnose(ev)
     return _envelope(

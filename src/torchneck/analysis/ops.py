@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..sites import LINE_PREFIX
 from ..trace.table import Cat, EventTable
 
 HOST_CATEGORIES = (Cat.CPU_OP, Cat.USER_ANNOTATION, Cat.RUNTIME, Cat.DRIVER, Cat.SYNC)
@@ -165,7 +166,7 @@ def annotations(table: EventTable, rows: np.ndarray, top: int = 20) -> list[dict
     out = []
     for g in np.argsort(-total).tolist():
         name = table.strings[uniq[g]]
-        if name.startswith("ProfilerStep#"):
+        if name.startswith(("ProfilerStep#", LINE_PREFIX)):
             continue
         out.append({"name": name, "count": int(count[g]), "total_us": float(total[g])})
         if len(out) >= top:

@@ -8,31 +8,11 @@ whatever the sample was doing (its own Python, or the library call it made).
 from __future__ import annotations
 
 import os
-import sys
-import sysconfig
 from dataclasses import dataclass
 
 import numpy as np
 
-_LIB_ROOTS = tuple(
-    os.path.realpath(p) + os.sep
-    for p in {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    | {sys.prefix, sys.base_prefix, sys.exec_prefix}
-    if p
-)
-_TORCHNECK_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
-def is_user_file(path: str) -> bool:
-    """True for the user's own source files (not stdlib, site-packages, torchneck, `<frozen>`)."""
-    if not path or path.startswith("<"):
-        return False
-    if "site-packages" in path or "dist-packages" in path:
-        return False
-    real = os.path.realpath(path)
-    if real.startswith(_TORCHNECK_ROOT):
-        return False
-    return not real.startswith(_LIB_ROOTS)
+from ..sites import is_torchneck_file, is_user_file  # noqa: F401  (re-exported)
 
 
 @dataclass
@@ -40,71 +20,96 @@ class Samples:
     """Decoded samples.json: per sample, end time (s since start), duration, leaf and user frame."""
 
     frames: list[list]  # [function, file, line]
-    end_s: np.ndarray
-    dur_s: np.ndarray
+    end_s: np.ndarray  # the instant of each sample
+    dur_s: np.ndarray  # the wall time each sample stands for: since the previous sample
     user_frame: np.ndarray  # frame id of the deepest user frame, -1 if none
     leaf_is_user: np.ndarray  # the sample was in the user's own Python code
     leaf_frame: np.ndarray
+    tool: np.ndarray  # torchneck's own code was running below the user frame (its step hooks)
     start_monotonic_ns: int | None
     stacks: list[list[int]]
 
 
 def load_samples(data: dict) -> Samples:
+    """Decode samples.json: format 2 (`stacks` table, samples as [stack id, seconds]) or the
+    earlier format 1 (samples as [frame ids, seconds])."""
     frames = data.get("frames", [])
     user = np.array([is_user_file(f[1]) for f in frames], dtype=bool) if frames else np.zeros(0, bool)
-    stacks = [s[0] for s in data.get("samples", [])]
-    dur = np.array([s[1] for s in data.get("samples", [])], dtype=np.float64)
+    raw = data.get("samples", [])
+    if "stacks" in data:
+        table = data["stacks"]
+        stacks = [table[s[0]] for s in raw]
+    else:
+        stacks = [s[0] for s in raw]
+    dur = np.array([s[1] for s in raw], dtype=np.float64)
     user_frame = np.full(len(stacks), -1, dtype=np.int64)
     leaf = np.full(len(stacks), -1, dtype=np.int64)
     leaf_user = np.zeros(len(stacks), dtype=bool)
+    tool = np.zeros(len(stacks), dtype=bool)
+    ours = np.array([is_torchneck_file(f[1]) for f in frames], dtype=bool) if frames else np.zeros(0, bool)
     for i, st in enumerate(stacks):
         if not st:
             continue
         leaf[i] = st[-1]
-        for fid in reversed(st):
+        for depth in range(len(st) - 1, -1, -1):
+            fid = st[depth]
             if user[fid]:
                 user_frame[i] = fid
+                tool[i] = any(ours[f] for f in st[depth + 1:])
                 break
         leaf_user[i] = bool(user[st[-1]])
-    return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf,
+    return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool,
                    data.get("start_monotonic_ns"), stacks)
 
 
-def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int = 15) -> dict:
+def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int = 15,
+             op_s: np.ndarray | None = None) -> dict:
     """Where the time in [lo_s, hi_s) (seconds since sampling started) went, by user line.
 
     Per line: `total_s` (the line was the deepest user frame: its Python plus the library calls it
-    made) and `self_s` (the sample was in that line's own Python). Also per function, and the
+    made), `self_s` (the sample was in that line's own Python, not inside a torch op) and, when
+    `op_s` gives each sample's seconds inside torch ops, `outside_ops_s` (the line's time outside
+    torch ops: its Python plus non-torch libraries such as NumPy). Also per function, and the
     share of samples in user code vs library code.
     """
     mid = s.end_s - s.dur_s / 2
-    win = (mid >= lo_s) & (mid < hi_s)
+    in_range = (mid >= lo_s) & (mid < hi_s)
+    win = in_range & ~s.tool  # torchneck's own hooks are not the user's time
     total = float(s.dur_s[win].sum())
+    known = op_s is not None
+    outside = np.maximum(s.dur_s - op_s, 0.0) if known else s.dur_s
+    own_s = np.where(s.leaf_is_user, outside, 0.0)
     lines: dict[int, list[float]] = {}
-    for fid, d, own in zip(s.user_frame[win].tolist(), s.dur_s[win].tolist(), s.leaf_is_user[win].tolist()):
+    for fid, d, own, out in zip(s.user_frame[win].tolist(), s.dur_s[win].tolist(), own_s[win].tolist(),
+                                outside[win].tolist()):
         if fid < 0:
             continue
-        acc = lines.setdefault(fid, [0.0, 0.0])
+        acc = lines.setdefault(fid, [0.0, 0.0, 0.0])
         acc[0] += d
-        if own:
-            acc[1] += d
+        acc[1] += own
+        acc[2] += out
     funcs: dict[tuple[str, str], list] = {}
     out_lines = []
-    for fid, (tot, own) in sorted(lines.items(), key=lambda kv: -kv[1][0]):
+    for fid, (tot, own, out) in sorted(lines.items(), key=lambda kv: -kv[1][0]):
         fn, file, line = s.frames[fid]
         f = funcs.setdefault((file, fn), [0.0, 0.0, line])
         f[0] += tot
         f[1] += own
         if len(out_lines) < top:
-            out_lines.append({"file": file, "line": line, "function": fn, "total_s": tot, "self_s": own,
-                              "pct": 100 * tot / total if total else 0.0,
-                              "library": _library_callee(s, fid, win)})
+            entry = {"file": file, "line": line, "function": fn, "total_s": tot, "self_s": own,
+                     "pct": 100 * tot / total if total else 0.0,
+                     "library": _library_callee(s, fid, win & (outside > 0.5 * s.dur_s))}
+            if known:
+                entry["outside_ops_s"] = out
+            out_lines.append(entry)
     out_funcs = [{"file": file, "function": fn, "line": ln, "total_s": tot, "self_s": own}
                  for (file, fn), (tot, own, ln) in sorted(funcs.items(), key=lambda kv: -kv[1][0])[:top]]
     user_total = float(s.dur_s[win & (s.user_frame >= 0)].sum())
     return {
         "sampled_s": total,
-        "user_code_self_s": float(s.dur_s[win & s.leaf_is_user].sum()),
+        "torchneck_hooks_s": float(s.dur_s[in_range & s.tool].sum()),
+        "user_code_self_s": float(own_s[win].sum()),
+        "in_torch_ops_s": float((s.dur_s - outside)[win].sum()) if known else None,
         "attributed_to_user_lines_s": user_total,
         "lines": out_lines,
         "functions": out_funcs,

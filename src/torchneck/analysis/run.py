@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..sites import LINE_PREFIX, parse_site
 from ..trace.table import Cat, Trace
+from .intervals import merge
 from .ops import Nesting, host_nesting, in_windows
 from .python_stacks import Samples, hotspots, user_line_at
 from .steps import find_steps
@@ -57,43 +59,86 @@ def trace_clock_offset_us(trace: Trace, run: dict) -> float | None:
     return float(np.median(diffs)) if diffs else None
 
 
-def ops_by_user_line(trace: Trace, samples: Samples, run: dict, nesting: Nesting | None = None,
+def ops_by_user_line(trace: Trace, samples: Samples, run: dict | None, nesting: Nesting | None = None,
                      top: int = 25) -> list[dict]:
-    """CPU ops' self time grouped by (op, the user's line that was running when the op started).
+    """CPU ops' self time in the profiled steps, grouped by (op, the user's line that caused it).
 
-    The line comes from the Python sample covering the op's start on the main thread (sampling
-    is every ~1 ms, so an op is placed by the sample of its moment, not by its own stack).
+    The line comes, most exact first, from the `torchneck@` span the op runs inside (see
+    `capture/lines.py`: every torch call from the user's code is wrapped while profiling), or
+    else from the Python sample covering the op's start on the main thread (every ~1-2 ms, so
+    an op shorter than that is placed by the sample of its moment, not by its own stack).
+    Each entry says which (`source`: "trace" or "samples").
     """
-    offset = trace_clock_offset_us(trace, run)
-    if offset is None or samples.start_monotonic_ns is None or not len(samples.end_s):
-        return []
     t = trace.events
     steps = find_steps(t)
+    if not steps:
+        return []
     lo, hi = min(s.start for s in steps), max(s.end for s in steps)
     rows = np.flatnonzero(in_windows(t, [(lo, hi)]) & (t.cat == Cat.CPU_OP))
     if not len(rows):
         return []
-    main = _main_thread(t, rows)
-    rows = rows[t.thread[rows] == main]
     if nesting is None:
         nesting = host_nesting(t)
-    mono_us = t.ts[rows] - offset
-    since_start_s = (mono_us * 1e3 - samples.start_monotonic_ns) / 1e9
-    fids = user_line_at(samples, since_start_s)
-    key = t.name[rows].astype(np.int64) * (len(samples.frames) + 1) + (fids + 1)
-    uniq, inverse = np.unique(key, return_inverse=True)
+    n_strings = len(t.strings)
+    key = np.full(len(rows), -1, dtype=np.int64)
+    marked = enclosing_sites(t, nesting)[rows]
+    key[marked >= 0] = marked[marked >= 0]
+    source = np.where(marked >= 0, 0, -1)
+    rest = np.flatnonzero(marked < 0)
+    offset = trace_clock_offset_us(trace, run) if run else None
+    if len(rest) and offset is not None and samples.start_monotonic_ns is not None and len(samples.end_s):
+        main = _main_thread(t, rows)
+        rest = rest[t.thread[rows[rest]] == main]
+        since_start_s = ((t.ts[rows[rest]] - offset) * 1e3 - samples.start_monotonic_ns) / 1e9
+        fids = user_line_at(samples, since_start_s)
+        ok = fids >= 0
+        key[rest[ok]] = n_strings + fids[ok]
+        source[rest[ok]] = 1
+    width = n_strings + len(samples.frames) + 1
+    combined = t.name[rows].astype(np.int64) * width + (key + 1)
+    uniq, inverse = np.unique(combined, return_inverse=True)
     self_us = np.bincount(inverse, weights=nesting.self_time[rows])
     count = np.bincount(inverse)
     out = []
     for g in np.argsort(-self_us)[:top].tolist():
-        name_id, fid = divmod(int(uniq[g]), len(samples.frames) + 1)
-        fid -= 1
+        name_id, k = divmod(int(uniq[g]), width)
+        k -= 1
         entry = {"op": t.strings[name_id], "self_us": float(self_us[g]), "count": int(count[g])}
-        if fid >= 0:
-            fn, file, line = samples.frames[fid]
-            entry.update({"file": file, "line": line, "function": fn})
+        if 0 <= k < n_strings:
+            site = parse_site(t.strings[k])
+            if site:
+                entry.update({"file": site[2], "line": site[1], "function": site[0], "source": "trace"})
+        elif k >= n_strings:
+            fn, file, line = samples.frames[k - n_strings]
+            entry.update({"file": file, "line": line, "function": fn, "source": "samples"})
         out.append(entry)
     return out
+
+
+def enclosing_sites(table, nesting: Nesting) -> np.ndarray:
+    """Per row, the string id of the innermost `torchneck@` span enclosing it (itself included),
+    or -1. Found by pointer jumping up the nesting's parent links (log depth passes)."""
+    n = len(table)
+    site = np.full(n, -1, dtype=np.int64)
+    ann = np.flatnonzero(table.cat == Cat.USER_ANNOTATION)
+    if not len(ann):
+        return site
+    is_site = np.zeros(len(table.strings), dtype=bool)
+    for i, name in enumerate(table.strings):
+        if name.startswith(LINE_PREFIX):
+            is_site[i] = True
+    mine = ann[is_site[table.name[ann]]]
+    if not len(mine):
+        return site
+    site[mine] = table.name[mine]
+    up = nesting.parent.copy()
+    while True:
+        todo = (site < 0) & (up >= 0)
+        if not todo.any():
+            return site
+        idx = np.flatnonzero(todo)
+        site[idx] = site[up[idx]]
+        up[idx] = up[up[idx]]
 
 
 def _main_thread(t, rows) -> int:
@@ -101,12 +146,47 @@ def _main_thread(t, rows) -> int:
     return int(threads[np.argmax(counts)])
 
 
-def python_phases(samples: Samples, phases: dict) -> dict:
-    """Hotspots of the steady-state window and of start-up (one-time costs), separately."""
+def sample_op_seconds(trace: Trace, samples: Samples, run: dict) -> np.ndarray | None:
+    """For each sample, the seconds of its interval (since the previous sample) that the
+    script's thread spent inside torch CPU ops, from the trace.
+
+    A sample only sees Python frames: a user line calling `torch.mm` looks like the line's own
+    Python. The trace knows when ops ran; what is left of the interval is Python (or another
+    library). None when the sample clock cannot be aligned with the trace.
+    """
+    offset = trace_clock_offset_us(trace, run)
+    if offset is None or samples.start_monotonic_ns is None or not len(samples.end_s):
+        return None
+    t = trace.events
+    rows = np.flatnonzero(t.cat == Cat.CPU_OP)
+    if not len(rows):
+        return np.zeros(len(samples.end_s))
+    rows = rows[t.thread[rows] == _main_thread(t, rows)]
+    starts, ends = merge(t.ts[rows], t.ts[rows] + t.dur[rows])
+    covered_before = np.concatenate([[0.0], np.cumsum(ends - starts)])
+
+    def covered(at_us: np.ndarray) -> np.ndarray:
+        """Op time (µs) on the main thread before each instant."""
+        k = np.searchsorted(starts, at_us, side="right")  # intervals starting before
+        full = covered_before[np.maximum(k - 1, 0)]
+        partial = np.clip(at_us - starts[np.maximum(k - 1, 0)], 0.0, None)
+        inside = np.minimum(partial, (ends - starts)[np.maximum(k - 1, 0)])
+        return np.where(k > 0, full + inside, 0.0)
+
+    base_us = samples.start_monotonic_ns / 1e3 + offset
+    end_us = base_us + samples.end_s * 1e6
+    begin_us = end_us - samples.dur_s * 1e6
+    return (covered(end_us) - covered(begin_us)) / 1e6
+
+
+def python_phases(samples: Samples, phases: dict, op_s: np.ndarray | None = None) -> dict:
+    """Hotspots of the steady-state window and of start-up (one-time costs), separately.
+    `op_s` (see `sample_op_seconds`) moves time inside torch ops out of "self" time; it is used
+    for the window only, the part of the run the trace covers."""
     w0, w1 = phases["window_offsets_s"]
     first = phases["first_tick_offset_s"]
     return {
-        "window": hotspots(samples, w0, w1),
+        "window": hotspots(samples, w0, w1, op_s=op_s),
         "startup": hotspots(samples, -np.inf, first, top=10),
         "whole_run": hotspots(samples, top=10),
     }

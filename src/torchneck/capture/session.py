@@ -105,6 +105,7 @@ def capture_run(target: Target, options: WindowOptions, out: str | None, timeout
             "whole_run": log.tentative,
             "step_marks": log.step_marks,
             "user_profiler": log.user_profiler,
+            "lines_marked": log.lines_marked,
         },
         "options": asdict(options),
         "trace_error": window.export_error,

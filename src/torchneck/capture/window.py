@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .lines import LineMarking
+
 CLOCK_RANK = {"optimizer": 3, "dataloader": 2, "module": 1}
 
 
@@ -48,6 +50,7 @@ class ClockLog:
     step_marks: list[tuple[int, int]] = field(default_factory=list)  # (ProfilerStep N, monotonic ns)
     user_profiler: bool = False
     tentative: bool = True
+    lines_marked: bool = False  # torch calls carry `torchneck@` spans naming the user's line
 
 
 class ProfiledWindow:
@@ -65,6 +68,7 @@ class ProfiledWindow:
         self._lock = threading.RLock()
         self._main_thread = threading.get_ident()
         self.export_error: str | None = None
+        self._lines = LineMarking()
 
     # -- profiler ------------------------------------------------------------------------------
     def _new_profiler(self) -> _Kineto:
@@ -112,6 +116,7 @@ class ProfiledWindow:
                 self._mark_step()
                 log.window_start_ns = now
                 log.window_first_step = n
+                log.lines_marked = self._lines.start()
                 return
             if not (log.tentative or opts.all):
                 recorded = n - (log.window_first_step or 0)
@@ -133,6 +138,7 @@ class ProfiledWindow:
             self._done = True
             self.log.window_end_ns = time.monotonic_ns()
             self._remove_module_hooks()
+            self._lines.stop()
             prof, self._prof = self._prof, None
             try:
                 prof.stop()

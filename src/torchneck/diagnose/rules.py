@@ -81,7 +81,10 @@ class PythonHotspot:
                 op_s[k] = op_s.get(k, 0.0) + e["self_us"] / 1e6
         out = []
         for line in win["lines"][:5]:
-            outside = max(line["total_s"] - op_s.get((line["file"], line["line"]), 0.0), line["self_s"])
+            if "outside_ops_s" in line:  # samples aligned with the trace's ops: measured directly
+                outside = line["outside_ops_s"]
+            else:
+                outside = max(line["total_s"] - op_s.get((line["file"], line["line"]), 0.0), line["self_s"])
             share = outside / total
             if share < self.MIN_SHARE:
                 continue

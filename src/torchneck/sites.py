@@ -1,0 +1,54 @@
+"""The user's code: which source files are the user's, and how a user line is named in a trace.
+
+Shared by capture (which marks the user's lines while recording) and analysis (which reads them
+back), so both sides agree on one definition.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+
+_LIB_ROOTS = tuple(
+    os.path.realpath(p) + os.sep
+    for p in {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    | {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    if p
+)
+TORCHNECK_ROOT = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def is_user_file(path: str) -> bool:
+    """True for the user's own source files (not stdlib, site-packages, torchneck, `<frozen>`)."""
+    if not path or path.startswith("<"):
+        return False
+    if "site-packages" in path or "dist-packages" in path:
+        return False
+    real = os.path.realpath(path)
+    if real.startswith(TORCHNECK_ROOT):
+        return False
+    return not real.startswith(_LIB_ROOTS)
+
+
+def is_torchneck_file(path: str) -> bool:
+    return bool(path) and os.path.realpath(path).startswith(TORCHNECK_ROOT)
+
+
+LINE_PREFIX = "torchneck@"
+"""Name prefix of the `record_function` spans torchneck puts around each torch call made from the
+user's code while profiling: `torchneck@<function>@<line>@<file>`."""
+
+
+def site_name(function: str, line: int, file: str) -> str:
+    return f"{LINE_PREFIX}{function}@{line}@{file}"
+
+
+def parse_site(name: str) -> tuple[str, int, str] | None:
+    """(function, line, file) from a `site_name`, or None for any other name."""
+    if not name.startswith(LINE_PREFIX):
+        return None
+    parts = name[len(LINE_PREFIX):].split("@", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1]), parts[2]
