@@ -30,7 +30,13 @@ def test_dominant_op_top_row_at_its_line(run_dir):
     assert top["op"] == "aten::mm"
     assert top["line"] == planted_line(script)
     assert top["file"].endswith("dominant_op.py")
+    assert top["source"] == "trace"  # placed by the torchneck@ span around the call, not by a sample
     assert report["findings"][0]["kind"] == "op_hotspot"
+    # The line's time is inside aten::mm: it must not also be reported as Python time.
+    assert not [f for f in report["findings"] if f["kind"] == "python_hotspot"
+                and f["where"][0]["line"] == planted_line(script)]
+    window = report["python"]["window"]
+    assert window["in_torch_ops_s"] > 0.5 * window["sampled_s"]
 
 
 def test_trace_is_written_and_loads_with_json(run_dir):
@@ -109,3 +115,17 @@ def test_user_errors_are_one_line_exit_2(tmp_path):
     blocker.write_text("")
     unwritable = torchneck("run", "--out", str(blocker / "sub"), str(SCRIPTS / "exit3.py"))
     assert unwritable.returncode == 2 and "cannot write the run directory" in unwritable.stderr
+
+
+def test_op_line_is_the_helper_line_and_script_signals_work(run_dir):
+    script = SCRIPTS / "op_in_helper.py"
+    r = torchneck("run", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr  # 5 would mean the script's SIGALRM never fired
+    report = read_report(run_dir)
+    assert report["run"]["phases"]["clock"] == "module"
+    top = report["ops_by_line"][0]
+    assert (top["op"], top["line"], top["function"], top["source"]) == \
+        ("aten::mm", planted_line(script), "project", "trace")
+    assert json.loads((run_dir / "run.json").read_text())["clock"]["lines_marked"] is True
+    samples = json.loads((run_dir / "samples.json").read_text())
+    assert samples["format"] == 2 and samples["samples"]

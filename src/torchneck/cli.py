@@ -105,7 +105,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
     err = _stderr_console()
     from .capture.session import capture_run
 
-    result = capture_run(target, options, ns.out, ns.timeout)
+    status = (lambda msg: err.print(f"torchneck: {msg}…")) if err.is_terminal and not ns.quiet else None
+    result = capture_run(target, options, ns.out, ns.timeout, status=status)
     outcome = result.outcome
     if outcome.traceback and outcome.status in ("exception", "timeout", "interrupted", "terminated"):
         sys.stderr.write(outcome.traceback)

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..sites import parse_site
 from ..trace.table import Cat, EventTable, MemoryTable
 
 DEVICE_TYPES = {0: "cpu", 1: "cuda"}
 
 
-def memory_summary(table: EventTable, memory: MemoryTable, lo: float, hi: float, top: int = 10) -> dict:
+def memory_summary(table: EventTable, memory: MemoryTable, lo: float, hi: float, top: int = 10,
+                   sites: np.ndarray | None = None) -> dict:
     """Peak allocated per device and the ops that allocated most within [lo, hi].
 
-    An allocation is charged to the innermost CPU op on the same thread whose span contains it.
+    An allocation is charged to the innermost CPU op on the same thread whose span contains it,
+    and, given `sites` (per row, the `torchneck@` span enclosing it: see `ops.enclosing_sites`),
+    to the user's line that called that op.
     """
     if not len(memory):
         return {"recorded": False}
@@ -31,15 +35,16 @@ def memory_summary(table: EventTable, memory: MemoryTable, lo: float, hi: float,
             "allocations": int((memory.nbytes[m] > 0).sum()),
             "allocated_bytes": int(memory.nbytes[m][memory.nbytes[m] > 0].sum()),
         })
-    return {"recorded": True, "devices": devices, "top_allocators": _top_allocators(table, memory, win, top)}
+    return {"recorded": True, "devices": devices, "top_allocators": _top_allocators(table, memory, win, top, sites)}
 
 
-def _top_allocators(table: EventTable, memory: MemoryTable, win: np.ndarray, top: int) -> list[dict]:
+def _top_allocators(table: EventTable, memory: MemoryTable, win: np.ndarray, top: int,
+                    sites: np.ndarray | None) -> list[dict]:
     allocs = np.flatnonzero(win & (memory.nbytes > 0))
     if not len(allocs):
         return []
     ops = np.flatnonzero(table.cat == Cat.CPU_OP)
-    out: dict[str, dict] = {}
+    out: dict[tuple[str, int], dict] = {}
     for thread in np.unique(memory.thread[allocs]).tolist():
         a = allocs[memory.thread[allocs] == thread]
         o = ops[table.thread[ops] == thread]
@@ -57,7 +62,13 @@ def _top_allocators(table: EventTable, memory: MemoryTable, win: np.ndarray, top
             if j < 0:
                 continue
             name = table.strings[table.name[o[j]]]
-            d = out.setdefault(name, {"op": name, "allocations": 0, "bytes": 0})
+            site = int(sites[o[j]]) if sites is not None else -1
+            d = out.get((name, site))
+            if d is None:
+                d = out[(name, site)] = {"op": name, "allocations": 0, "bytes": 0}
+                where = parse_site(table.strings[site]) if site >= 0 else None
+                if where:
+                    d.update({"function": where[0], "line": where[1], "file": where[2]})
             d["allocations"] += 1
             d["bytes"] += int(memory.nbytes[i])
     return sorted(out.values(), key=lambda d: -d["bytes"])[:top]

@@ -172,3 +172,29 @@ def annotations(table: EventTable, rows: np.ndarray, top: int = 20) -> list[dict
         if len(out) >= top:
             break
     return out
+
+
+def enclosing_sites(table, nesting: Nesting) -> np.ndarray:
+    """Per row, the string id of the innermost `torchneck@` span enclosing it (itself included),
+    or -1. Found by pointer jumping up the nesting's parent links (log depth passes)."""
+    n = len(table)
+    site = np.full(n, -1, dtype=np.int64)
+    ann = np.flatnonzero(table.cat == Cat.USER_ANNOTATION)
+    if not len(ann):
+        return site
+    is_site = np.zeros(len(table.strings), dtype=bool)
+    for i, name in enumerate(table.strings):
+        if name.startswith(LINE_PREFIX):
+            is_site[i] = True
+    mine = ann[is_site[table.name[ann]]]
+    if not len(mine):
+        return site
+    site[mine] = table.name[mine]
+    up = nesting.parent.copy()
+    while True:
+        todo = (site < 0) & (up >= 0)
+        if not todo.any():
+            return site
+        idx = np.flatnonzero(todo)
+        site[idx] = site[up[idx]]
+        up[idx] = up[up[idx]]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..sites import LINE_PREFIX, parse_site
+from ..sites import parse_site
 from ..trace.table import Cat, Trace
 from .intervals import merge
-from .ops import Nesting, host_nesting, in_windows
+from .ops import Nesting, enclosing_sites, host_nesting, in_windows
 from .python_stacks import Samples, hotspots, user_line_at
 from .steps import find_steps
 
@@ -113,32 +113,6 @@ def ops_by_user_line(trace: Trace, samples: Samples, run: dict | None, nesting: 
             entry.update({"file": file, "line": line, "function": fn, "source": "samples"})
         out.append(entry)
     return out
-
-
-def enclosing_sites(table, nesting: Nesting) -> np.ndarray:
-    """Per row, the string id of the innermost `torchneck@` span enclosing it (itself included),
-    or -1. Found by pointer jumping up the nesting's parent links (log depth passes)."""
-    n = len(table)
-    site = np.full(n, -1, dtype=np.int64)
-    ann = np.flatnonzero(table.cat == Cat.USER_ANNOTATION)
-    if not len(ann):
-        return site
-    is_site = np.zeros(len(table.strings), dtype=bool)
-    for i, name in enumerate(table.strings):
-        if name.startswith(LINE_PREFIX):
-            is_site[i] = True
-    mine = ann[is_site[table.name[ann]]]
-    if not len(mine):
-        return site
-    site[mine] = table.name[mine]
-    up = nesting.parent.copy()
-    while True:
-        todo = (site < 0) & (up >= 0)
-        if not todo.any():
-            return site
-        idx = np.flatnonzero(todo)
-        site[idx] = site[up[idx]]
-        up[idx] = up[up[idx]]
 
 
 def _main_thread(t, rows) -> int:

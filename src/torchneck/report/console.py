@@ -191,11 +191,13 @@ class ConsoleRenderer:
                                    f"{d['allocations']} allocations")
         if m["top_allocators"]:
             t = Table(title="Top memory allocators", box=box.SIMPLE, title_justify="left", pad_edge=False)
-            t.add_column("op", overflow="fold", max_width=36)
+            t.add_column("op", overflow="fold", max_width=30)
+            t.add_column("at", overflow="fold", max_width=28)
             t.add_column("allocations", justify="right")
             t.add_column("MiB", justify="right")
             for r in m["top_allocators"][:5]:
-                t.add_row(escape(r["op"]), str(r["allocations"]), f"{r['bytes'] / 2**20:.1f}")
+                at = f"{os.path.basename(r['file'])}:{r['line']}" if r.get("file") else ""
+                t.add_row(escape(r["op"]), escape(at), str(r["allocations"]), f"{r['bytes'] / 2**20:.1f}")
             self.console.print(t)
 
     def _ranks(self, ranks: list[dict]) -> None:
