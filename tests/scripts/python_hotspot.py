@@ -17,4 +17,4 @@ for step in range(12):
     loss.backward()
     opt.step()
     opt.zero_grad()
-    python_checksum(range(60000))
+    python_checksum(range(200000))
