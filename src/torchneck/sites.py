@@ -35,6 +35,16 @@ def is_torchneck_file(path: str) -> bool:
     return bool(path) and os.path.realpath(path).startswith(TORCHNECK_ROOT)
 
 
+_MARKER_FILE = os.path.join(TORCHNECK_ROOT, "capture", "lines.py")
+
+
+def is_hook_file(path: str) -> bool:
+    """torchneck's own hooks (step clocks, profiler steps): time in them is torchneck's, not the
+    user's. The line marker (capture/lines.py) is excluded: its frame only wraps the user's torch
+    call, and the time under it is that call's."""
+    return is_torchneck_file(path) and os.path.realpath(path) != os.path.realpath(_MARKER_FILE)
+
+
 LINE_PREFIX = "torchneck@"
 """Name prefix of the `record_function` spans torchneck puts around each torch call made from the
 user's code while profiling: `torchneck@<function>@<line>@<file>`."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..sites import is_torchneck_file, is_user_file  # noqa: F401  (re-exported)
+from ..sites import is_hook_file, is_torchneck_file, is_user_file  # noqa: F401  (re-exported)
 
 
 @dataclass
@@ -46,7 +46,7 @@ def load_samples(data: dict) -> Samples:
     leaf = np.full(len(stacks), -1, dtype=np.int64)
     leaf_user = np.zeros(len(stacks), dtype=bool)
     tool = np.zeros(len(stacks), dtype=bool)
-    ours = np.array([is_torchneck_file(f[1]) for f in frames], dtype=bool) if frames else np.zeros(0, bool)
+    ours = np.array([is_hook_file(f[1]) for f in frames], dtype=bool) if frames else np.zeros(0, bool)
     for i, st in enumerate(stacks):
         if not st:
             continue
@@ -125,8 +125,11 @@ def _library_callee(s: Samples, user_fid: int, win: np.ndarray) -> str:
             k = st.index(user_fid)
         except ValueError:
             continue
-        if k + 1 < len(st):
-            fn, file, _ = s.frames[st[k + 1]]
+        k += 1
+        while k < len(st) and is_torchneck_file(s.frames[st[k]][1]):
+            k += 1  # the line marker's wrapper is not what the line calls
+        if k < len(st):
+            fn, file, _ = s.frames[st[k]]
             name = f"{fn} ({os.path.basename(file)})"
             counts[name] = counts.get(name, 0.0) + float(s.dur_s[i])
     return max(counts, key=counts.get) if counts else ""
