@@ -120,10 +120,12 @@ def _array_ends(buf: bytes) -> Iterator[int]:
 
 def _decode_slice(data: bytes) -> list[Event] | None:
     """Decode comma-separated events (a trailing comma allowed), or None if they do not parse."""
-    data = data.rstrip()
-    if data.endswith(b","):
-        data = data[:-1]
-    wrapped = b"[" + data + b"]"
+    end = len(data)
+    while end and data[end - 1] in _WS:
+        end -= 1
+    if end and data[end - 1] == 0x2C:  # a trailing ','
+        end -= 1
+    wrapped = b"".join((b"[", memoryview(data)[:end], b"]"))  # one copy
     try:
         return EVENT_LIST_DECODER.decode(wrapped)
     except msgspec.ValidationError:
@@ -227,6 +229,18 @@ class _Interner:
                 self.strings.append(v if isinstance(v, str) else ("" if v is None else str(v)))
         return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
 
+    def raw_ids(self, raws: list) -> np.ndarray:
+        """Ids of raw JSON values (msgspec.Raw, unhashable): keyed by their bytes, decoded to
+        text once per distinct value; an absent (empty) value gets -1."""
+        keys = list(map(bytes, raws))
+        index = self.index
+        for k in dict.fromkeys(keys):
+            if k not in index:
+                index[k] = len(self.strings) if k else -1
+                if k:
+                    self.strings.append(k.decode("utf-8", "replace"))
+        return np.fromiter(map(index.__getitem__, keys), dtype=np.int32, count=len(keys))
+
 
 _INT32_MAX = np.iinfo(np.int32).max
 _get_args = attrgetter("args")
@@ -265,6 +279,114 @@ def events_to_columns(events: list) -> ChunkColumns:
                 key = str(ph)
                 unknown[key] = unknown.get(key, 0) + 1
 
+    if xs and type(xs[0]) is Event:
+        x, negative = _strict_x(xs, strings)
+    else:
+        x, negative = _loose_x(xs, strings)
+    margs = [e.args for e in mems]
+    mem = {
+        "ts": _float_column([e.ts for e in mems], float("nan")),
+        "pid": strings.ids([e.pid for e in mems]),
+        "tid": strings.ids([e.tid for e in mems]),
+        "nbytes": _int_column([a.mem_bytes for a in margs], 0, np.int64),
+        "total_allocated": _int_column([a.total_allocated for a in margs], -1, np.int64),
+        "total_reserved": _int_column([a.total_reserved for a in margs], -1, np.int64),
+        "device_type": _int_column([a.device_type for a in margs], 0, np.int8),
+        "device_id": _int_column([a.device_id for a in margs], -1, np.int16),
+        "addr": _int_column([a.addr for a in margs], 0, np.int64),
+    }
+    return ChunkColumns(strings.strings, x, mem, meta_events, flows, unknown, negative)
+
+
+_EMPTY_ARGS = Args()
+
+
+def _strict_x(xs: list, strings: _Interner) -> tuple[dict, int]:
+    """Columns from strictly typed events: every field has its JSON type or its default, so each
+    column is one C-level pass (`np.fromiter` over an attrgetter map), no per-value checks."""
+    n = len(xs)
+    raw_cats = list(map(_get_cat, xs))
+    cat_codes = {c: int(normalise_category(c)) for c in dict.fromkeys(raw_cats)}
+    cats = np.fromiter(map(cat_codes.__getitem__, raw_cats), dtype=np.int8, count=n)
+    ts = np.fromiter(map(_get_ts, xs), dtype=np.float64, count=n)
+    dur = np.fromiter(map(_get_dur, xs), dtype=np.float64, count=n)
+    negative = int(np.count_nonzero(dur < 0))
+    if negative:
+        dur[dur < 0] = 0.0
+    name = strings.ids(list(map(_get_name, xs)))
+    pid_arr = strings.ids(list(map(_get_pid, xs)))
+    tid_arr = strings.ids(list(map(_get_tid, xs)))
+    args = list(map(_get_args, xs))
+    ext = np.fromiter(map(_get_ext, args), dtype=np.int64, count=n)
+    corr = np.fromiter(map(_get_corr, args), dtype=np.int64, count=n)
+    device = np.fromiter(map(_get_device, args), dtype=np.int64, count=n)
+    stream = np.fromiter(map(_get_stream, args), dtype=np.int64, count=n)
+    nbytes = np.fromiter(map(_get_nbytes, args), dtype=np.int64, count=n)
+    shapes = strings.raw_ids(list(map(_get_dims, args)))
+    types = strings.raw_ids(list(map(_get_types, args)))
+    stacks = list(map(_get_stack, args))
+    colls = list(map(_get_coll, args))
+    if any(stacks) or any(colls):
+        extra = strings.ids([st or co or None for st, co in zip(stacks, colls)])
+        extra[extra == strings.index.get(None, -2)] = -1
+    else:
+        extra = np.full(n, -1, dtype=np.int32)
+    device, stream = _gpu_placement(cats, device, stream, pid_arr, tid_arr, strings)
+    return _x_dict(ts, dur, cats, name, pid_arr, tid_arr, ext, corr, device, stream, shapes, types,
+                   nbytes, extra), negative
+
+
+_get_cat, _get_ts, _get_dur, _get_name, _get_pid, _get_tid = map(attrgetter, ("cat", "ts", "dur", "name", "pid", "tid"))
+_get_ext, _get_corr, _get_device, _get_stream, _get_nbytes = map(
+    attrgetter, ("external_id", "correlation", "device", "stream", "nbytes"))
+_get_dims, _get_types, _get_stack, _get_coll = map(attrgetter, ("input_dims", "input_type", "call_stack",
+                                                                "collective_name"))
+
+
+def _gpu_placement(cats, device, stream, pid_arr, tid_arr, strings) -> tuple[np.ndarray, np.ndarray]:
+    """GPU events: kineto puts the device in pid and the stream in tid when args lack them.
+    Host events get -1 in both."""
+    gpu = np.isin(cats, (Cat.KERNEL, Cat.GPU_MEMCPY, Cat.GPU_MEMSET, Cat.GPU_USER_ANNOTATION))
+    if gpu.any():
+        table = strings.strings
+
+        def digits_of(ids: np.ndarray) -> np.ndarray:  # parse each distinct pid/tid string once
+            uniq, inverse = np.unique(ids, return_inverse=True)
+            return np.array([_num(table[i], 0) for i in uniq.tolist()], dtype=np.int64)[inverse]
+
+        fallback_dev = digits_of(pid_arr[gpu])
+        fallback_stream = digits_of(tid_arr[gpu])
+        dev_g = device[gpu]
+        device[gpu] = np.where(dev_g >= 0, dev_g, fallback_dev)
+        st_g = stream[gpu]
+        stream[gpu] = np.where(st_g >= 0, st_g, fallback_stream)
+    device[~gpu] = -1
+    stream[~gpu] = -1
+    return device, stream
+
+
+def _x_dict(ts, dur, cats, name, pid_arr, tid_arr, ext, corr, device, stream, shapes, types, nbytes,
+            extra) -> dict:
+    return {
+        "ts": ts,
+        "dur": dur.astype(np.float32),
+        "cat": cats,
+        "name": name,
+        "pid": pid_arr,
+        "tid": tid_arr,
+        "external_id": ext,
+        "correlation": corr,
+        "device": np.clip(device, -1, 32767).astype(np.int16),
+        "stream": np.clip(stream, -1, _INT32_MAX).astype(np.int32),
+        "shapes": shapes,
+        "types": types,
+        "nbytes": nbytes,
+        "extra": extra,
+    }
+
+
+def _loose_x(xs: list, strings: _Interner) -> tuple[dict, int]:
+    """Columns from loosely typed events (any JSON type in any field)."""
     n = len(xs)
     raw_cats = list(map(attrgetter("cat"), xs))
     cat_codes = {c: int(normalise_category(c)) for c in dict.fromkeys(raw_cats)}
@@ -294,51 +416,10 @@ def events_to_columns(events: list) -> ChunkColumns:
     colls = list(map(attrgetter("collective_name"), args))
     extra = strings.ids([st or co or None for st, co in zip(stacks, colls)])
     extra[extra == strings.index.get(None, -2)] = -1
-    # GPU events: kineto puts the device in pid and the stream in tid when args lack them.
-    gpu = np.isin(cats, (Cat.KERNEL, Cat.GPU_MEMCPY, Cat.GPU_MEMSET, Cat.GPU_USER_ANNOTATION))
-    if gpu.any():
-        table = strings.strings
-        fallback_dev = np.array([_num(table[i], 0) for i in pid_arr[gpu]], dtype=np.int64)
-        fallback_stream = np.array([_num(table[i], 0) for i in tid_arr[gpu]], dtype=np.int64)
-        dev_g = device[gpu]
-        device[gpu] = np.where(dev_g >= 0, dev_g, fallback_dev)
-        st_g = stream[gpu]
-        stream[gpu] = np.where(st_g >= 0, st_g, fallback_stream)
-    device[~gpu] = -1
-    stream[~gpu] = -1
-
-    x = {
-        "ts": ts,
-        "dur": dur.astype(np.float32),
-        "cat": cats,
-        "name": name,
-        "pid": pid_arr,
-        "tid": tid_arr,
-        "external_id": ext,
-        "correlation": corr,
-        "device": np.clip(device, -1, 32767).astype(np.int16),
-        "stream": np.clip(stream, -1, _INT32_MAX).astype(np.int32),
-        "shapes": shapes,
-        "types": types,
-        "nbytes": nbytes,
-        "extra": extra,
-    }
-    margs = [e.args for e in mems]
-    mem = {
-        "ts": _float_column([e.ts for e in mems], float("nan")),
-        "pid": strings.ids([e.pid for e in mems]),
-        "tid": strings.ids([e.tid for e in mems]),
-        "nbytes": _int_column([a.mem_bytes for a in margs], 0, np.int64),
-        "total_allocated": _int_column([a.total_allocated for a in margs], -1, np.int64),
-        "total_reserved": _int_column([a.total_reserved for a in margs], -1, np.int64),
-        "device_type": _int_column([a.device_type for a in margs], 0, np.int8),
-        "device_id": _int_column([a.device_id for a in margs], -1, np.int16),
-        "addr": _int_column([a.addr for a in margs], 0, np.int64),
-    }
-    return ChunkColumns(strings.strings, x, mem, meta_events, flows, unknown, negative)
-
-
-_EMPTY_ARGS = Args()
+    device, stream = _gpu_placement(cats, device, stream, pid_arr, tid_arr, strings)
+    x = _x_dict(ts, dur, cats, name, pid_arr, tid_arr, ext, corr, device, stream, shapes, types, nbytes,
+                extra)
+    return x, negative
 
 
 def decode_to_columns(data: bytes) -> ChunkColumns | None:
@@ -446,10 +527,13 @@ class _Merger:
         valid = ~np.isnan(cols["ts"])
         if not valid.all():
             self.meta.warnings.append(f"{int((~valid).sum())} events without a timestamp were skipped")
-            cols = {k: v[valid] for k, v in cols.items()}
+            for k in cols:  # one column at a time: peak memory is the table plus one column
+                cols[k] = cols[k][valid]
         # Sort by start, longer first on ties, so parents precede their children.
         order = np.lexsort((-cols["dur"], cols["ts"]))
-        cols = {k: v[order] for k, v in cols.items()}
+        for k in cols:
+            cols[k] = cols[k][order]
+        del order
         table = EventTable(**cols, strings=self.strings, threads=self.threads)
         py = table.cat == Cat.PYTHON_FUNCTION
         python = table.select(py)
@@ -540,7 +624,8 @@ def _slices(reader: _Reader, meta: TraceMeta) -> Iterator[bytes]:
                 pending_failures += 1
                 continue
             _end, nxt = cut
-            piece = bytes(buf[:nxt])  # includes the separating comma: slices concatenate
+            with memoryview(buf) as view:
+                piece = view[:nxt].tobytes()  # includes the separating comma: slices concatenate
             ok = yield piece
             if ok is False:
                 # The cut was not a real boundary: keep the bytes and read more before cutting.

@@ -18,29 +18,33 @@ NO_RAW = msgspec.Raw(b"")
 """Default of raw fields: empty bytes mean the field was absent."""
 
 
-class Args(msgspec.Struct, gc=False):
-    """The `args` of one event."""
+class Args(msgspec.Struct, gc=False, frozen=True):
+    """The `args` of one event. Absent fields take a sentinel default (-1, 0, ""), never None,
+    so whole columns convert to numpy without a per-value check."""
 
-    external_id: int | str | None = msgspec.field(default=None, name="External id")
-    correlation: int | str | None = None
-    device: int | str | None = None
-    stream: int | str | None = None
+    external_id: int = msgspec.field(default=-1, name="External id")
+    correlation: int = -1
+    device: int = -1
+    stream: int = -1
     input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
-    call_stack: str | None = msgspec.field(default=None, name="Call stack")
-    nbytes: int | str | None = msgspec.field(default=None, name="bytes")
+    call_stack: str = msgspec.field(default="", name="Call stack")
+    nbytes: int = msgspec.field(default=0, name="bytes")
     # cpu_instant_event "[memory]" events
-    mem_bytes: int | None = msgspec.field(default=None, name="Bytes")
-    total_allocated: int | None = msgspec.field(default=None, name="Total Allocated")
-    total_reserved: int | None = msgspec.field(default=None, name="Total Reserved")
-    device_type: int | None = msgspec.field(default=None, name="Device Type")
-    device_id: int | None = msgspec.field(default=None, name="Device Id")
-    addr: int | None = msgspec.field(default=None, name="Addr")
+    mem_bytes: int = msgspec.field(default=0, name="Bytes")
+    total_allocated: int = msgspec.field(default=-1, name="Total Allocated")
+    total_reserved: int = msgspec.field(default=-1, name="Total Reserved")
+    device_type: int = msgspec.field(default=0, name="Device Type")
+    device_id: int = msgspec.field(default=-1, name="Device Id")
+    addr: int = msgspec.field(default=0, name="Addr")
     # metadata ("M") events
     name: str | None = None
     labels: str | None = None
     # collectives
-    collective_name: str | None = msgspec.field(default=None, name="Collective name")
+    collective_name: str = msgspec.field(default="", name="Collective name")
+
+
+EMPTY_ARGS = Args()
 
 
 class Event(msgspec.Struct, gc=False):
@@ -51,9 +55,9 @@ class Event(msgspec.Struct, gc=False):
     cat: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: float | None = None
-    dur: float | None = None
-    args: Args | None = None
+    ts: float = float("nan")
+    dur: float = 0.0
+    args: Args = EMPTY_ARGS
 
 
 class LooseArgs(msgspec.Struct, gc=False):
