@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceError
-from .schema import ANY_DECODER, EVENT_LIST_DECODER, LOOSE_EVENT_LIST_DECODER, Args, Event
+from .schema import ANY_DECODER, EMPTY_ARGS, EVENT_LIST_DECODER, LOOSE_EVENT_LIST_DECODER, Event
 from .table import Cat, EventTable, MemoryTable, Threads, Trace, TraceMeta, normalise_category
 
 BLOCK_BYTES = 8 << 20
@@ -298,7 +298,6 @@ def events_to_columns(events: list) -> ChunkColumns:
     return ChunkColumns(strings.strings, x, mem, meta_events, flows, unknown, negative)
 
 
-_EMPTY_ARGS = Args()
 
 
 def _strict_x(xs: list, strings: _Interner) -> tuple[dict, int]:
@@ -399,7 +398,7 @@ def _loose_x(xs: list, strings: _Interner) -> tuple[dict, int]:
     name = strings.ids(list(map(attrgetter("name"), xs)))
     pid_arr = strings.ids(list(map(attrgetter("pid"), xs)))
     tid_arr = strings.ids(list(map(attrgetter("tid"), xs)))
-    empty = _EMPTY_ARGS
+    empty = EMPTY_ARGS
     args = [a if a is not None else empty for a in map(_get_args, xs)]
     ext = _int_column(list(map(attrgetter("external_id"), args)), -1, np.int64)
     corr = _int_column(list(map(attrgetter("correlation"), args)), -1, np.int64)
