@@ -8,7 +8,13 @@ from pathlib import Path
 from . import __version__
 from .analysis.ops import host_nesting
 from .analysis.python_stacks import load_samples
-from .analysis.run import ops_by_user_line, python_phases, run_phases, sample_op_seconds
+from .analysis.run import (
+    ops_by_user_line,
+    python_phases,
+    run_phases,
+    sample_op_seconds,
+    trace_clock_offset_us,
+)
 from .analysis.summary import analyze_trace
 from .diagnose.rules import Evidence, diagnose
 from .errors import TorchneckError
@@ -61,8 +67,9 @@ def report_from_run_dir(run_dir: Path) -> dict:
         trace = load_trace(trace_path)
         nesting = host_nesting(trace.events)  # the costliest pass: computed once, used twice
         analysis = analyze_trace(trace, nesting)
-        ops_lines = ops_by_user_line(trace, samples, run, nesting)
-        op_s = sample_op_seconds(trace, samples, run)
+        offset_us = trace_clock_offset_us(trace, run)  # sample clock -> trace clock, once
+        ops_lines = ops_by_user_line(trace, samples, offset_us, nesting)
+        op_s = sample_op_seconds(trace, samples, offset_us)
     else:
         warnings.append("no trace was recorded" + (f": {run['trace_error']}" if run.get("trace_error") else ""))
     python = python_phases(samples, phases, op_s)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..sites import is_hook_file, is_torchneck_file, is_user_file  # noqa: F401  (re-exported)
+from ..sites import is_hook_file, is_torchneck_file, is_user_file
 
 
 @dataclass

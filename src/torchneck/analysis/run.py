@@ -59,8 +59,8 @@ def trace_clock_offset_us(trace: Trace, run: dict) -> float | None:
     return float(np.median(diffs)) if diffs else None
 
 
-def ops_by_user_line(trace: Trace, samples: Samples, run: dict | None, nesting: Nesting | None = None,
-                     top: int = 25) -> list[dict]:
+def ops_by_user_line(trace: Trace, samples: Samples, offset_us: float | None,
+                     nesting: Nesting | None = None, top: int = 25) -> list[dict]:
     """CPU ops' self time in the profiled steps, grouped by (op, the user's line that caused it).
 
     The line comes, most exact first, from the `torchneck@` span the op runs inside (see
@@ -83,17 +83,14 @@ def ops_by_user_line(trace: Trace, samples: Samples, run: dict | None, nesting: 
     key = np.full(len(rows), -1, dtype=np.int64)
     marked = enclosing_sites(t, nesting)[rows]
     key[marked >= 0] = marked[marked >= 0]
-    source = np.where(marked >= 0, 0, -1)
     rest = np.flatnonzero(marked < 0)
-    offset = trace_clock_offset_us(trace, run) if run else None
-    if len(rest) and offset is not None and samples.start_monotonic_ns is not None and len(samples.end_s):
+    if len(rest) and offset_us is not None and samples.start_monotonic_ns is not None and len(samples.end_s):
         main = _main_thread(t, rows)
         rest = rest[t.thread[rows[rest]] == main]
-        since_start_s = ((t.ts[rows[rest]] - offset) * 1e3 - samples.start_monotonic_ns) / 1e9
+        since_start_s = ((t.ts[rows[rest]] - offset_us) * 1e3 - samples.start_monotonic_ns) / 1e9
         fids = user_line_at(samples, since_start_s)
         ok = fids >= 0
         key[rest[ok]] = n_strings + fids[ok]
-        source[rest[ok]] = 1
     width = n_strings + len(samples.frames) + 1
     combined = t.name[rows].astype(np.int64) * width + (key + 1)
     uniq, inverse = np.unique(combined, return_inverse=True)
@@ -120,7 +117,7 @@ def _main_thread(t, rows) -> int:
     return int(threads[np.argmax(counts)])
 
 
-def sample_op_seconds(trace: Trace, samples: Samples, run: dict) -> np.ndarray | None:
+def sample_op_seconds(trace: Trace, samples: Samples, offset_us: float | None) -> np.ndarray | None:
     """For each sample, the seconds of its interval (since the previous sample) that the
     script's thread spent inside torch CPU ops, from the trace.
 
@@ -128,8 +125,7 @@ def sample_op_seconds(trace: Trace, samples: Samples, run: dict) -> np.ndarray |
     Python. The trace knows when ops ran; what is left of the interval is Python (or another
     library). None when the sample clock cannot be aligned with the trace.
     """
-    offset = trace_clock_offset_us(trace, run)
-    if offset is None or samples.start_monotonic_ns is None or not len(samples.end_s):
+    if offset_us is None or samples.start_monotonic_ns is None or not len(samples.end_s):
         return None
     t = trace.events
     rows = np.flatnonzero(t.cat == Cat.CPU_OP)
@@ -147,7 +143,7 @@ def sample_op_seconds(trace: Trace, samples: Samples, run: dict) -> np.ndarray |
         inside = np.minimum(partial, (ends - starts)[np.maximum(k - 1, 0)])
         return np.where(k > 0, full + inside, 0.0)
 
-    base_us = samples.start_monotonic_ns / 1e3 + offset
+    base_us = samples.start_monotonic_ns / 1e3 + offset_us
     end_us = base_us + samples.end_s * 1e6
     begin_us = end_us - samples.dur_s * 1e6
     return (covered(end_us) - covered(begin_us)) / 1e6
