@@ -40,9 +40,18 @@ _MARKER_FILE = os.path.join(TORCHNECK_ROOT, "capture", "lines.py")
 
 def is_hook_file(path: str) -> bool:
     """torchneck's own hooks (step clocks, profiler steps): time in them is torchneck's, not the
-    user's. The line marker (capture/lines.py) is excluded: its frame only wraps the user's torch
-    call, and the time under it is that call's."""
+    user's. The line marker (capture/lines.py) is excluded: part of its time is the user's call."""
     return is_torchneck_file(path) and os.path.realpath(path) != os.path.realpath(_MARKER_FILE)
+
+
+def is_marker_file(path: str) -> bool:
+    return bool(path) and os.path.realpath(path) == os.path.realpath(_MARKER_FILE)
+
+
+MARKER_CALL_FUNCTION = "call_marked"
+"""The function of capture/lines.py that calls the user's torch function: time below it is the
+user's call; time elsewhere in the marker (naming the line, opening and closing the span) is
+torchneck's overhead."""
 
 
 LINE_PREFIX = "torchneck@"

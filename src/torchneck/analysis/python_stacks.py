@@ -12,7 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..sites import is_hook_file, is_torchneck_file, is_user_file
+from ..sites import (
+    MARKER_CALL_FUNCTION,
+    is_hook_file,
+    is_marker_file,
+    is_torchneck_file,
+    is_user_file,
+)
 
 
 @dataclass
@@ -47,6 +53,9 @@ def load_samples(data: dict) -> Samples:
     leaf_user = np.zeros(len(stacks), dtype=bool)
     tool = np.zeros(len(stacks), dtype=bool)
     ours = np.array([is_hook_file(f[1]) for f in frames], dtype=bool) if frames else np.zeros(0, bool)
+    # The line marker's frames: the user's call below `call_marked`, torchneck's overhead otherwise.
+    marker = np.array([is_marker_file(f[1]) for f in frames], dtype=bool) if frames else np.zeros(0, bool)
+    user_call = np.array([bool(m) and f[0] == MARKER_CALL_FUNCTION for m, f in zip(marker, frames)], dtype=bool)
     for i, st in enumerate(stacks):
         if not st:
             continue
@@ -55,7 +64,9 @@ def load_samples(data: dict) -> Samples:
             fid = st[depth]
             if user[fid]:
                 user_frame[i] = fid
-                tool[i] = any(ours[f] for f in st[depth + 1:])
+                below = st[depth + 1:]
+                tool[i] = any(ours[f] for f in below) or (
+                    any(marker[f] for f in below) and not any(user_call[f] for f in below))
                 break
         leaf_user[i] = bool(user[st[-1]])
     return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool,

@@ -124,6 +124,12 @@ def sample_op_seconds(trace: Trace, samples: Samples, offset_us: float | None) -
     A sample only sees Python frames: a user line calling `torch.mm` looks like the line's own
     Python. The trace knows when ops ran; what is left of the interval is Python (or another
     library). None when the sample clock cannot be aligned with the trace.
+
+    A timer signal that fires inside a long C call is handled only when the call returns to
+    Python, so such a sample stands for the op, not for the Python before it: when the sample
+    was taken within `DEFERRED_SLACK_US` of the end of an op of at least `DEFERRING_OP_US`, its
+    whole interval counts as op time. Otherwise the Python of the lines before the op would be
+    charged to the op's line.
     """
     if offset_us is None or samples.start_monotonic_ns is None or not len(samples.end_s):
         return None
@@ -146,7 +152,21 @@ def sample_op_seconds(trace: Trace, samples: Samples, offset_us: float | None) -
     base_us = samples.start_monotonic_ns / 1e3 + offset_us
     end_us = base_us + samples.end_s * 1e6
     begin_us = end_us - samples.dur_s * 1e6
-    return (covered(end_us) - covered(begin_us)) / 1e6
+    in_ops = (covered(end_us) - covered(begin_us)) / 1e6
+    last = np.searchsorted(ends, end_us, side="right") - 1  # the last op run that ended before
+    ok = last >= 0
+    last = np.maximum(last, 0)
+    deferred = (ok & (end_us - ends[last] <= DEFERRED_SLACK_US)
+                & (ends[last] - starts[last] >= DEFERRING_OP_US) & (ends[last] > begin_us))
+    return np.where(deferred, samples.dur_s, in_ops)
+
+
+DEFERRED_SLACK_US = 500.0
+"""A handler run this soon after an op returned was (most likely) waiting for it: Python
+runs the pending signal at the first bytecode after the C call, well within 0.5 ms."""
+DEFERRING_OP_US = 1000.0
+"""Only ops this long: a signal is then far likelier to have fired during the op than in the
+0.5 ms after it (shorter ops would make the guess a coin toss)."""
 
 
 def python_phases(samples: Samples, phases: dict, op_s: np.ndarray | None = None) -> dict:

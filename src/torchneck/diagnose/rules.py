@@ -66,6 +66,9 @@ class PythonHotspot:
     MIN_SHARE = 0.10
     """A line whose work outside torch ops (its own Python, NumPy, other libraries) takes 10 % of
     the steady state is worth moving into tensor ops; below that it is noise next to the ops."""
+    MIN_SAMPLED_S = 0.02
+    """And at least 20 ms of it: the sampler ticks every 1-4 ms, so less is a handful of samples,
+    too few to tell a line from its neighbours in a short window."""
 
     def check(self, ev: Evidence) -> list[Finding]:
         if not ev.python:
@@ -86,7 +89,7 @@ class PythonHotspot:
             else:
                 outside = max(line["total_s"] - op_s.get((line["file"], line["line"]), 0.0), line["self_s"])
             share = outside / total
-            if share < self.MIN_SHARE:
+            if share < self.MIN_SHARE or outside < self.MIN_SAMPLED_S:
                 continue
             lost = share * ev.window_s
             callee = line.get("library") or ""
