@@ -11,11 +11,11 @@ SCRIPTS = ROOT / "scripts"
 DATA = ROOT / "data"
 
 
-def planted_line(script: Path) -> int:
+def planted_line(script: Path, marker: str = "# PLANTED") -> int:
     for i, line in enumerate(script.read_text().splitlines(), 1):
-        if "# PLANTED" in line:
+        if marker in line:
             return i
-    raise AssertionError(f"no PLANTED marker in {script}")
+    raise AssertionError(f"no {marker!r} marker in {script}")
 
 
 def torchneck(*args, cwd=None, timeout=300, module=False):

@@ -55,6 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Run a script once, unmodified, under a Python sampler and a "
                                      "windowed torch.profiler, then print a diagnosis.")
     _add_run_options(run)
+    comp = sub.add_parser("compile", help="run a script once and report on torch.compile only",
+                          description="Run a script once and report its torch.compile behaviour: graph "
+                                      "breaks (line, reason), recompilations (the guard that failed), "
+                                      "compile time by stage, most costly first.")
+    comp.add_argument("--cold", action="store_true",
+                      help="also run it once more with inductor's caches disabled "
+                           "(TORCHINDUCTOR_FORCE_DISABLE_CACHES=1) and show the cold compile time")
+    _add_run_options(comp)
     an = sub.add_parser("analyze", help="diagnose existing profiler traces (.json / .json.gz, or a directory)",
                         description="Diagnose torch.profiler / Kineto traces from any PyTorch since 1.8.")
     an.add_argument("paths", nargs="+", metavar="TRACE|DIR")
@@ -86,6 +94,58 @@ def _emit(report: dict, json_target: str | None, quiet: bool) -> None:
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
+    report, run_dir, code = _capture_and_analyse(ns)
+    if report is not None:
+        _emit(report, ns.json, ns.quiet)
+        _stderr_console().print(f"torchneck: run directory {run_dir}")
+    return code
+
+
+COMPILE_KINDS = ("graph_break", "recompile", "compile_time", "internal")
+
+
+def cmd_compile(ns: argparse.Namespace) -> int:
+    """`run`, with the report narrowed to torch.compile; `--cold` adds a cache-less second run."""
+    report, run_dir, code = _capture_and_analyse(ns)
+    if report is None:
+        return code
+    if ns.cold:
+        report["compile"]["cold"] = _cold_compile(ns, run_dir)
+    report["kind"] = "compile"
+    report["findings"] = [f for f in report["findings"] if f["kind"] in COMPILE_KINDS]
+    (run_dir / "report-compile.json").write_text(json.dumps(report, indent=1))
+    _emit(report, ns.json, ns.quiet)
+    _stderr_console().print(f"torchneck: run directory {run_dir}")
+    return code
+
+
+def _cold_compile(ns: argparse.Namespace, run_dir: Path) -> dict:
+    """Run the script again in a fresh process with inductor's caches disabled; its compile figures."""
+    import subprocess
+
+    cold_dir = run_dir / "cold"
+    argv = [sys.executable, "-m", "torchneck", "run", "--quiet", "--out", str(cold_dir),
+            "--warmup", str(ns.warmup), "--steps", str(ns.steps)]
+    if ns.timeout:
+        argv += ["--timeout", str(ns.timeout)]
+    argv += ["-m", ns.module] if ns.module else []
+    argv += ([ns.script] if ns.script else []) + list(ns.args)
+    env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
+    _stderr_console().print("torchneck: compiling again with inductor's caches disabled (--cold)…")
+    proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        cold = json.loads((cold_dir / "report.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no report written"]
+        return {"ok": False, "error": tail[0], "run_dir": str(cold_dir)}
+    comp = cold.get("compile") or {}
+    return {"ok": True, "run_dir": str(cold_dir), "wall_s": cold["run"]["wall_s"],
+            "time_s": comp.get("time_s"), "exit_code": cold["run"]["exit_code"]}
+
+
+def _capture_and_analyse(ns: argparse.Namespace) -> tuple[dict | None, Path | None, int]:
+    """Run the target under capture, write the raw evidence, then analyse it: (report, run dir,
+    exit code). The report is None when the analysis failed (the evidence is kept)."""
     from .capture.runner import Target
     from .capture.window import WindowOptions
 
@@ -117,16 +177,14 @@ def cmd_run(ns: argparse.Namespace) -> int:
             report = build_run_report(result.run_dir)
     except TorchneckError as exc:
         err.print(f"torchneck: analysis failed: {exc}; the raw evidence is kept in {result.run_dir}")
-        return outcome.exit_code or 2
+        return None, result.run_dir, outcome.exit_code or 2
     except Exception as exc:  # an analysis bug must not hide the run
         if os.environ.get("TORCHNECK_DEBUG"):
             raise
         err.print(f"torchneck: analysis failed ({type(exc).__name__}: {exc}); "
                   f"the raw evidence is kept in {result.run_dir}")
-        return outcome.exit_code or 2
-    _emit(report, ns.json, ns.quiet)
-    err.print(f"torchneck: run directory {result.run_dir}")
-    return outcome.exit_code
+        return None, result.run_dir, outcome.exit_code or 2
+    return report, result.run_dir, outcome.exit_code
 
 
 def build_run_report(run_dir: Path) -> dict:
@@ -192,11 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     script_args: list[str] = []
-    if argv and argv[0] == "run":
+    if argv and argv[0] in ("run", "compile"):
         own, script_args = _split_run_argv(argv[1:])
-        argv = ["run", *own]
+        argv = [argv[0], *own]
     ns = parser.parse_args(argv)
-    if ns.command == "run":
+    if ns.command in ("run", "compile"):
         ns.args = list(ns.args) + script_args
     if ns.command is None:
         parser.print_help()
@@ -204,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if ns.command == "run":
             return cmd_run(ns)
+        if ns.command == "compile":
+            return cmd_compile(ns)
         if ns.command == "analyze":
             return cmd_analyze(ns)
         if ns.command == "report":
@@ -220,6 +280,6 @@ def main(argv: list[str] | None = None) -> int:
 def bottleneck_main(argv: list[str] | None = None) -> int:
     """`python -m torchneck script.py args`: the torch.utils.bottleneck form, i.e. `run`."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("run", "analyze", "report", "-h", "--help", "--version"):
+    if argv and argv[0] in ("run", "compile", "analyze", "report", "-h", "--help", "--version"):
         return main(argv)
     return main(["run", *argv])

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from . import __version__
+from .analysis.compile import compile_summary
 from .analysis.ops import host_nesting
 from .analysis.python_stacks import load_samples
 from .analysis.run import (
@@ -73,13 +74,15 @@ def report_from_run_dir(run_dir: Path) -> dict:
     else:
         warnings.append("no trace was recorded" + (f": {run['trace_error']}" if run.get("trace_error") else ""))
     python = python_phases(samples, phases, op_s)
-    ev = Evidence(analysis=analysis, env=env, phases=phases, python=python, ops_by_line=ops_lines)
+    compiled = compile_summary(_read_json(run_dir / "compile.json", required=False))
+    ev = Evidence(analysis=analysis, env=env, phases=phases, python=python, ops_by_line=ops_lines,
+                  compile=compiled, run_wall_s=run.get("wall_s") or 0.0)
     findings = diagnose(ev)
     return _envelope(
         "run", verdict(analysis, phases, findings), findings,
         run= {k: run.get(k) for k in ("target", "exit_code", "status", "error", "traceback", "wall_s", "cpu_s")}
         | {"phases": phases, "run_dir": str(run_dir)},
-        env=env, python=python, ops_by_line=ops_lines,
+        env=env, python=python, ops_by_line=ops_lines, compile=compiled,
         ranks=[analysis] if analysis else [], warnings=warnings)
 
 

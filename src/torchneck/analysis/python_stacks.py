@@ -32,6 +32,8 @@ class Samples:
     leaf_is_user: np.ndarray  # the sample was in the user's own Python code
     leaf_frame: np.ndarray
     tool: np.ndarray  # torchneck's own code was running below the user frame (its step hooks)
+    importing: np.ndarray  # Python was importing a module (one-time cost, not the line's work)
+    compiling: np.ndarray  # torch.compile was compiling (dynamo's convert_frame on the stack)
     start_monotonic_ns: int | None
     stacks: list[list[int]]
 
@@ -56,9 +58,16 @@ def load_samples(data: dict) -> Samples:
     # The line marker's frames: the user's call below `call_marked`, torchneck's overhead otherwise.
     marker = np.array([is_marker_file(f[1]) for f in frames], dtype=bool) if frames else np.zeros(0, bool)
     user_call = np.array([bool(m) and f[0] == MARKER_CALL_FUNCTION for m, f in zip(marker, frames)], dtype=bool)
+    importing = np.zeros(len(stacks), dtype=bool)
+    compiling = np.zeros(len(stacks), dtype=bool)
+    imp = np.array([f[1].startswith("<frozen importlib") for f in frames], dtype=bool) if frames else np.zeros(0, bool)
+    comp = np.array([f[1].replace(os.sep, "/").endswith(_CONVERT_FRAME) for f in frames], dtype=bool) \
+        if frames else np.zeros(0, bool)
     for i, st in enumerate(stacks):
         if not st:
             continue
+        importing[i] = any(imp[f] for f in st)
+        compiling[i] = any(comp[f] for f in st)
         leaf[i] = st[-1]
         for depth in range(len(st) - 1, -1, -1):
             fid = st[depth]
@@ -69,8 +78,13 @@ def load_samples(data: dict) -> Samples:
                     any(marker[f] for f in below) and not any(user_call[f] for f in below))
                 break
         leaf_user[i] = bool(user[st[-1]])
-    return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool,
+    return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool, importing, compiling,
                    data.get("start_monotonic_ns"), stacks)
+
+
+_CONVERT_FRAME = "torch/_dynamo/convert_frame.py"
+"""Dynamo compiles a frame under this module (tracing, AOT autograd, inductor): a sample with
+it on the stack is compile time."""
 
 
 def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int = 15,
@@ -85,7 +99,9 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
     """
     mid = s.end_s - s.dur_s / 2
     in_range = (mid >= lo_s) & (mid < hi_s)
-    win = in_range & ~s.tool  # torchneck's own hooks are not the user's time
+    # torchneck's own hooks are not the user's time; imports and compiling are one-time costs
+    # that the compile and start-up findings report: neither is the line's steady work.
+    win = in_range & ~s.tool & ~s.importing & ~s.compiling
     total = float(s.dur_s[win].sum())
     known = op_s is not None
     outside = np.maximum(s.dur_s - op_s, 0.0) if known else s.dur_s
@@ -119,6 +135,8 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
     return {
         "sampled_s": total,
         "torchneck_hooks_s": float(s.dur_s[in_range & s.tool].sum()),
+        "importing_s": float(s.dur_s[in_range & s.importing].sum()),
+        "compiling_s": float(s.dur_s[in_range & s.compiling & ~s.importing].sum()),
         "user_code_self_s": float(own_s[win].sum()),
         "in_torch_ops_s": float((s.dur_s - outside)[win].sum()) if known else None,
         "attributed_to_user_lines_s": user_total,

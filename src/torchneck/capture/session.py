@@ -1,7 +1,7 @@
 """One `torchneck run`: capture everything into a run directory, raw evidence first.
 
 Order of writing: `env.json` (before the script starts), `trace.json.gz` (as soon as the profiled
-window ends), `samples.json` and `run.json` (right after the script ends). Only then does
+window ends), `samples.json`, `compile.json` and `run.json` (right after the script ends). Only then does
 analysis start, so a failing analysis loses nothing.
 """
 
@@ -55,6 +55,7 @@ def capture_run(target: Target, options: WindowOptions, out: str | None, timeout
     run_dir = make_run_dir(out, target.label)
     import torch  # noqa: F401  (imported here so its import time is not the script's)
 
+    from .compile_log import CompileCapture
     from .env import collect_env, read_slow_settings
     from .sampler import StackSampler
 
@@ -63,6 +64,8 @@ def capture_run(target: Target, options: WindowOptions, out: str | None, timeout
     trace_path = run_dir / "trace.json.gz"
     window = ProfiledWindow(options, trace_path)
     sampler = StackSampler()
+    compile_capture = CompileCapture(on_compile_start=window.compile_started)
+    compile_capture.start()
     started_ns = time.monotonic_ns()
     cpu0 = time.process_time()
     window.start()
@@ -71,6 +74,7 @@ def capture_run(target: Target, options: WindowOptions, out: str | None, timeout
         outcome = run_target(target, code, timeout)
     finally:
         sampler.stop()
+        compile_capture.stop()
         ended_ns = time.monotonic_ns()
         cpu_s = time.process_time() - cpu0
         sys.stdout.flush()
@@ -83,6 +87,7 @@ def capture_run(target: Target, options: WindowOptions, out: str | None, timeout
     except Exception:
         end_settings = {}
     sampler.write(run_dir / "samples.json")
+    compile_capture.write(run_dir / "compile.json")
     log = window.log
     run_info = {
         "target": {"script": str(target.script) if target.script else None, "module": target.module,

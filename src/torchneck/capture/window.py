@@ -189,6 +189,44 @@ class ProfiledWindow:
             h.remove()
         self._module_handles = []
 
+    def compile_started(self) -> None:
+        """torch.compile is about to trace a frame (called from the compile log). Take the global
+        module hooks away first: dynamo would trace them into the graph and guard on them, and
+        removing them later would recompile the user's code. Calls of compiled modules
+        (`OptimizedModule`) tick the module clock instead. The line marker (a torch function
+        mode, also guarded on) stops for the same reason."""
+        if threading.get_ident() != self._main_thread:
+            return
+        if getattr(self, "_module_handles", None):
+            self._remove_module_hooks()
+            self._module_depth = 0
+            if self.log.kind in (None, "module"):
+                self._wrap_compiled_modules()
+        self._lines.stop()
+
+    def _wrap_compiled_modules(self) -> None:
+        if hasattr(self, "_restore_optimized_call"):
+            return
+        try:
+            from torch._dynamo.eval_frame import OptimizedModule
+        except ImportError:
+            return
+        own = OptimizedModule.__dict__.get("__call__")
+        original = OptimizedModule.__call__
+        window = self
+
+        def __call__(module, *args, **kwargs):
+            window._module_depth += 1
+            try:
+                return original(module, *args, **kwargs)
+            finally:
+                window._module_depth -= 1
+                if window._module_depth == 0:
+                    window._tick("module")
+
+        OptimizedModule.__call__ = __call__
+        self._restore_optimized_call = (OptimizedModule, own)
+
     def _wrap_user_profiler(self) -> None:
         """If the script starts its own torch.profiler, hand over: write ours first."""
         from torch.profiler import profile
@@ -216,6 +254,13 @@ class ProfiledWindow:
         if hasattr(self, "_restore_start"):
             cls, original = self._restore_start
             cls.start = original
+        if hasattr(self, "_restore_optimized_call"):
+            cls, own = self._restore_optimized_call
+            if own is None:
+                del cls.__call__
+            else:
+                cls.__call__ = own
+            del self._restore_optimized_call
 
 
 class _Kineto:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from .compile_rules import COMPILE_RULES
 from .findings import Finding, Where, rank_findings
 
 DOCS = {
@@ -33,6 +34,8 @@ class Evidence:
     phases: dict | None = None
     python: dict | None = None
     ops_by_line: list[dict] = field(default_factory=list)
+    compile: dict | None = None  # analysis/compile.py: compile_summary of a live run's compile log
+    run_wall_s: float = 0.0
 
     @property
     def window_s(self) -> float:
@@ -282,6 +285,8 @@ class CompiledRegions:
             return []
         c = a["compiled"]
         out = []
+        if ev.compile and ev.compile.get("present"):
+            return []  # the compile log says the same with lines and reasons (compile_rules.py)
         if c["nested_region_calls"]:
             eager = c["eager_top_level_us"] / 1e6
             out.append(Finding(
@@ -366,7 +371,7 @@ class ThreadOversubscription:
 
 RULES = [PythonHotspot(), OpHotspot(), DispatchOverhead(), InputPipeline(), DtypeFloat64(),
          HostSync(), GpuIdle(), CompiledRegions(), OneTimeCost(), AnomalyDetection(),
-         ThreadOversubscription()]
+         ThreadOversubscription(), *COMPILE_RULES]
 
 
 def diagnose(ev: Evidence) -> list[Finding]:

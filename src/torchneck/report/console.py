@@ -48,6 +48,16 @@ class ConsoleRenderer:
         c.print()
         c.print(escape(report["verdict"]))
         self._findings(report["findings"])
+        comp = report.get("compile") or {}
+        if comp.get("present"):
+            self._compile(comp)
+        if report.get("kind") == "compile":
+            if not comp.get("present"):
+                c.print("\nNo torch.compile activity in this run" + (
+                    "." if comp.get("available", True) else " (this PyTorch has no compile log)."))
+            if run:
+                self._phases(run["phases"])
+            return
         if run:
             self._phases(run["phases"])
             self._python(report.get("python") or {})
@@ -80,6 +90,41 @@ class ConsoleRenderer:
                 c.print(f"      ops: {escape(', '.join(f['ops'][:4]))}")
             if f.get("fix"):
                 c.print(f"      [green]fix:[/] {escape(f['fix'])}")
+
+    def _compile(self, comp: dict) -> None:
+        c = self.console
+        c.print()
+        t = comp["time_s"]
+        stages = ", ".join(f"{k} {v:.2f} s" for k, v in t.items() if k != "total")
+        c.print(f"[bold]torch.compile[/]: {t['total']:.2f} s compiling ({stages})")
+        table = Table(box=box.SIMPLE, pad_edge=False)
+        table.add_column("function", overflow="fold", max_width=30)
+        table.add_column("compiles", justify="right")
+        table.add_column("graphs", justify="right")
+        table.add_column("recompiles", justify="right")
+        table.add_column("compile s", justify="right")
+        for f in comp["frames"][: self.top]:
+            label = f["label"] if f["label"].startswith("the ") else f["label"] + \
+                f" ({os.path.basename(f['file'])}:{f['line']})"
+            table.add_row(escape(label),
+                          str(f["compilations"]), str(f["graphs"]), str(f["recompilations"]),
+                          f"{f['compile_s']:.2f}")
+        c.print(table)
+        for b in comp["graph_breaks"][: self.top]:
+            c.print(f"  graph break at {escape(_short(b['file'], 40))}:{b['line']}: {escape(b['reason'])}"
+                    + (f" (x{b['count']})" if b["count"] > 1 else ""))
+        for r in comp["recompiles"][: self.top]:
+            why = "; ".join(f"{e['what']} (x{e['count']})" for e in r["reasons"][:2])
+            c.print(f"  {escape(r['label'])}: {r['count']} recompile(s): {escape(why)}")
+        for h in comp["limit_hits"]:
+            c.print(f"  [red]{escape(h['function'])} hit the recompile limit: runs eagerly from then on[/]")
+        cold = comp.get("cold")
+        if cold:
+            if cold.get("ok") and cold.get("time_s"):
+                c.print(f"  cold start (inductor caches disabled): {cold['time_s']['total']:.2f} s compiling, "
+                        f"run {cold['wall_s']:.2f} s; this run: {t['total']:.2f} s")
+            else:
+                c.print(f"  [yellow]cold run failed: {escape(str(cold.get('error')))}[/]")
 
     def _phases(self, phases: dict) -> None:
         c = self.console

@@ -1,0 +1,157 @@
+"""Findings about torch.compile: graph breaks, recompilations, compile time.
+
+They read the run's compile log (`Evidence.compile`, see analysis/compile.py) and, for the cost
+of running code between graphs, the trace (`analysis["compiled"]`). Compile costs are paid over
+the whole run, not per step, so their `time_lost_pct` is a share of the run's wall time
+(`evidence["share_of"] == "run_wall"`).
+"""
+
+from __future__ import annotations
+
+from .findings import Finding, Where
+
+DOCS_BREAKS = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html#graph-breaks"
+DOCS_RECOMPILES = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html#recompilations"
+DOCS_COMPILE_TIME = "https://docs.pytorch.org/tutorials/recipes/torch_compile_caching_tutorial.html"
+
+
+def _wall_pct(seconds: float, wall_s: float) -> float:
+    return 100 * seconds / wall_s if wall_s > 0 else 0.0
+
+
+def _break_fix(b: dict) -> str:
+    """The change that removes a break of this kind; torch's own first hint otherwise."""
+    reason = (b["reason"] + " " + b["explanation"]).lower()
+    code = b.get("code", "")
+    if "print" in reason or "logging" in reason:
+        return ("Remove the print/log from the compiled function (log outside it), or add the function "
+                "to torch._dynamo.config.reorderable_logging_functions.")
+    if "data-dependent branching" in reason or "jump" in reason:
+        return ("Make the branch tensor code: torch.where(cond, a, b) for both branches, or torch.cond; "
+                "or move the check out of the compiled function.")
+    if "item" in reason or ".item()" in code or "scalar" in reason:
+        return ("Keep the value a tensor instead of calling .item(), or set "
+                "torch._dynamo.config.capture_scalar_outputs = True.")
+    if "numpy" in reason or ".numpy()" in code:
+        return "Use torch ops on the tensor instead of a NumPy round trip inside the compiled function."
+    if b["hints"]:
+        return b["hints"][0] + " (torch.compile(fullgraph=True) stops at the first break.)"
+    return "Run torch.compile(fullgraph=True) to stop at this break and rewrite the code it names."
+
+
+class GraphBreaks:
+    """One finding per place dynamo broke the graph in the user's code, with torch's reason.
+
+    Time lost: the eager host time between compiled graphs in the profiled window (from the
+    trace), shared among the breaks; zero when no trace shows compiled regions. A break
+    splits the function into separate graphs (no fusion across it) and runs the code at the
+    break eagerly on every call."""
+
+    kind = "graph_break"
+    MAX_FINDINGS = 5
+    """Breaks beyond the fifth are listed in the first finding's evidence, not each on its own."""
+
+    def check(self, ev) -> list[Finding]:
+        c = ev.compile or {}
+        breaks = [b for b in c.get("graph_breaks", []) if b.get("user_code")]
+        if not breaks:
+            return []
+        eager_s = 0.0
+        if ev.analysis and ev.analysis["compiled"].get("present"):
+            eager_s = ev.analysis["compiled"]["eager_top_level_us"] / 1e6
+        per_break = eager_s / len(breaks)
+        pct = 100 * per_break / ev.window_s if ev.window_s > 0 else 0.0
+        out = []
+        for i, b in enumerate(breaks[: self.MAX_FINDINGS]):
+            evidence = {"reason": b["reason"], "explanation": b["explanation"], "code": b.get("code", ""),
+                        "times_hit": b["count"], "breaks_in_run": len(breaks),
+                        "eager_between_graphs_s": eager_s}
+            if i == 0 and len(breaks) > self.MAX_FINDINGS:
+                evidence["other_breaks"] = [{k: x[k] for k in ("file", "line", "reason")}
+                                            for x in breaks[self.MAX_FINDINGS:]]
+            out.append(Finding(
+                kind=self.kind,
+                severity="" if per_break > 0 else "medium",
+                title=f"Graph break in {b['function'] or 'compiled code'}() at line {b['line']}: {b['reason']}"
+                      + (f" ({b['explanation']})" if b["explanation"] and len(b["explanation"]) <= 110 else ""),
+                time_lost_s=per_break, time_lost_pct=pct,
+                where=[Where(b["file"], b["line"], b["function"])],
+                evidence=evidence, fix=_break_fix(b), docs=DOCS_BREAKS))
+        return out
+
+
+class Recompiles:
+    """Functions dynamo compiled again because a guard failed, with the guard in plain words.
+
+    Time lost: the seconds spent on the recompilations (compile time beyond each function's
+    first compilation), as a share of the run. A function that hit `recompile_limit` runs
+    eagerly from then on: that is `high` whatever the seconds."""
+
+    kind = "recompile"
+    MIN_RECOMPILES = 2
+    """One recompile (e.g. dynamo switching a dimension to dynamic after the first change) is
+    normal; two or more for one function is a pattern."""
+
+    def check(self, ev) -> list[Finding]:
+        c = ev.compile or {}
+        limited = {(h["file"], h["function"]): h for h in c.get("limit_hits", [])}
+        out = []
+        for r in c.get("recompiles", []):
+            hit = limited.get((r["file"], r["function"]))
+            if r["count"] < self.MIN_RECOMPILES and not hit:
+                continue
+            top = r["reasons"][0] if r["reasons"] else {"what": "a guard failed", "fix": "", "guards": []}
+            lost = r["recompile_s"]
+            title = f"{r['label']} was recompiled {r['count']} times: {top['what']}"
+            if hit:
+                title += "; it hit the recompile limit and now runs eagerly"
+            out.append(Finding(
+                kind=self.kind, severity="high" if hit else "",
+                title=title, time_lost_s=lost, time_lost_pct=_wall_pct(lost, ev.run_wall_s),
+                where=[Where(r["file"], r["line"], r["function"])],
+                evidence={"recompilations": r["count"], "recompile_s": lost, "reasons": r["reasons"],
+                          "hit_recompile_limit": bool(hit), "share_of": "run_wall"},
+                fix=(top["fix"][0].upper() + top["fix"][1:] + "." if top["fix"] else
+                     "Make the changing input dynamic or keep it constant.")
+                + (" Raising torch._dynamo.config.recompile_limit only hides the problem." if hit else ""),
+                docs=DOCS_RECOMPILES))
+        return out
+
+
+class CompileTime:
+    """Time spent compiling, split by stage, when it is a large part of the run.
+
+    A one-time cost: `medium` when it is half the run or more (short jobs, or every run paying a
+    cold compile), `info` otherwise; never `high`, because a long job amortises it."""
+
+    kind = "compile_time"
+    MIN_SHARE = 0.10
+    """Under a tenth of the run, compile time is not worth a line in the report."""
+    MEDIUM_SHARE = 0.50
+
+    def check(self, ev) -> list[Finding]:
+        c = ev.compile or {}
+        if not c.get("present") or ev.run_wall_s <= 0:
+            return []
+        t = c["time_s"]
+        share = t["total"] / ev.run_wall_s
+        if share < self.MIN_SHARE:
+            return []
+        stages = ", ".join(f"{k} {v:.1f} s" for k, v in t.items() if k != "total" and v >= 0.05)
+        frames = c.get("frames", [])[:3]
+        return [Finding(
+            kind=self.kind, severity="medium" if share >= self.MEDIUM_SHARE else "info",
+            title=f"Compiling took {t['total']:.1f} s, {100 * share:.0f}% of the run ({stages})",
+            time_lost_s=t["total"], time_lost_pct=100 * share,
+            where=[Where(f["file"], f["line"], f["function"]) for f in frames],
+            evidence={"time_s": t, "frames": [{k: f[k] for k in ("function", "file", "line", "compilations",
+                                                                  "compile_s")} for f in frames],
+                      "cache": c.get("cache", {}), "share_of": "run_wall"},
+            fix="Remove recompilations and graph breaks first (each graph is compiled separately); keep "
+                "inductor's caches warm between runs (TORCHINDUCTOR_CACHE_DIR on persistent storage, "
+                "torch.compiler.save_cache_artifacts); compile the repeated block (regional compilation) "
+                "rather than the whole model; avoid mode='max-autotune' for short jobs.",
+            docs=DOCS_COMPILE_TIME)]
+
+
+COMPILE_RULES = [GraphBreaks(), Recompiles(), CompileTime()]
