@@ -76,11 +76,13 @@ def report_from_run_dir(run_dir: Path) -> dict:
     python = python_phases(samples, phases, op_s)
     compiled = compile_summary(_read_json(run_dir / "compile.json", required=False))
     ev = Evidence(analysis=analysis, env=env, phases=phases, python=python, ops_by_line=ops_lines,
-                  compile=compiled, run_wall_s=run.get("wall_s") or 0.0)
+                  compile=compiled, run_wall_s=run.get("wall_s") or 0.0,
+                  call_sites=run.get("call_sites") or [], clock=run.get("clock") or {})
     findings = diagnose(ev)
     return _envelope(
         "run", verdict(analysis, phases, findings), findings,
-        run= {k: run.get(k) for k in ("target", "exit_code", "status", "error", "traceback", "wall_s", "cpu_s")}
+        run= {k: run.get(k) for k in ("target", "exit_code", "status", "error", "traceback", "wall_s", "cpu_s",
+                                       "call_sites")}
         | {"phases": phases, "run_dir": str(run_dir)},
         env=env, python=python, ops_by_line=ops_lines, compile=compiled,
         ranks=[analysis] if analysis else [], warnings=warnings)

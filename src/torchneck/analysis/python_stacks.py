@@ -34,6 +34,7 @@ class Samples:
     tool: np.ndarray  # torchneck's own code was running below the user frame (its step hooks)
     importing: np.ndarray  # Python was importing a module (one-time cost, not the line's work)
     compiling: np.ndarray  # torch.compile was compiling (dynamo's convert_frame on the stack)
+    loading: np.ndarray  # inside a DataLoader iterator (torch/utils/data on the stack)
     start_monotonic_ns: int | None
     stacks: list[list[int]]
 
@@ -63,9 +64,13 @@ def load_samples(data: dict) -> Samples:
     imp = np.array([f[1].startswith("<frozen importlib") for f in frames], dtype=bool) if frames else np.zeros(0, bool)
     comp = np.array([f[1].replace(os.sep, "/").endswith(_CONVERT_FRAME) for f in frames], dtype=bool) \
         if frames else np.zeros(0, bool)
+    loading = np.zeros(len(stacks), dtype=bool)
+    in_data = np.array(["/torch/utils/data/" in f[1].replace(os.sep, "/") for f in frames], dtype=bool) \
+        if frames else np.zeros(0, bool)
     for i, st in enumerate(stacks):
         if not st:
             continue
+        loading[i] = any(in_data[f] for f in st)
         importing[i] = any(imp[f] for f in st)
         compiling[i] = any(comp[f] for f in st)
         leaf[i] = st[-1]
@@ -78,7 +83,7 @@ def load_samples(data: dict) -> Samples:
                     any(marker[f] for f in below) and not any(user_call[f] for f in below))
                 break
         leaf_user[i] = bool(user[st[-1]])
-    return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool, importing, compiling,
+    return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool, importing, compiling, loading,
                    data.get("start_monotonic_ns"), stacks)
 
 
@@ -88,7 +93,7 @@ it on the stack is compile time."""
 
 
 def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int = 15,
-             op_s: np.ndarray | None = None) -> dict:
+             op_s: np.ndarray | None = None, only: np.ndarray | None = None) -> dict:
     """Where the time in [lo_s, hi_s) (seconds since sampling started) went, by user line.
 
     Per line: `total_s` (the line was the deepest user frame: its Python plus the library calls it
@@ -102,6 +107,8 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
     # torchneck's own hooks are not the user's time; imports and compiling are one-time costs
     # that the compile and start-up findings report: neither is the line's steady work.
     win = in_range & ~s.tool & ~s.importing & ~s.compiling
+    if only is not None:
+        win &= only
     total = float(s.dur_s[win].sum())
     known = op_s is not None
     outside = np.maximum(s.dur_s - op_s, 0.0) if known else s.dur_s
@@ -123,9 +130,10 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
         f[0] += tot
         f[1] += own
         if len(out_lines) < top:
+            callee, callee_file = _library_callee(s, fid, win & (outside > 0.5 * s.dur_s))
             entry = {"file": file, "line": line, "function": fn, "total_s": tot, "self_s": own,
-                     "pct": 100 * tot / total if total else 0.0,
-                     "library": _library_callee(s, fid, win & (outside > 0.5 * s.dur_s))}
+                     "pct": 100 * tot / total if total else 0.0, "library": callee,
+                     "library_is_torch": _is_torch_file(callee_file)}
             if known:
                 entry["outside_ops_s"] = out
             out_lines.append(entry)
@@ -145,9 +153,15 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
     }
 
 
-def _library_callee(s: Samples, user_fid: int, win: np.ndarray) -> str:
-    """The most common library function called from a user line (what the line spends time in)."""
+def _is_torch_file(path: str) -> bool:
+    return bool(path) and "/torch/" in path.replace(os.sep, "/") and not is_user_file(path)
+
+
+def _library_callee(s: Samples, user_fid: int, win: np.ndarray) -> tuple[str, str]:
+    """The most common library function called from a user line (what the line spends time in)
+    and its file."""
     counts: dict[str, float] = {}
+    files: dict[str, str] = {}
     for i in np.flatnonzero(win & (s.user_frame == user_fid) & ~s.leaf_is_user).tolist():
         st = s.stacks[i]
         try:
@@ -161,7 +175,11 @@ def _library_callee(s: Samples, user_fid: int, win: np.ndarray) -> str:
             fn, file, _ = s.frames[st[k]]
             name = f"{fn} ({os.path.basename(file)})"
             counts[name] = counts.get(name, 0.0) + float(s.dur_s[i])
-    return max(counts, key=counts.get) if counts else ""
+            files[name] = file
+    if not counts:
+        return "", ""
+    best = max(counts, key=counts.get)
+    return best, files[best]
 
 
 def user_line_at(s: Samples, times_s: np.ndarray) -> np.ndarray:

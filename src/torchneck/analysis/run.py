@@ -177,6 +177,8 @@ def python_phases(samples: Samples, phases: dict, op_s: np.ndarray | None = None
     first = phases["first_tick_offset_s"]
     return {
         "window": hotspots(samples, w0, w1, op_s=op_s),
+        # the user's lines running inside DataLoader iteration (Dataset code, collate functions)
+        "loading": hotspots(samples, w0, w1, top=5, only=samples.loading),
         "startup": hotspots(samples, -np.inf, first, top=10),
         "whole_run": hotspots(samples, top=10),
     }

@@ -66,6 +66,7 @@ def read_slow_settings() -> dict:
         "anomaly_detection": bool(torch.is_anomaly_enabled()),
         "deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),
         "grad_enabled": bool(torch.is_grad_enabled()),
+        "torch_threads": torch.get_num_threads(),
         "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
         "tf32_matmul": _safe(lambda: torch.backends.cuda.matmul.allow_tf32),
         "float32_matmul_precision": _safe(torch.get_float32_matmul_precision),

@@ -55,6 +55,7 @@ def capture_run(target: Target, options: WindowOptions, out: str | None, timeout
     run_dir = make_run_dir(out, target.label)
     import torch  # noqa: F401  (imported here so its import time is not the script's)
 
+    from .callsites import CallSites
     from .compile_log import CompileCapture
     from .env import collect_env, read_slow_settings
     from .sampler import StackSampler
@@ -66,6 +67,8 @@ def capture_run(target: Target, options: WindowOptions, out: str | None, timeout
     sampler = StackSampler()
     compile_capture = CompileCapture(on_compile_start=window.compile_started)
     compile_capture.start()
+    call_sites = CallSites()
+    call_sites.install()
     started_ns = time.monotonic_ns()
     cpu0 = time.process_time()
     window.start()
@@ -75,6 +78,7 @@ def capture_run(target: Target, options: WindowOptions, out: str | None, timeout
     finally:
         sampler.stop()
         compile_capture.stop()
+        call_sites.uninstall()
         ended_ns = time.monotonic_ns()
         cpu_s = time.process_time() - cpu0
         sys.stdout.flush()
@@ -111,10 +115,13 @@ def capture_run(target: Target, options: WindowOptions, out: str | None, timeout
             "step_marks": log.step_marks,
             "user_profiler": log.user_profiler,
             "lines_marked": log.lines_marked,
+            "top_module_calls": log.top_module_calls,
+            "top_module_outputs_with_grad": log.top_module_outputs_with_grad,
         },
         "options": asdict(options),
         "trace_error": window.export_error,
         "settings_at_end": end_settings,
+        "call_sites": call_sites.records,
     }
     (run_dir / "run.json").write_text(json.dumps(run_info, indent=1))
     return RunResult(run_dir, outcome, trace_path if trace_path.exists() else None)

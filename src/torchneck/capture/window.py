@@ -51,6 +51,8 @@ class ClockLog:
     user_profiler: bool = False
     tentative: bool = True
     lines_marked: bool = False  # torch calls carry `torchneck@` spans naming the user's line
+    top_module_calls: int = 0  # calls of top-level modules seen by the module clock
+    top_module_outputs_with_grad: int = 0  # ... whose output carried an autograd graph
 
 
 class ProfiledWindow:
@@ -71,8 +73,8 @@ class ProfiledWindow:
         self._lines = LineMarking()
 
     # -- profiler ------------------------------------------------------------------------------
-    def _new_profiler(self) -> _Kineto:
-        return _Kineto(self.options)
+    def _new_profiler(self, memory: bool = True) -> _Kineto:
+        return _Kineto(self.options, memory=memory)
 
     def _mark_step(self) -> None:
         self.log.step_marks.append((self._prof.step_num, time.monotonic_ns()))
@@ -81,7 +83,11 @@ class ProfiledWindow:
     def start(self) -> None:
         """Install the clocks and start the tentative profiler."""
         self._install_clocks()
-        self._prof = self._new_profiler()
+        # The tentative recording (kept only if no steps are found) records no memory events:
+        # with memory on, stopping it and starting the window's recording while its
+        # allocations were still alive crashed torch (segfault in libtorch_cpu, 1 run in 3
+        # under CPU contention, never with memory off).
+        self._prof = self._new_profiler(memory=self.options.all)
         self._prof.start()
         self._mark_step()
         self.log.window_start_ns = time.monotonic_ns()
@@ -182,6 +188,9 @@ class ProfiledWindow:
     def _module_post(self, module, args, output) -> None:
         self._module_depth -= 1
         if self._module_depth == 0:
+            self.log.top_module_calls += 1
+            if getattr(output, "grad_fn", None) is not None:
+                self.log.top_module_outputs_with_grad += 1
             self._tick("module")
 
     def _remove_module_hooks(self) -> None:
@@ -271,13 +280,13 @@ class _Kineto:
     `ProfilerStep#N` record_function, as torch.profiler does.
     """
 
-    def __init__(self, options: WindowOptions):
+    def __init__(self, options: WindowOptions, memory: bool = True):
         import torch
 
         use_device = "cuda" if torch.cuda.is_available() else None
         self._prof = torch.autograd.profiler.profile(
             use_cpu=True, use_device=use_device, record_shapes=options.record_shapes,
-            profile_memory=options.profile_memory, with_stack=options.with_stack, use_kineto=True)
+            profile_memory=options.profile_memory and memory, with_stack=options.with_stack, use_kineto=True)
         self._step = None
         self.step_num = 0
 

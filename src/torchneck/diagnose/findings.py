@@ -54,5 +54,7 @@ def severity_for(share: float) -> str:
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Most time lost first; info-only findings last."""
-    return sorted(findings, key=lambda f: (f.severity == "info", -f.time_lost_s, SEVERITY_ORDER[f.severity]))
+    """By severity, then most time lost first. Severity follows the time lost for rules that
+    can measure it; rules that cannot (anomaly detection left on, too many threads) set it,
+    and must not sink below a measured trifle because their estimate is zero."""
+    return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], -f.time_lost_s))

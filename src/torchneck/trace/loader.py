@@ -716,7 +716,26 @@ def load_trace(
         if meta.warnings:
             raise TraceError(f"{path}: no events could be read ({meta.warnings[0]})")
         raise TraceError(f"{path}: the trace holds no events (empty \"traceEvents\")")
+    _spans_not_ops(events)
     return Trace(events=events, python=python, memory=memory, meta=meta)
+
+
+def _is_framework_span(name: str) -> bool:
+    return (name.endswith(" (dynamo_timed)") or name.startswith(("Torch-Compiled Region:", "## Call CompiledFxGraph"))
+            or name in ("CompiledFunction", "CompiledFunctionBackward"))
+
+
+def _spans_not_ops(events: EventTable) -> None:
+    """Spans that torch.compile records as `cpu_op` (compile stages `... (dynamo_timed)`,
+    `Torch-Compiled Region`, compiled-graph calls) are annotations, not operators: as ops they
+    would top the op table with compile time and swallow their children's self time."""
+    if not len(events):
+        return
+    ids = events.names_matching(_is_framework_span)
+    if not ids.any():
+        return
+    rows = (events.cat == Cat.CPU_OP) & ids[events.name]
+    events.cat[rows] = Cat.USER_ANNOTATION
 
 
 def _handle_salvage(piece: bytes, merger: _Merger, meta: TraceMeta) -> None:

@@ -1,0 +1,12 @@
+"""Autograd anomaly detection left on in a training loop."""
+import torch
+
+torch.autograd.set_detect_anomaly(True)  # PLANTED
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()) for _ in range(12)])
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(40):
+    loss = model(torch.randn(32, 64)).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()

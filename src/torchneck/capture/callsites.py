@@ -1,0 +1,90 @@
+"""Where the user's code configured something slow: the line that built each optimizer, turned
+on anomaly detection, or set the number of threads.
+
+A trace shows the cost (an optimizer step, slow backward ops) but not the line to change; these
+calls happen once, so wrapping them costs nothing measurable. Each record carries the deepest
+user frame at the call and the settings that matter for the findings.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..sites import is_user_file
+
+MAX_RECORDS = 200
+
+
+def _user_frame(depth: int = 2) -> dict | None:
+    frame = sys._getframe(depth)
+    while frame is not None:
+        code = frame.f_code
+        if is_user_file(code.co_filename):
+            return {"file": code.co_filename, "line": frame.f_lineno,
+                    "function": getattr(code, "co_qualname", code.co_name)}
+        frame = frame.f_back
+    return None
+
+
+class CallSites:
+    """Wraps the few configuration calls; `records` lists what the user's code called, where."""
+
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+        self._restore: list[tuple] = []
+
+    def _add(self, what: str, **details) -> None:
+        if len(self.records) >= MAX_RECORDS:
+            return
+        where = _user_frame(3)
+        if where is not None:
+            self.records.append({"what": what, **where, **details})
+
+    def install(self) -> None:
+        import torch
+        from torch.autograd import anomaly_mode
+
+        sites = self
+        opt_init = torch.optim.Optimizer.__init__
+
+        def optimizer_init(opt, params, defaults, *args, **kwargs):
+            opt_init(opt, params, defaults, *args, **kwargs)
+            try:
+                sites._add("optimizer", optimizer=type(opt).__name__,
+                           foreach=opt.defaults.get("foreach"), fused=opt.defaults.get("fused"),
+                           params=sum(len(g["params"]) for g in opt.param_groups))
+            except Exception:
+                pass
+
+        self._patch(torch.optim.Optimizer, "__init__", optimizer_init)
+        for cls in (anomaly_mode.set_detect_anomaly, anomaly_mode.detect_anomaly):
+            self._wrap_init(cls, "anomaly_detection")
+        set_threads = torch.set_num_threads
+
+        def set_num_threads(n):
+            sites._add("set_num_threads", threads=int(n))
+            return set_threads(n)
+
+        self._patch(torch, "set_num_threads", set_num_threads)
+
+    def _wrap_init(self, cls, what: str) -> None:
+        original = cls.__init__
+        sites = self
+
+        def __init__(obj, *args, **kwargs):
+            original(obj, *args, **kwargs)
+            mode = args[0] if args else kwargs.get("mode", True)
+            if mode:
+                sites._add(what)
+
+        self._patch(cls, "__init__", __init__)
+
+    def _patch(self, owner, name: str, value) -> None:
+        self._restore.append((owner, name, owner.__dict__.get(name) if isinstance(owner, type)
+                              else getattr(owner, name)))
+        setattr(owner, name, value)
+
+    def uninstall(self) -> None:
+        for owner, name, original in reversed(self._restore):
+            setattr(owner, name, original)
+        self._restore = []
