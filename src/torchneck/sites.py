@@ -35,17 +35,17 @@ def is_torchneck_file(path: str) -> bool:
     return bool(path) and os.path.realpath(path).startswith(TORCHNECK_ROOT)
 
 
-_MARKER_FILE = os.path.join(TORCHNECK_ROOT, "capture", "lines.py")
+_MARKER_FILE = os.path.realpath(os.path.join(TORCHNECK_ROOT, "capture", "lines.py"))
 
 
 def is_hook_file(path: str) -> bool:
     """torchneck's own hooks (step clocks, profiler steps): time in them is torchneck's, not the
     user's. The line marker (capture/lines.py) is excluded: part of its time is the user's call."""
-    return is_torchneck_file(path) and os.path.realpath(path) != os.path.realpath(_MARKER_FILE)
+    return is_torchneck_file(path) and os.path.realpath(path) != _MARKER_FILE
 
 
 def is_marker_file(path: str) -> bool:
-    return bool(path) and os.path.realpath(path) == os.path.realpath(_MARKER_FILE)
+    return bool(path) and os.path.realpath(path) == _MARKER_FILE
 
 
 MARKER_CALL_FUNCTION = "call_marked"

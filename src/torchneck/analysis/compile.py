@@ -48,11 +48,11 @@ def compile_summary(log: dict | None) -> dict:
     starts = {(str(r.get("frame_id")), str(r.get("frame_compile_id"))): r.get("stack", [])
               for r in records if r.get("type") == "dynamo_start"}
     for m in metrics:
-        ids = str(m.get("compile_id", "")).split("/")
+        ids = str(m.get("compile_id", "0/0")).split("/")  # "frame/compile": compile > 0 is a recompile
         key = _function_key(m, known, starts.get((ids[0], ids[-1]), []))
         if key is None:
             continue
-        frame_key[str(m.get("compile_id", "")).split("/")[0]] = key
+        frame_key[ids[0]] = key
         d = frames.setdefault(key, {"file": key[0], "line": key[1], "function": key[2], "label": key[3],
                                     "compilations": 0,
                                     "graphs": 0, "recompilations": 0, "compile_s": 0.0, "recompile_s": 0.0,
@@ -65,8 +65,7 @@ def compile_summary(log: dict | None) -> dict:
             d["stages_s"][k] += v
             totals[k] += v
         d["compile_s"] += sum(stages.values())
-        cid = str(m.get("compile_id", "0/0")).split("/")
-        if len(cid) == 2 and cid[1].isdigit() and int(cid[1]) > 0:
+        if len(ids) == 2 and ids[1].isdigit() and int(ids[1]) > 0:
             d["recompilations"] += 1
             d["recompile_s"] += sum(stages.values())
         if m.get("fail_type"):
@@ -235,7 +234,7 @@ def _recompile_guards(payload: str) -> list[str]:
     for e in entries:
         m = _GUARD_ENTRY.match(e.splitlines()[0] if e else "")
         if m:
-            out.append(m.group(3))
+            out.append(m.group(3).split("#", 1)[0].strip())  # the guard, without its source comment
     return out
 
 
@@ -244,21 +243,19 @@ def _recompiles(records: list[dict], frame_key: dict, frames: dict) -> list[dict
     for r in records:
         key = frame_key.get(str(r.get("frame_id")))
         guards = _recompile_guards(r.get("payload", ""))
-        if not guards:
-            continue
-        if key is None:
+        if not guards or key is None:
             continue
         d = by_fn.setdefault(key, {"file": key[0], "line": key[1], "function": key[2], "label": key[3],
                                    "count": 0,
                                    "reasons": {}})
         d["count"] += 1
-        words = guard_in_words(guards[0])  # the newest cache entry's failure: why this one recompiled
-        k = words["cause"] + ":" + guards[0].split("#")[0].split("==")[0].strip()
-        entry = d["reasons"].setdefault(k, words | {"guard": guards[0].split("#")[0].strip(), "count": 0,
-                                                    "guards": []})
+        guard = guards[0]  # the newest cache entry's failure: why this one recompiled
+        words = guard_in_words(guard)
+        k = words["cause"] + ":" + guard.split("==")[0].strip()
+        entry = d["reasons"].setdefault(k, words | {"guard": guard, "count": 0, "guards": []})
         entry["count"] += 1
         if len(entry["guards"]) < 10:
-            entry["guards"].append(guards[0].split("#")[0].strip())
+            entry["guards"].append(guard)
     out = []
     for key, d in by_fn.items():
         d["reasons"] = sorted(d["reasons"].values(), key=lambda e: -e["count"])

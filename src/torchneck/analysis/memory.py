@@ -6,12 +6,13 @@ import numpy as np
 
 from ..sites import parse_site
 from ..trace.table import Cat, EventTable, MemoryTable
+from .ops import Nesting
 
 DEVICE_TYPES = {0: "cpu", 1: "cuda"}
 
 
-def memory_summary(table: EventTable, memory: MemoryTable, lo: float, hi: float, top: int = 10,
-                   sites: np.ndarray | None = None, nesting=None) -> dict:
+def memory_summary(table: EventTable, memory: MemoryTable, lo: float, hi: float, nesting: Nesting,
+                   top: int = 10, sites: np.ndarray | None = None) -> dict:
     """Peak allocated per device and the ops that allocated most within [lo, hi].
 
     An allocation is charged to the innermost CPU op on the same thread whose span contains it,
@@ -38,7 +39,7 @@ def memory_summary(table: EventTable, memory: MemoryTable, lo: float, hi: float,
     return {"recorded": True, "devices": devices, "top_allocators": _top_allocators(table, memory, win, top, sites, nesting)}
 
 
-def _enclosing_op(table: EventTable, nesting, rows: np.ndarray) -> np.ndarray:
+def _enclosing_op(table: EventTable, nesting: Nesting, rows: np.ndarray) -> np.ndarray:
     """For each row, itself if it is a CPU op, else its nearest enclosing CPU op (or -1)."""
     rows = rows.copy()
     for _ in range(int(nesting.depth.max(initial=0)) + 1):
@@ -50,7 +51,7 @@ def _enclosing_op(table: EventTable, nesting, rows: np.ndarray) -> np.ndarray:
 
 
 def _top_allocators(table: EventTable, memory: MemoryTable, win: np.ndarray, top: int,
-                    sites: np.ndarray | None, nesting=None) -> list[dict]:
+                    sites: np.ndarray | None, nesting: Nesting) -> list[dict]:
     allocs = np.flatnonzero(win & (memory.nbytes > 0))
     if not len(allocs):
         return []
@@ -69,19 +70,11 @@ def _top_allocators(table: EventTable, memory: MemoryTable, win: np.ndarray, top
         t = memory.ts[a]
         cand = np.searchsorted(starts, t, side="right") - 1
         row = np.where(cand >= 0, o[np.maximum(cand, 0)], -1)
-        for _ in range(int(nesting.depth.max(initial=0)) + 2 if nesting is not None else 0):
-            live = row >= 0
-            ended = live & (table.ts[np.maximum(row, 0)] + table.dur[np.maximum(row, 0)] < t)
+        for _ in range(int(nesting.depth.max(initial=0)) + 2):
+            ended = (row >= 0) & (table.ts[np.maximum(row, 0)] + table.dur[np.maximum(row, 0)] < t)
             if not ended.any():
                 break
-            up = nesting.parent[np.maximum(row, 0)]
-            # climb to the parent, skipping enclosing annotations (they are not ops)
-            row = np.where(ended, up, row)
-            row = np.where((row >= 0) & (table.cat[np.maximum(row, 0)] != Cat.CPU_OP) & ended,
-                           _enclosing_op(table, nesting, row), row)
-        if nesting is None:  # no nesting: only the direct candidate, if it contains the allocation
-            live = row >= 0
-            row = np.where(live & (table.ts[np.maximum(row, 0)] + table.dur[np.maximum(row, 0)] >= t), row, -1)
+            row = np.where(ended, _enclosing_op(table, nesting, nesting.parent[np.maximum(row, 0)]), row)
         for i, r in zip(a.tolist(), row.tolist()):
             if r < 0:
                 continue

@@ -41,50 +41,58 @@ class Samples:
 
 def load_samples(data: dict) -> Samples:
     """Decode samples.json: format 2 (`stacks` table, samples as [stack id, seconds]) or the
-    earlier format 1 (samples as [frame ids, seconds])."""
+    earlier format 1 (samples as [frame ids, seconds]). Each distinct stack is classified once."""
     frames = data.get("frames", [])
-    user = np.array([is_user_file(f[1]) for f in frames], dtype=bool) if frames else np.zeros(0, bool)
     raw = data.get("samples", [])
     if "stacks" in data:
         table = data["stacks"]
-        stacks = [table[s[0]] for s in raw]
+        stack_of = np.array([s[0] for s in raw], dtype=np.int64)
     else:
-        stacks = [s[0] for s in raw]
+        table = [s[0] for s in raw]
+        stack_of = np.arange(len(raw), dtype=np.int64)
+    per_stack = _classify_stacks(frames, table)
     dur = np.array([s[1] for s in raw], dtype=np.float64)
-    user_frame = np.full(len(stacks), -1, dtype=np.int64)
-    leaf = np.full(len(stacks), -1, dtype=np.int64)
-    leaf_user = np.zeros(len(stacks), dtype=bool)
-    tool = np.zeros(len(stacks), dtype=bool)
-    ours = np.array([is_hook_file(f[1]) for f in frames], dtype=bool) if frames else np.zeros(0, bool)
+    user_frame, leaf, leaf_user, tool, importing, compiling, loading = (
+        col[stack_of] if len(stack_of) else col[:0] for col in per_stack)
+    return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool, importing, compiling, loading,
+                   data.get("start_monotonic_ns"), [table[k] for k in stack_of.tolist()])
+
+
+def _frame_mask(frames: list[list], predicate) -> np.ndarray:
+    return np.array([bool(predicate(f)) for f in frames], dtype=bool) if frames else np.zeros(0, bool)
+
+
+def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.ndarray, ...]:
+    """Per stack: deepest user frame, leaf frame, leaf is user code, torchneck overhead below the
+    user frame, importing, compiling, inside DataLoader iteration."""
+    user = _frame_mask(frames, lambda f: is_user_file(f[1]))
+    ours = _frame_mask(frames, lambda f: is_hook_file(f[1]))
     # The line marker's frames: the user's call below `call_marked`, torchneck's overhead otherwise.
-    marker = np.array([is_marker_file(f[1]) for f in frames], dtype=bool) if frames else np.zeros(0, bool)
-    user_call = np.array([bool(m) and f[0] == MARKER_CALL_FUNCTION for m, f in zip(marker, frames)], dtype=bool)
-    importing = np.zeros(len(stacks), dtype=bool)
-    compiling = np.zeros(len(stacks), dtype=bool)
-    imp = np.array([f[1].startswith("<frozen importlib") for f in frames], dtype=bool) if frames else np.zeros(0, bool)
-    comp = np.array([f[1].replace(os.sep, "/").endswith(_CONVERT_FRAME) for f in frames], dtype=bool) \
-        if frames else np.zeros(0, bool)
-    loading = np.zeros(len(stacks), dtype=bool)
-    in_data = np.array(["/torch/utils/data/" in f[1].replace(os.sep, "/") for f in frames], dtype=bool) \
-        if frames else np.zeros(0, bool)
+    marker = _frame_mask(frames, lambda f: is_marker_file(f[1]))
+    user_call = marker & _frame_mask(frames, lambda f: f[0] == MARKER_CALL_FUNCTION)
+    imp = _frame_mask(frames, lambda f: f[1].startswith("<frozen importlib"))
+    comp = _frame_mask(frames, lambda f: f[1].replace(os.sep, "/").endswith(_CONVERT_FRAME))
+    in_data = _frame_mask(frames, lambda f: "/torch/utils/data/" in f[1].replace(os.sep, "/"))
+    n = len(stacks)
+    user_frame = np.full(n, -1, dtype=np.int64)
+    leaf = np.full(n, -1, dtype=np.int64)
+    leaf_user, tool, importing, compiling, loading = (np.zeros(n, dtype=bool) for _ in range(5))
     for i, st in enumerate(stacks):
         if not st:
             continue
-        loading[i] = any(in_data[f] for f in st)
-        importing[i] = any(imp[f] for f in st)
-        compiling[i] = any(comp[f] for f in st)
+        ids = np.asarray(st, dtype=np.int64)
+        loading[i] = in_data[ids].any()
+        importing[i] = imp[ids].any()
+        compiling[i] = comp[ids].any()
         leaf[i] = st[-1]
-        for depth in range(len(st) - 1, -1, -1):
-            fid = st[depth]
-            if user[fid]:
-                user_frame[i] = fid
-                below = st[depth + 1:]
-                tool[i] = any(ours[f] for f in below) or (
-                    any(marker[f] for f in below) and not any(user_call[f] for f in below))
-                break
-        leaf_user[i] = bool(user[st[-1]])
-    return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool, importing, compiling, loading,
-                   data.get("start_monotonic_ns"), stacks)
+        leaf_user[i] = user[st[-1]]
+        mine = np.flatnonzero(user[ids])
+        if len(mine):
+            depth = int(mine[-1])
+            user_frame[i] = st[depth]
+            below = ids[depth + 1:]
+            tool[i] = ours[below].any() or (marker[below].any() and not user_call[below].any())
+    return user_frame, leaf, leaf_user, tool, importing, compiling, loading
 
 
 _CONVERT_FRAME = "torch/_dynamo/convert_frame.py"

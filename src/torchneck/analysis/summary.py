@@ -73,7 +73,7 @@ def analyze_trace(trace: Trace, nesting: Nesting | None = None) -> dict:
         },
         "gpu": gpu_summary(t, lo, hi),
         "syncs": host_syncs(t, nesting, rows),
-        "memory": memory_summary(t, trace.memory, lo, hi, sites=enclosing_sites(t, nesting), nesting=nesting),
+        "memory": memory_summary(t, trace.memory, lo, hi, nesting, sites=enclosing_sites(t, nesting)),
         "compiled": compiled_summary(t, nesting, rows, lo, hi),
     }
 

@@ -130,10 +130,8 @@ class CompileCapture:
         self._warn = _LimitWarnings(self.log)
         self._trace_logger = logging.getLogger("torch.__trace")
         self._dynamo_logger = logging.getLogger("torch._dynamo")
-        self._old_level: int | None = None
 
     def start(self) -> None:
-        self._old_level = self._trace_logger.level
         self._trace_logger.setLevel(logging.DEBUG)  # torch keeps it at DEBUG; before torch's init, we must
         self._trace_logger.addHandler(self.log)
         self._dynamo_logger.addHandler(self._warn)

@@ -8,7 +8,7 @@ the whole run, not per step, so their `time_lost_pct` is a share of the run's wa
 
 from __future__ import annotations
 
-from .findings import Finding, Where
+from .findings import Finding, where_of
 
 DOCS_BREAKS = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html#graph-breaks"
 DOCS_RECOMPILES = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html#recompilations"
@@ -75,7 +75,7 @@ class GraphBreaks:
                 title=f"Graph break in {b['function'] or 'compiled code'}() at line {b['line']}: {b['reason']}"
                       + (f" ({b['explanation']})" if b["explanation"] and len(b["explanation"]) <= 110 else ""),
                 time_lost_s=per_break, time_lost_pct=pct,
-                where=[Where(b["file"], b["line"], b["function"])],
+                where=where_of([b]),
                 evidence=evidence, fix=_break_fix(b), docs=DOCS_BREAKS))
         return out
 
@@ -108,7 +108,7 @@ class Recompiles:
             out.append(Finding(
                 kind=self.kind, severity="high" if hit else "",
                 title=title, time_lost_s=lost, time_lost_pct=_wall_pct(lost, ev.run_wall_s),
-                where=[Where(r["file"], r["line"], r["function"])],
+                where=where_of([r]),
                 evidence={"recompilations": r["count"], "recompile_s": lost, "reasons": r["reasons"],
                           "hit_recompile_limit": bool(hit), "share_of": "run_wall"},
                 fix=(top["fix"][0].upper() + top["fix"][1:] + "." if top["fix"] else
@@ -143,7 +143,7 @@ class CompileTime:
             kind=self.kind, severity="medium" if share >= self.MEDIUM_SHARE else "info",
             title=f"Compiling took {t['total']:.1f} s, {100 * share:.0f}% of the run ({stages})",
             time_lost_s=t["total"], time_lost_pct=100 * share,
-            where=[Where(f["file"], f["line"], f["function"]) for f in frames],
+            where=where_of(frames),
             evidence={"time_s": t, "frames": [{k: f[k] for k in ("function", "file", "line", "compilations",
                                                                   "compile_s")} for f in frames],
                       "cache": c.get("cache", {}), "share_of": "run_wall"},

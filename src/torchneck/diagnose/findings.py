@@ -20,6 +20,12 @@ class Where:
     function: str = ""
 
 
+def where_of(items) -> list[Where]:
+    """`Where`s from dicts that carry `file`, `line` and `function` (hotspot lines, call sites,
+    compile frames...)."""
+    return [Where(d["file"], d["line"], d.get("function", "")) for d in items]
+
+
 @dataclass
 class Finding:
     kind: str

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 
 from .compile_rules import COMPILE_RULES
-from .findings import Finding, Where, rank_findings
+from .findings import Finding, Where, rank_findings, where_of
 
 DOCS = {
     "profiler": "https://pytorch.org/tutorials/recipes/recipes/profiler_recipe.html",
@@ -112,7 +112,7 @@ class PythonHotspot:
                 kind=self.kind,
                 title=f"{line['function']}() spends {100 * share:.0f}% of each step {what}, outside torch ops",
                 time_lost_s=lost, time_lost_pct=_pct(lost, ev),
-                where=[Where(line["file"], line["line"], line["function"])],
+                where=where_of([line]),
                 evidence={"outside_torch_s": outside, "self_python_s": line["self_s"],
                           "line_total_s": line["total_s"], "sampled_s": total, "calls_into": callee},
                 fix="Do this work with torch ops on the tensors you already have (e.g. torch.nonzero / "
@@ -188,7 +188,7 @@ class InputPipeline:
         if dl / ev.window_s < self.MIN_SHARE:
             return []
         loading = (ev.python or {}).get("loading") or {}
-        where = [Where(ln["file"], ln["line"], ln["function"]) for ln in loading.get("lines", [])[:3]]
+        where = where_of(loading.get("lines", [])[:3])
         return [Finding(
             kind=self.kind, where=where,
             title=f"Waiting for the DataLoader takes {100 * dl / ev.window_s:.0f}% of each step",
@@ -358,7 +358,7 @@ class SingleTensorOptimizer:
             title=f"{', '.join(names)} steps take {100 * step_s / ev.window_s:.0f}% of the time, one "
                   "parameter tensor at a time (single-tensor implementation)",
             time_lost_s=lost, time_lost_pct=_pct(lost, ev),
-            where=[Where(c["file"], c["line"], c["function"]) for c in sites[:3]],
+            where=where_of(sites[:3]),
             ops=[n["name"] for n in steps],
             evidence={"optimizer_step_s": step_s, "optimizers": sites[:3], "expected_saving": self.FOREACH_SAVING},
             fix="Pass foreach=True to the optimizer (one kernel per op for all parameters), or "
@@ -397,7 +397,7 @@ class AutogradInInference:
             kind=self.kind,
             title=f"{with_grad} of {calls} model calls built an autograd graph that no backward used",
             time_lost_s=lost, time_lost_pct=_pct(lost, ev),
-            where=[Where(ln["file"], ln["line"], ln["function"]) for ln in lines],
+            where=where_of(lines),
             evidence={"model_calls": calls, "outputs_with_grad": with_grad, "backward_in_trace": False,
                       "estimated_overhead": self.AUTOGRAD_OVERHEAD},
             fix="Run inference under `with torch.inference_mode():` (or torch.no_grad()); model.eval() "
@@ -422,7 +422,7 @@ class OneTimeCost:
             kind=self.kind, severity="info",
             title=f"{startup:.1f} s before the first step (imports, set-up, first-call initialisation)",
             time_lost_s=startup, time_lost_pct=0.0,
-            where=[Where(ln["file"], ln["line"], ln["function"]) for ln in lines],
+            where=where_of(lines),
             evidence={"startup_s": startup, "steady_step_s": steady,
                       "lines": [{k: ln[k] for k in ("file", "line", "function", "total_s", "library")}
                                 for ln in lines]},
@@ -439,7 +439,7 @@ class AnomalyDetection:
         settings = env.get("settings_at_end") or env.get("settings") or {}
         if not settings.get("anomaly_detection"):
             return []
-        where = [Where(c["file"], c["line"], c["function"]) for c in ev.sites_of("anomaly_detection")[:3]]
+        where = where_of(ev.sites_of("anomaly_detection")[:3])
         return [Finding(
             kind=self.kind, severity="high",
             title="Autograd anomaly detection is on (every backward op is checked and traced)",
@@ -459,8 +459,7 @@ class ThreadOversubscription:
                       *(c.get("threads", 0) for c in ev.sites_of("set_num_threads")))
         if not cores or threads <= cores:
             return []
-        where = [Where(c["file"], c["line"], c["function"]) for c in ev.sites_of("set_num_threads")
-                 if c.get("threads", 0) > cores][:3]
+        where = where_of([c for c in ev.sites_of("set_num_threads") if c.get("threads", 0) > cores][:3])
         return [Finding(
             kind=self.kind, severity="medium", where=where,
             title=f"{threads} intra-op threads on {cores} usable cores",
