@@ -33,7 +33,6 @@ def test_dominant_op_top_row_at_its_line(run_dir):
     assert top["source"] == "trace"  # placed by the torchneck@ span around the call, not by a sample
     assert report["findings"][0]["kind"] == "op_hotspot"
     assert report["compile"] == {"present": False, "available": True}  # no torch.compile in this script
-    assert report["ranks"][0]["memory"] == {"recorded": False}  # memory events are opt-in (--memory)
     # The line's time is inside aten::mm: it must not also be reported as Python time.
     assert not [f for f in report["findings"] if f["kind"] == "python_hotspot"
                 and f["where"][0]["line"] == planted_line(script)]

