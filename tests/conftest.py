@@ -18,11 +18,11 @@ def planted_line(script: Path, marker: str = "# PLANTED") -> int:
     raise AssertionError(f"no {marker!r} marker in {script}")
 
 
-def torchneck(*args, cwd=None, timeout=300, module=False):
-    """Run the real CLI in a subprocess."""
+def torchneck(*args, cwd=None, timeout=300, module=False, env=None):
+    """Run the real CLI in a subprocess (`env`: extra environment variables)."""
     cmd = [sys.executable, "-m", "torchneck", *args] if module else \
         [sys.executable, "-c", "import sys; from torchneck.cli import main; sys.exit(main())", *args]
-    env = dict(os.environ, OMP_NUM_THREADS="1", COLUMNS="100")
+    env = dict(os.environ, OMP_NUM_THREADS="1", COLUMNS="100", **(env or {}))
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 

@@ -45,6 +45,7 @@ def run_phases(run: dict) -> dict:
         "phases": phases,
         "window_offsets_s": ((w0 - start) / 1e9, (w1 - start) / 1e9),
         "first_tick_offset_s": (first - start) / 1e9,
+        "window_note": clock.get("window_note"),
     }
 
 

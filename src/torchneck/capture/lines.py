@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 
 from ..sites import MARKER_CALL_FUNCTION, is_user_file, site_name
+from .spans import own_span
 
 
 def call_marked(func, args, kwargs):
@@ -39,10 +40,9 @@ def compiled_code_exists() -> bool:
 
 def make_marker():
     """A fresh `UserLineMarker` (a TorchFunctionMode subclass; built lazily to import torch late)."""
-    import torch
     from torch.overrides import TorchFunctionMode
 
-    record = torch.autograd.profiler.record_function
+    record = own_span()
     user_code: dict = {}  # code object -> is the user's
     names: dict = {}  # (code, line) -> span name
 

@@ -114,6 +114,7 @@ def capture_run(target: Target, options: WindowOptions, out: str | None, timeout
             "whole_run": log.tentative,
             "step_marks": log.step_marks,
             "user_profiler": log.user_profiler,
+            "window_note": log.window_note,
             "lines_marked": log.lines_marked,
             "top_module_calls": log.top_module_calls,
             "top_module_outputs_with_grad": log.top_module_outputs_with_grad,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .lines import LineMarking
+from .spans import OpenSpans, own_span
 
 CLOCK_RANK = {"optimizer": 3, "dataloader": 2, "module": 1}
 
@@ -49,6 +50,7 @@ class ClockLog:
     window_first_step: int | None = None
     step_marks: list[tuple[int, int]] = field(default_factory=list)  # (ProfilerStep N, monotonic ns)
     user_profiler: bool = False
+    window_note: str | None = None  # why the window is not the usual one
     tentative: bool = True
     lines_marked: bool = False  # torch calls carry `torchneck@` spans naming the user's line
     top_module_calls: int = 0  # calls of top-level modules seen by the module clock
@@ -71,6 +73,8 @@ class ProfiledWindow:
         self._main_thread = threading.get_ident()
         self.export_error: str | None = None
         self._lines = LineMarking()
+        self._spans = OpenSpans()
+        self._window_wait_from: int | None = None  # tick at which the window became due
 
     # -- profiler ------------------------------------------------------------------------------
     def _new_profiler(self, memory: bool = True) -> _Kineto:
@@ -111,17 +115,20 @@ class ProfiledWindow:
             opts = self.options
             n = len(log.ticks)
             if log.tentative and not opts.all and n >= opts.warmup:
-                # Drop the warm-up recording; record the steady state from here.
-                self._prof.stop()
-                self._prof = self._new_profiler()
-                self._prof.start()
-                log.tentative = False
-                log.step_marks = []
-                self._mark_step()
-                log.window_start_ns = now
-                log.window_first_step = n
-                log.lines_marked = self._lines.start()
-                return
+                if self._window_wait_from is None:
+                    self._window_wait_from = n
+                    if self._spans.depth == 0:
+                        self._begin_window()
+                        return
+                    # A span is open (Optimizer.step's own, or the user's around the step):
+                    # restarting the profiler now would corrupt the heap (see capture/spans.py).
+                    self._spans.when_closed = self._begin_window
+                elif n - self._window_wait_from >= max(opts.steps, 1):
+                    # A span stayed open for the whole would-be window (one around the
+                    # whole loop): keep the tentative recording, from the start, as the profile.
+                    log.window_note = "a record_function span stayed open around the steps"
+                    self.finish()
+                    return
             if not (log.tentative or opts.all):
                 recorded = n - (log.window_first_step or 0)
                 if opts.duration is not None:
@@ -134,12 +141,37 @@ class ProfiledWindow:
             self._prof.step_num += 1
             self._mark_step()
 
+    def _begin_window(self) -> None:
+        """Drop the warm-up recording; record the steady state from here. Only called when no
+        span is open on the main thread."""
+        with self._lock:
+            log = self.log
+            if self._done or self._prof is None or not log.tentative:
+                return
+            self._spans.when_closed = None
+            try:
+                self._prof.stop()
+                self._prof = self._new_profiler()
+                self._prof.start()
+            except Exception as exc:  # never let the profiler take the user's run down
+                self.export_error = f"{type(exc).__name__}: {exc}"
+                self._done = True
+                self._prof = None
+                return
+            log.tentative = False
+            log.step_marks = []
+            self._mark_step()
+            log.window_start_ns = time.monotonic_ns()
+            log.window_first_step = len(log.ticks)
+            log.lines_marked = self._lines.start()
+
     def finish(self) -> None:
         """Stop profiling and write the trace (idempotent)."""
         with self._lock:
             if self._done or self._prof is None:
                 return
             self._done = True
+            self._spans.when_closed = None
             self.log.window_end_ns = time.monotonic_ns()
             self._remove_module_hooks()
             self._lines.stop()
@@ -161,6 +193,7 @@ class ProfiledWindow:
         from torch.optim.optimizer import register_optimizer_step_post_hook
         from torch.utils.data import dataloader
 
+        self._spans.install()
         self._handles.append(register_optimizer_step_post_hook(lambda *a, **k: self._tick("optimizer")))
         base = dataloader._BaseDataLoaderIter
         original_next = base.__next__
@@ -251,6 +284,7 @@ class ProfiledWindow:
         self._restore_start = (profile, original_start)
 
     def uninstall(self) -> None:
+        self._spans.uninstall()
         for h in self._handles:
             h.remove()
         self._handles = []
@@ -303,10 +337,9 @@ class _Kineto:
             pass
 
     def begin_step(self) -> None:
-        import torch
 
         self.end_step()
-        self._step = torch.autograd.profiler.record_function(f"ProfilerStep#{self.step_num}")
+        self._step = own_span()(f"ProfilerStep#{self.step_num}")
         self._step.__enter__()
 
     def end_step(self) -> None:

@@ -139,6 +139,8 @@ class ConsoleRenderer:
             first = phases.get("first_step_s")
             c.print(f"  steady-state step {phases['steady_step_s'] * 1e3:.2f} ms"
                     + (f", first step {first * 1e3:.2f} ms" if first is not None else ""))
+        if phases.get("window_note"):
+            c.print(f"  [yellow]profiled from the start: {escape(phases['window_note'])}[/]")
 
     def _python(self, python: dict) -> None:
         for key, title in (("window", "Python hotspots in the profiled steps"),
