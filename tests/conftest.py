@@ -26,8 +26,20 @@ def torchneck(*args, cwd=None, timeout=300, module=False, env=None):
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+SCHEMA = json.loads((ROOT.parent / "docs" / "report.schema.json").read_text())
+
+
+def validate_report(report: dict) -> dict:
+    """Every report the tests read is checked against the published JSON Schema."""
+    import jsonschema
+
+    jsonschema.Draft202012Validator(SCHEMA).validate(report)
+    return report
+
+
 def read_report(run_dir: Path) -> dict:
-    return json.loads((run_dir / "report.json").read_text())
+    path = run_dir if run_dir.suffix == ".json" else run_dir / "report.json"
+    return validate_report(json.loads(path.read_text()))
 
 
 @pytest.fixture

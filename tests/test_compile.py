@@ -1,6 +1,5 @@
 """torch.compile diagnostics: the compile log of a live run, its analysis and the findings."""
 
-import json
 
 from conftest import SCRIPTS, planted_line, read_report, torchneck
 
@@ -12,7 +11,7 @@ def test_breaks_recompiles_and_limit_from_a_real_compiled_script(tmp_path):
     run_dir = tmp_path / "run"
     r = torchneck("compile", "--out", str(run_dir), "--json", str(tmp_path / "c.json"), str(script))
     assert r.returncode == 0, r.stderr
-    report = json.loads((tmp_path / "c.json").read_text())
+    report = read_report(tmp_path / "c.json")
     assert report["kind"] == "compile"
     assert {f["kind"] for f in report["findings"]} <= {"graph_break", "recompile", "compile_time"}
 
@@ -61,7 +60,7 @@ def test_cold_compile_runs_without_inductor_caches(tmp_path):
     r = torchneck("compile", "--cold", "--out", str(tmp_path / "run"), "--json", str(tmp_path / "c.json"),
                   str(SCRIPTS / "compiled_inductor.py"))
     assert r.returncode == 0, r.stderr
-    comp = json.loads((tmp_path / "c.json").read_text())["compile"]
+    comp = read_report(tmp_path / "c.json")["compile"]
     cold = comp["cold"]
     assert cold["ok"], cold
     assert cold["time_s"]["inductor"] + cold["time_s"]["codegen"] > 0  # inductor really compiled

@@ -4,7 +4,6 @@ import gzip
 import json
 
 import pytest
-
 from conftest import SCRIPTS, planted_line, read_report, torchneck
 
 

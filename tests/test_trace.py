@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import DATA, torchneck
+from conftest import DATA, torchneck, validate_report
 
 from torchneck.analysis.intervals import claim_by_priority
 from torchneck.analysis.summary import analyze_trace
@@ -119,7 +119,7 @@ def test_every_shared_trace_analyses(path):
     assert a["steps"]["count"] >= 1
     r = torchneck("analyze", str(path), "--json", "-")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["schema_version"] == 1
+    assert validate_report(json.loads(r.stdout))["schema_version"] == 1
 
 
 def test_rocm_and_old_categories(tmp_path):
@@ -193,7 +193,7 @@ def test_multi_rank_directory(tmp_path):
         (tmp_path / name).write_bytes((DATA / name).read_bytes())
     r = torchneck("analyze", str(tmp_path), "--json", "-")
     assert r.returncode == 0, r.stderr
-    ranks = json.loads(r.stdout)["ranks"]
+    ranks = validate_report(json.loads(r.stdout))["ranks"]
     assert sorted(a["trace"]["rank"] for a in ranks) == [0, 1]
     assert all(a["steps"]["count"] == 2 for a in ranks)
 

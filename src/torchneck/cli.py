@@ -37,9 +37,26 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="record Python stacks in the profiler too (slow; the sampler is used otherwise)")
     p.add_argument("--json", metavar="FILE", help="also write the report JSON here ('-' for stdout)")
     p.add_argument("--quiet", action="store_true", help="print no report (files are still written)")
+    _add_fail_on(p)
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like python -m")
     p.add_argument("script", nargs="?", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+
+
+def _add_fail_on(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fail-on", choices=("high", "medium", "low"), metavar="SEVERITY",
+                   help="exit 1 when a finding of this severity or worse exists (high|medium|low; for CI gates)")
+
+
+SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2, "info": 3}
+
+
+def failed_gate(report: dict, fail_on: str | None) -> bool:
+    """True when `--fail-on` is set and a finding is at least that severe."""
+    if not fail_on:
+        return False
+    limit = SEVERITY_RANK[fail_on]
+    return any(SEVERITY_RANK.get(f["severity"], 3) <= limit for f in report.get("findings") or [])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,9 +86,25 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--rank", type=int, help="report on this rank only")
     an.add_argument("--json", metavar="FILE", help="write the report JSON here ('-' for stdout)")
     an.add_argument("--quiet", action="store_true", help="print no terminal report")
+    an.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report here")
+    _add_fail_on(an)
     rep = sub.add_parser("report", help="re-analyse a run directory written by `torchneck run`")
     rep.add_argument("run_dir", metavar="RUN_DIR")
     rep.add_argument("--json", metavar="FILE", help="write the report JSON here ('-' for stdout)")
+    rep.add_argument("--html", action="store_true",
+                     help="(re)write RUN_DIR/report.html and say where it is, instead of the terminal report")
+    rep.add_argument("--quiet", action="store_true", help="print no terminal report")
+    _add_fail_on(rep)
+    dif = sub.add_parser("diff", help="compare two runs: step time, findings, ops, Python lines",
+                         description="Compare two runs (run directories, report.json files or traces; "
+                                     "`last` and `last~1` are the newest runs in ./torchneck-runs).")
+    dif.add_argument("a", metavar="A", help="the baseline: RUN_DIR, report.json, trace, or last~1")
+    dif.add_argument("b", metavar="B", help="the new run: RUN_DIR, report.json, trace, or last")
+    dif.add_argument("--json", metavar="FILE", help="write the diff JSON here ('-' for stdout)")
+    dif.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page of the diff")
+    dif.add_argument("--quiet", action="store_true", help="print no terminal report")
+    dif.add_argument("--fail-on-regression", type=float, metavar="PCT",
+                     help="exit 1 when B's step time is more than PCT %% slower than A's")
     return parser
 
 
@@ -98,6 +131,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
     if report is not None:
         _emit(report, ns.json, ns.quiet)
         _stderr_console().print(f"torchneck: run directory {run_dir}")
+        if failed_gate(report, ns.fail_on) and not code:
+            code = 1
     return code
 
 
@@ -116,6 +151,8 @@ def cmd_compile(ns: argparse.Namespace) -> int:
     (run_dir / "report-compile.json").write_text(json.dumps(report, indent=1))
     _emit(report, ns.json, ns.quiet)
     _stderr_console().print(f"torchneck: run directory {run_dir}")
+    if failed_gate(report, ns.fail_on) and not code:
+        code = 1
     return code
 
 
@@ -188,14 +225,17 @@ def _capture_and_analyse(ns: argparse.Namespace) -> tuple[dict | None, Path | No
 
 
 def build_run_report(run_dir: Path) -> dict:
-    """Analyse a run directory and write report.json and report.txt into it."""
-    from .pipeline import report_from_run_dir
-    from .report.console import render_text
+    from .pipeline import write_run_report
 
-    report = report_from_run_dir(run_dir)
-    (Path(run_dir) / "report.json").write_text(json.dumps(report, indent=1))
-    (Path(run_dir) / "report.txt").write_text(render_text(report))
-    return report
+    return write_run_report(run_dir)
+
+
+def _write_html(report: dict, target: str | None) -> None:
+    if target:
+        from .report.html import render_html
+
+        Path(target).write_text(render_html(report), encoding="utf-8")
+        _stderr_console().print(f"torchneck: HTML report {target}")
 
 
 def cmd_analyze(ns: argparse.Namespace) -> int:
@@ -216,16 +256,34 @@ def cmd_analyze(ns: argparse.Namespace) -> int:
     else:
         report = report_from_traces(ns.paths, ns.rank)
     _emit(report, ns.json, ns.quiet)
-    return 0
+    _write_html(report, ns.html)
+    return 1 if failed_gate(report, ns.fail_on) else 0
 
 
 def cmd_report(ns: argparse.Namespace) -> int:
-    report = build_run_report(Path(ns.run_dir))
-    _emit(report, ns.json, False)
+    run_dir = Path(ns.run_dir)
+    report = build_run_report(run_dir)
+    _emit(report, ns.json, ns.quiet or ns.html)
+    if ns.html:
+        _stderr_console().print(f"torchneck: HTML report {run_dir / 'report.html'}")
+    return 1 if failed_gate(report, ns.fail_on) else 0
+
+
+def cmd_diff(ns: argparse.Namespace) -> int:
+    from .diff import diff_reports, load_report, resolve_input
+
+    a_path, b_path = resolve_input(ns.a), resolve_input(ns.b)
+    report = diff_reports(load_report(a_path), load_report(b_path), str(a_path), str(b_path))
+    _emit(report, ns.json, ns.quiet)
+    _write_html(report, ns.html)
+    change = report["diff"]["step"]["change_pct"]
+    if ns.fail_on_regression is not None and change is not None and change > ns.fail_on_regression:
+        _stderr_console().print(f"torchneck: step time regressed {change:.1f}% (> {ns.fail_on_regression:g}%)")
+        return 1
     return 0
 
 
-_RUN_VALUE_FLAGS = {"--out", "--warmup", "--steps", "--duration", "--timeout", "--json"}
+_RUN_VALUE_FLAGS = {"--out", "--warmup", "--steps", "--duration", "--timeout", "--json", "--fail-on"}
 
 
 def _split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -268,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_analyze(ns)
         if ns.command == "report":
             return cmd_report(ns)
+        if ns.command == "diff":
+            return cmd_diff(ns)
     except TorchneckError as exc:
         print(f"torchneck: {exc}", file=sys.stderr)
         return 2
@@ -280,6 +340,6 @@ def main(argv: list[str] | None = None) -> int:
 def bottleneck_main(argv: list[str] | None = None) -> int:
     """`python -m torchneck script.py args`: the torch.utils.bottleneck form, i.e. `run`."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("run", "compile", "analyze", "report", "-h", "--help", "--version"):
+    if argv and argv[0] in ("run", "compile", "analyze", "report", "diff", "-h", "--help", "--version"):
         return main(argv)
     return main(["run", *argv])

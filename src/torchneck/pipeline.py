@@ -16,7 +16,9 @@ from .analysis.run import (
     sample_op_seconds,
     trace_clock_offset_us,
 )
+from .analysis.steps import find_steps
 from .analysis.summary import analyze_trace
+from .analysis.views import memory_timeline, representative_step, stack_tree, step_timeline
 from .diagnose.rules import Evidence, diagnose
 from .errors import TorchneckError
 from .trace.loader import find_trace_files, load_trace
@@ -71,9 +73,12 @@ def report_from_run_dir(run_dir: Path) -> dict:
         offset_us = trace_clock_offset_us(trace, run)  # sample clock -> trace clock, once
         ops_lines = ops_by_user_line(trace, samples, offset_us, nesting)
         op_s = sample_op_seconds(trace, samples, offset_us)
+        views = trace_views(trace, nesting)
     else:
+        views = {}
         warnings.append("no trace was recorded" + (f": {run['trace_error']}" if run.get("trace_error") else ""))
     python = python_phases(samples, phases, op_s)
+    views["stacks"] = stack_tree(samples)
     compiled = compile_summary(_read_json(run_dir / "compile.json", required=False))
     ev = Evidence(analysis=analysis, env=env, phases=phases, python=python, ops_by_line=ops_lines,
                   compile=compiled, run_wall_s=run.get("wall_s") or 0.0,
@@ -85,7 +90,20 @@ def report_from_run_dir(run_dir: Path) -> dict:
                                        "call_sites")}
         | {"phases": phases, "run_dir": str(run_dir)},
         env=env, python=python, ops_by_line=ops_lines, compile=compiled,
-        ranks=[analysis] if analysis else [], warnings=warnings)
+        ranks=[analysis] if analysis else [], warnings=warnings, views=views)
+
+
+def write_run_report(run_dir: Path) -> dict:
+    """Analyse a run directory and write report.json, report.txt and report.html into it."""
+    from .report.console import render_text
+    from .report.html import render_html
+
+    run_dir = Path(run_dir)
+    report = report_from_run_dir(run_dir)
+    (run_dir / "report.json").write_text(json.dumps(report, indent=1))
+    (run_dir / "report.txt").write_text(render_text(report))
+    (run_dir / "report.html").write_text(render_html(report), encoding="utf-8")
+    return report
 
 
 def report_from_traces(paths: list[str], rank: int | None = None, progress=None) -> dict:
@@ -94,11 +112,15 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None)
     for p in paths:
         files += find_trace_files(p)
     analyses = []
+    views: dict = {}
     for f in files:
         trace = load_trace(f, progress=progress)
         if rank is not None and trace.meta.rank is not None and trace.meta.rank != rank:
             continue
-        analyses.append(analyze_trace(trace))
+        nesting = host_nesting(trace.events)
+        analyses.append(analyze_trace(trace, nesting))
+        if len(analyses) == 1:
+            views = trace_views(trace, nesting)
     if not analyses:
         raise TorchneckError(f"no trace for rank {rank} among {len(files)} file(s)")
     main = analyses[0]
@@ -106,7 +128,17 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None)
     for f in findings:
         f.rank = main["trace"]["rank"]
     return _envelope("analyze", verdict(main, None, findings), findings, ranks=analyses,
-                     warnings=[w for a in analyses for w in a["trace"]["warnings"]])
+                     warnings=[w for a in analyses for w in a["trace"]["warnings"]], views=views)
+
+
+def trace_views(trace, nesting) -> dict:
+    """Data for the HTML report's pictures: a typical step's timeline, memory over the steps."""
+    steps = find_steps(trace.events)
+    step = representative_step(steps)
+    if step is None:
+        return {}
+    lo, hi = min(s.start for s in steps), max(s.end for s in steps)
+    return {"timeline": step_timeline(trace, step, nesting), "memory": memory_timeline(trace.memory, lo, hi)}
 
 
 def _envelope(kind: str, verdict_text: str, findings: list, **sections) -> dict:

@@ -48,81 +48,108 @@ def make_run_dir(out: str | None, label: str) -> Path:
     return path
 
 
+class CaptureSession:
+    """Everything torchneck records about one piece of work (a script, or a block of code under
+    `torchneck.profile()`): `begin()` before it, `end(outcome)` after it, which writes the raw
+    evidence into `run_dir`."""
+
+    def __init__(self, run_dir: Path, options: WindowOptions, status=None):
+        self.run_dir = run_dir
+        self.options = options
+        self.status = status
+        self.trace_path = run_dir / "trace.json.gz"
+
+    def begin(self) -> None:
+        import torch  # noqa: F401  (imported here so its import time is not the user's)
+
+        from .callsites import CallSites
+        from .compile_log import CompileCapture
+        from .env import collect_env
+        from .sampler import StackSampler
+
+        env = collect_env()
+        (self.run_dir / "env.json").write_text(json.dumps(env, indent=1))
+        self.window = ProfiledWindow(self.options, self.trace_path)
+        self.sampler = StackSampler()
+        self.compile_capture = CompileCapture(on_compile_start=self.window.compile_started)
+        self.compile_capture.start()
+        self.call_sites = CallSites()
+        self.call_sites.install()
+        self.started_ns = time.monotonic_ns()
+        self.cpu0 = time.process_time()
+        self.window.start()
+        self.sampler.start()
+
+    def end(self, outcome: Outcome, target: Target) -> RunResult:
+        """Stop every recorder (whatever happens) and write the evidence; run.json last."""
+        from .env import read_slow_settings
+
+        window, sampler, compile_capture, call_sites = self.window, self.sampler, self.compile_capture, self.call_sites
+        options, run_dir, trace_path = self.options, self.run_dir, self.trace_path
+        try:
+            sampler.stop()
+            compile_capture.stop()
+            call_sites.uninstall()
+        finally:
+            ended_ns = time.monotonic_ns()
+            started_ns = self.started_ns
+            cpu_s = time.process_time() - self.cpu0
+            sys.stdout.flush()
+            if self.status:
+                self.status("writing the trace")
+            window.finish()
+            window.uninstall()
+        try:
+            end_settings = read_slow_settings()
+        except Exception:
+            end_settings = {}
+        sampler.write(run_dir / "samples.json")
+        compile_capture.write(run_dir / "compile.json")
+        log = window.log
+        run_info = {
+            "target": {"script": str(target.script) if target.script else None, "module": target.module,
+                       "args": list(target.args), "cwd": os.getcwd()},
+            "argv": sys.argv,
+            "exit_code": outcome.exit_code,
+            "status": outcome.status,
+            "error": outcome.error,
+            "traceback": outcome.traceback,
+            "started_monotonic_ns": started_ns,
+            "ended_monotonic_ns": ended_ns,
+            "wall_s": (ended_ns - started_ns) / 1e9,
+            "cpu_s": cpu_s,
+            "clock": {
+                "kind": log.kind,
+                "ticks": log.ticks,
+                "window_start_ns": log.window_start_ns,
+                "window_end_ns": log.window_end_ns,
+                "window_first_step": log.window_first_step,
+                "whole_run": log.tentative,
+                "step_marks": log.step_marks,
+                "user_profiler": log.user_profiler,
+                "window_note": log.window_note,
+                "lines_marked": log.lines_marked,
+                "top_module_calls": log.top_module_calls,
+                "top_module_outputs_with_grad": log.top_module_outputs_with_grad,
+            },
+            "options": asdict(options),
+            "trace_error": window.export_error,
+            "settings_at_end": end_settings,
+            "call_sites": call_sites.records,
+        }
+        (run_dir / "run.json").write_text(json.dumps(run_info, indent=1))
+        return RunResult(run_dir, outcome, trace_path if trace_path.exists() else None)
+
+
 def capture_run(target: Target, options: WindowOptions, out: str | None, timeout: float | None,
                 status=None) -> RunResult:
     """Run the target once under the sampler and the profiler; write the raw evidence."""
     code = check_target(target)
-    run_dir = make_run_dir(out, target.label)
-    import torch  # noqa: F401  (imported here so its import time is not the script's)
-
-    from .callsites import CallSites
-    from .compile_log import CompileCapture
-    from .env import collect_env, read_slow_settings
-    from .sampler import StackSampler
-
-    env = collect_env()
-    (run_dir / "env.json").write_text(json.dumps(env, indent=1))
-    trace_path = run_dir / "trace.json.gz"
-    window = ProfiledWindow(options, trace_path)
-    sampler = StackSampler()
-    compile_capture = CompileCapture(on_compile_start=window.compile_started)
-    compile_capture.start()
-    call_sites = CallSites()
-    call_sites.install()
-    started_ns = time.monotonic_ns()
-    cpu0 = time.process_time()
-    window.start()
-    sampler.start()
+    session = CaptureSession(make_run_dir(out, target.label), options, status)
+    session.begin()
+    outcome = Outcome(1, "terminated", "torchneck stopped before the script ended")
     try:
         outcome = run_target(target, code, timeout)
     finally:
-        sampler.stop()
-        compile_capture.stop()
-        call_sites.uninstall()
-        ended_ns = time.monotonic_ns()
-        cpu_s = time.process_time() - cpu0
-        sys.stdout.flush()
-        if status:
-            status("writing the trace")
-        window.finish()
-        window.uninstall()
-    try:
-        end_settings = read_slow_settings()
-    except Exception:
-        end_settings = {}
-    sampler.write(run_dir / "samples.json")
-    compile_capture.write(run_dir / "compile.json")
-    log = window.log
-    run_info = {
-        "target": {"script": str(target.script) if target.script else None, "module": target.module,
-                   "args": list(target.args), "cwd": os.getcwd()},
-        "argv": sys.argv,
-        "exit_code": outcome.exit_code,
-        "status": outcome.status,
-        "error": outcome.error,
-        "traceback": outcome.traceback,
-        "started_monotonic_ns": started_ns,
-        "ended_monotonic_ns": ended_ns,
-        "wall_s": (ended_ns - started_ns) / 1e9,
-        "cpu_s": cpu_s,
-        "clock": {
-            "kind": log.kind,
-            "ticks": log.ticks,
-            "window_start_ns": log.window_start_ns,
-            "window_end_ns": log.window_end_ns,
-            "window_first_step": log.window_first_step,
-            "whole_run": log.tentative,
-            "step_marks": log.step_marks,
-            "user_profiler": log.user_profiler,
-            "window_note": log.window_note,
-            "lines_marked": log.lines_marked,
-            "top_module_calls": log.top_module_calls,
-            "top_module_outputs_with_grad": log.top_module_outputs_with_grad,
-        },
-        "options": asdict(options),
-        "trace_error": window.export_error,
-        "settings_at_end": end_settings,
-        "call_sites": call_sites.records,
-    }
-    (run_dir / "run.json").write_text(json.dumps(run_info, indent=1))
-    return RunResult(run_dir, outcome, trace_path if trace_path.exists() else None)
+        result = session.end(outcome, target)
+    return result

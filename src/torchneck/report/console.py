@@ -36,6 +36,8 @@ class ConsoleRenderer:
 
     def render(self, report: dict) -> None:
         c = self.console
+        if report.get("kind") == "diff":
+            return self._diff(report)
         c.rule("[bold]torchneck report")
         run = report.get("run")
         if run:
@@ -71,6 +73,42 @@ class ConsoleRenderer:
             self._ranks(report["ranks"])
         for w in report.get("warnings", []):
             c.print(f"[yellow]warning:[/] {escape(w)}")
+
+    def _diff(self, report: dict) -> None:
+        c = self.console
+        d = report["diff"]
+        c.rule("[bold]torchneck diff")
+        c.print(f"A: {escape(str(d['a']['label']))}\nB: {escape(str(d['b']['label']))}")
+        c.print()
+        c.print(escape(report["verdict"]))
+        styles = {"new": "bold red", "worse": "red", "gone": "green", "better": "green", "same": "dim"}
+        if d["findings"]:
+            t = Table(title="Findings, A -> B (time lost, ms per step; start-up and compile per run)",
+                      box=box.SIMPLE, title_justify="left")
+            for col, just in (("status", "left"), ("kind", "left"), ("finding", "left"), ("A", "right"), ("B", "right")):
+                t.add_column(col, justify=just)
+            for f in d["findings"]:
+                st = styles[f["status"]]
+                t.add_row(f"[{st}]{f['status']}[/]", f["kind"], escape(f["title"]),
+                          "-" if f["a_ms"] is None else f"{f['a_ms']:.2f}",
+                          "-" if f["b_ms"] is None else f"{f['b_ms']:.2f}")
+            c.print(t)
+        if d["ops"]:
+            t = Table(title="Ops that changed most (self µs per step)", box=box.SIMPLE, title_justify="left")
+            for col in ("op", "A", "B", "change"):
+                t.add_column(col, justify="left" if col == "op" else "right")
+            for o in d["ops"][: self.top]:
+                t.add_row(escape(o["op"]), f"{o['a_us_per_step']:.1f}", f"{o['b_us_per_step']:.1f}",
+                          f"{o['change_us']:+.1f}")
+            c.print(t)
+        if d["python"]:
+            t = Table(title="Python lines that moved (ms per step)", box=box.SIMPLE, title_justify="left")
+            for col in ("line", "A", "B", "change"):
+                t.add_column(col, justify="left" if col == "line" else "right")
+            for x in d["python"][: self.top]:
+                t.add_row(escape(x["line"]), f"{x['a_ms_per_step']:.2f}", f"{x['b_ms_per_step']:.2f}",
+                          f"{x['change_ms']:+.2f}")
+            c.print(t)
 
     def _findings(self, findings: list[dict]) -> None:
         c = self.console
