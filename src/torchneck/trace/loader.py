@@ -25,6 +25,7 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceError
+from ..sites import LINE_PREFIX
 from .schema import ANY_DECODER, EMPTY_ARGS, EVENT_LIST_DECODER, LOOSE_EVENT_LIST_DECODER, Event
 from .table import Cat, EventTable, MemoryTable, Threads, Trace, TraceMeta, normalise_category
 
@@ -721,14 +722,16 @@ def load_trace(
 
 
 def _is_framework_span(name: str) -> bool:
-    return (name.endswith(" (dynamo_timed)") or name.startswith(("Torch-Compiled Region:", "## Call CompiledFxGraph"))
+    return (name.endswith(" (dynamo_timed)")
+            or name.startswith(("Torch-Compiled Region:", "## Call CompiledFxGraph", LINE_PREFIX))
             or name in ("CompiledFunction", "CompiledFunctionBackward"))
 
 
 def _spans_not_ops(events: EventTable) -> None:
     """Spans that torch.compile records as `cpu_op` (compile stages `... (dynamo_timed)`,
-    `Torch-Compiled Region`, compiled-graph calls) are annotations, not operators: as ops they
-    would top the op table with compile time and swallow their children's self time."""
+    `Torch-Compiled Region`, compiled-graph calls), and torchneck's own line spans (C++
+    `RecordFunctionFast`, also `cpu_op`), are annotations, not operators: as ops they would top
+    the op table and swallow their children's self time."""
     if not len(events):
         return
     ids = events.names_matching(_is_framework_span)
