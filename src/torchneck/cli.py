@@ -38,6 +38,17 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="also write the report JSON here ('-' for stdout)")
     p.add_argument("--quiet", action="store_true", help="print no report (files are still written)")
     _add_fail_on(p)
+    dist = p.add_argument_group("multi-process jobs (launched with torchrun, torch.distributed.run)")
+    dist.add_argument("--nproc-per-node", type=int, metavar="N",
+                      help="run the script as N processes under torchrun, each rank profiled into RUN_DIR/rank-<R>/, "
+                           "then one merged report (stragglers, communication)")
+    dist.add_argument("--nnodes", metavar="N|MIN:MAX", help="torchrun --nnodes")
+    dist.add_argument("--node-rank", type=int, metavar="R", help="torchrun --node-rank")
+    dist.add_argument("--master-addr", metavar="HOST", help="torchrun --master-addr")
+    dist.add_argument("--master-port", type=int, metavar="PORT", help="torchrun --master-port")
+    dist.add_argument("--rdzv-backend", metavar="NAME", help="torchrun --rdzv-backend")
+    dist.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="torchrun --rdzv-endpoint")
+    dist.add_argument("--rdzv-id", metavar="ID", help="torchrun --rdzv-id")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like python -m")
     p.add_argument("script", nargs="?", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
@@ -200,6 +211,8 @@ def _capture_and_analyse(ns: argparse.Namespace) -> tuple[dict | None, Path | No
                             record_shapes=not ns.no_shapes, profile_memory=not ns.no_memory,
                             with_stack=ns.with_stack)
     err = _stderr_console()
+    if ns.nproc_per_node is not None:
+        return _launch_and_analyse(ns, target, options)
     from .capture.session import capture_run
 
     status = (lambda msg: err.print(f"torchneck: {msg}…")) if err.is_terminal and not ns.quiet else None
@@ -224,9 +237,48 @@ def _capture_and_analyse(ns: argparse.Namespace) -> tuple[dict | None, Path | No
     return report, result.run_dir, outcome.exit_code
 
 
+def _launch_and_analyse(ns: argparse.Namespace, target, options) -> tuple[dict | None, Path | None, int]:
+    """`run --nproc-per-node N`: the job under torchrun, then one merged analysis of its ranks."""
+    from .capture.launch import TorchrunOptions, launch_job
+    from .capture.runner import check_target
+    from .capture.session import make_run_dir
+
+    if ns.nproc_per_node < 1:
+        raise TorchneckError("--nproc-per-node must be at least 1")
+    check_target(target)
+    run_dir = make_run_dir(ns.out, target.label)
+    torchrun = TorchrunOptions(ns.nproc_per_node, ns.nnodes, ns.node_rank, ns.master_addr, ns.master_port,
+                               ns.rdzv_backend, ns.rdzv_endpoint, ns.rdzv_id)
+    code = launch_job(target, options, run_dir, torchrun, ns.timeout)
+    err = _stderr_console()
+    try:
+        with err.status("torchneck: analysing the ranks…"):
+            report = write_job_report(run_dir)
+    except TorchneckError as exc:
+        err.print(f"torchneck: analysis failed: {exc}; the raw evidence is kept in {run_dir}")
+        return None, run_dir, code or 2
+    return report, run_dir, code
+
+
+def write_job_report(run_dir: Path) -> dict:
+    from .jobs import report_from_job_dir
+    from .report.console import render_text
+    from .report.html import render_html
+
+    report = report_from_job_dir(run_dir)
+    (Path(run_dir) / "report.json").write_text(json.dumps(report, indent=1))
+    (Path(run_dir) / "report.txt").write_text(render_text(report))
+    (Path(run_dir) / "report.html").write_text(render_html(report), encoding="utf-8")
+    return report
+
+
 def build_run_report(run_dir: Path) -> dict:
+    """report.json/.txt/.html of a run directory: one process, or a multi-rank job."""
+    from .jobs import is_job_dir
     from .pipeline import write_run_report
 
+    if is_job_dir(run_dir):
+        return write_job_report(run_dir)
     return write_run_report(run_dir)
 
 
@@ -283,7 +335,9 @@ def cmd_diff(ns: argparse.Namespace) -> int:
     return 0
 
 
-_RUN_VALUE_FLAGS = {"--out", "--warmup", "--steps", "--duration", "--timeout", "--json", "--fail-on"}
+_RUN_VALUE_FLAGS = {"--out", "--warmup", "--steps", "--duration", "--timeout", "--json", "--fail-on",
+                    "--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
+                    "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id"}
 
 
 def _split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -45,9 +45,9 @@ def verdict(analysis: dict | None, phases: dict | None, findings: list) -> str:
     if phases:
         p = phases["phases"]
         parts.append(f"Start-up before the first step took {p['startup_s']:.1f} s.")
-    top = [f for f in findings if f.severity != "info"]
+    top = [f for f in (x if isinstance(x, dict) else x.to_dict() for x in findings) if f["severity"] != "info"]
     if top:
-        parts.append(f"Biggest problem: {top[0].title}.")
+        parts.append(f"Biggest problem: {top[0]['title']}.")
     elif findings or analysis:
         parts.append("No significant problem found.")
     return " ".join(parts)
@@ -106,29 +106,73 @@ def write_run_report(run_dir: Path) -> dict:
     return report
 
 
+def analyse_trace_file(path: str, rank: int | None = None, progress=None, with_views: bool = True) -> dict | None:
+    """One trace file -> {"analysis", "views"}; None when it is not the wanted rank. Runs in a
+    worker process for multi-rank input, so only this small summary crosses back."""
+    trace = load_trace(path, progress=progress)
+    if rank is not None and trace.meta.rank is not None and trace.meta.rank != rank:
+        return None
+    nesting = host_nesting(trace.events)
+    return {"analysis": analyze_trace(trace, nesting), "views": trace_views(trace, nesting) if with_views else {}}
+
+
+def _analyse_files(files: list[str], rank: int | None, progress) -> list[dict | None]:
+    """Each trace in its own process when there are several (bounded memory per trace; as many
+    at once as there are cores); in this process when there is one."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    workers = min(len(files), os.cpu_count() or 1)
+    if workers <= 1:
+        return [analyse_trace_file(f, rank, progress) for f in files]
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        return list(pool.map(analyse_trace_file, files, [rank] * len(files)))
+
+
 def report_from_traces(paths: list[str], rank: int | None = None, progress=None) -> dict:
-    """Analyse existing trace files (a file, or a directory of per-rank traces)."""
+    """Analyse existing trace files (a file, or a directory of per-rank traces). With several
+    ranks: each rank's findings (tagged with its rank), plus the straggler and communication
+    findings from comparing them."""
+    from .analysis.distributed import compare_ranks
+    from .diagnose.distributed_rules import diagnose_job
+    from .jobs import SEVERITY_ORDER, merge_rank_findings
+
     files = []
     for p in paths:
-        files += find_trace_files(p)
-    analyses = []
-    views: dict = {}
-    for f in files:
-        trace = load_trace(f, progress=progress)
-        if rank is not None and trace.meta.rank is not None and trace.meta.rank != rank:
-            continue
-        nesting = host_nesting(trace.events)
-        analyses.append(analyze_trace(trace, nesting))
-        if len(analyses) == 1:
-            views = trace_views(trace, nesting)
-    if not analyses:
+        files += [str(f) for f in find_trace_files(p)]
+    results = [r for r in _analyse_files(files, rank, progress) if r is not None]
+    if not results:
         raise TorchneckError(f"no trace for rank {rank} among {len(files)} file(s)")
+    analyses = [r["analysis"] for r in results]
     main = analyses[0]
-    findings = diagnose(Evidence(analysis=main))
-    for f in findings:
-        f.rank = main["trace"]["rank"]
+    per_rank: dict[int, dict] = {}
+    for i, a in enumerate(analyses):
+        key = a["trace"]["rank"] if a["trace"]["rank"] is not None else i
+        fs = diagnose(Evidence(analysis=a))
+        for f in fs:
+            f.rank = a["trace"]["rank"]
+        per_rank.setdefault(key, {"findings": [f.to_dict() for f in fs]})
+    findings = merge_rank_findings(per_rank) if len(per_rank) > 1 else per_rank[next(iter(per_rank))]["findings"]
+    sections: dict = {}
+    if len(analyses) > 1:
+        summaries = [{"rank": a["trace"]["rank"] if a["trace"]["rank"] is not None else i,
+                      "median_step_us": a["steps"]["median_us"], "steps": a["steps"]["count"],
+                      "comm": a.get("comm") or {"present": False}, "path": a["trace"]["path"]}
+                     for i, a in enumerate(analyses)]
+        dist = compare_ranks(summaries)
+        dist["failed"] = []
+        sections["distributed"] = dist
+        findings = diagnose_job(dist, {"ranks": [main]}) + findings
+    findings.sort(key=lambda f: (SEVERITY_ORDER.get(f["severity"], 3), -f["time_lost_s"]))
+    from .jobs import FULL_RANKS_MAX
+
+    warnings = [w for a in analyses for w in a["trace"]["warnings"]]
+    if len(analyses) > FULL_RANKS_MAX:  # the others are summarised in `distributed.ranks`
+        analyses = analyses[:1]
     return _envelope("analyze", verdict(main, None, findings), findings, ranks=analyses,
-                     warnings=[w for a in analyses for w in a["trace"]["warnings"]], views=views)
+                     warnings=warnings, views=results[0]["views"],
+                     **sections)
 
 
 def trace_views(trace, nesting) -> dict:
@@ -148,7 +192,7 @@ def _envelope(kind: str, verdict_text: str, findings: list, **sections) -> dict:
         "tool": {"name": "torchneck", "version": __version__},
         "kind": kind,
         "verdict": verdict_text,
-        "findings": [f.to_dict() for f in findings],
+        "findings": [f if isinstance(f, dict) else f.to_dict() for f in findings],
         **sections,
     }
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..sites import LINE_PREFIX
 from ..trace.table import Cat, EventTable
 from .intervals import claim_by_priority
 
@@ -34,8 +35,9 @@ class Step:
 
 
 def is_communication(name: str) -> bool:
-    """Collective / point-to-point communication, by kernel or op name (NCCL, RCCL, gloo, c10d)."""
-    return bool(_COMM.search(name))
+    """Collective / point-to-point communication, by kernel or op name (NCCL, RCCL, gloo, c10d);
+    never torchneck's own line spans, whose file path may contain such a word."""
+    return not name.startswith(LINE_PREFIX) and bool(_COMM.search(name))
 
 
 def find_steps(table: EventTable) -> list[Step]:

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..trace.table import Cat, Trace
 from .compiled import compiled_summary
+from .distributed import collectives
 from .gpu import gpu_summary
 from .memory import memory_summary
 from .ops import (
@@ -75,6 +76,7 @@ def analyze_trace(trace: Trace, nesting: Nesting | None = None) -> dict:
         "syncs": host_syncs(t, nesting, rows),
         "memory": memory_summary(t, trace.memory, lo, hi, nesting, sites=enclosing_sites(t, nesting)),
         "compiled": compiled_summary(t, nesting, rows, lo, hi),
+        "comm": collectives(t, steps),
     }
 
 

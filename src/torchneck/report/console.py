@@ -69,7 +69,9 @@ class ConsoleRenderer:
             self._ops(analysis)
             self._gpu(analysis)
             self._memory(analysis)
-        if len(report.get("ranks", [])) > 1:
+        if report.get("distributed"):
+            self._distributed(report["distributed"])
+        elif len(report.get("ranks", [])) > 1:
             self._ranks(report["ranks"])
         for w in report.get("warnings", []):
             c.print(f"[yellow]warning:[/] {escape(w)}")
@@ -120,7 +122,8 @@ class ConsoleRenderer:
         for i, f in enumerate(findings, 1):
             style = SEVERITY_STYLE.get(f["severity"], "")
             lost = f"{f['time_lost_s']:.3f} s ({f['time_lost_pct']:.0f}%)" if f["time_lost_s"] else ""
-            c.print(f" {i}. [{style}]{f['severity'].upper()}[/] [{style}]{f['kind']}[/] {escape(f['title'])}"
+            on_rank = f" [dim](rank {f['rank']})[/]" if f.get("rank") is not None else ""
+            c.print(f" {i}. [{style}]{f['severity'].upper()}[/] [{style}]{f['kind']}[/]{on_rank} {escape(f['title'])}"
                     + (f"  [dim]lost {lost}[/]" if lost else ""))
             for w in f.get("where", [])[:3]:
                 c.print(f"      at {escape(_short(w['file'], 50))}:{w['line']} in {escape(w['function'])}")
@@ -284,6 +287,27 @@ class ConsoleRenderer:
                 at = f"{os.path.basename(r['file'])}:{r['line']}" if r.get("file") else ""
                 t.add_row(escape(r["op"]), escape(at), str(r["allocations"]), f"{r['bytes'] / 2**20:.1f}")
             self.console.print(t)
+
+    def _distributed(self, d: dict) -> None:
+        """Per-rank steps and communication, the straggler, failed ranks."""
+        c = self.console
+        t = Table(title=f"Ranks ({d['world_size']}; step time spread {d['step_spread_pct']:.0f}%)",
+                  box=box.SIMPLE, title_justify="left", pad_edge=False)
+        for col, just in (("rank", "left"), ("status", "left"), ("steps", "right"), ("median step ms", "right"),
+                          ("collectives ms/step", "right"), ("top collective", "left")):
+            t.add_column(col, justify=just)
+        straggler = (d.get("straggler") or {}).get("rank")
+        for r in d["ranks"]:
+            comm = r.get("comm") or {}
+            top = comm.get("by_type") or []
+            mark = " [bold red](straggler)[/]" if r["rank"] == straggler else ""
+            t.add_row(f"{r['rank']}{mark}", escape(str(r.get("status") or "")), str(r.get("steps") or 0),
+                      _ms(r["median_step_us"]) if r.get("median_step_us") else "-",
+                      _ms(comm["per_step_us"]) if comm.get("present") else "-",
+                      escape(top[0]["type"]) if top else "")
+        c.print(t)
+        for f in d.get("failed") or []:
+            c.print(f"  [red]rank {f['rank']}: {escape(str(f['status']))}[/] {escape(str(f.get('error') or ''))}")
 
     def _ranks(self, ranks: list[dict]) -> None:
         t = Table(title="Ranks", box=box.SIMPLE, title_justify="left", pad_edge=False)

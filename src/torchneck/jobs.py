@@ -1,0 +1,205 @@
+"""A multi-rank job directory (`torchneck run --nproc-per-node N`) -> one merged report.
+
+Each rank is analysed on its own (its own process when there are several cores: memory stays
+bounded per rank) into the usual RUN_DIR/rank-<R>/report.*; the merge then reads only the
+per-rank summaries (`analysis/distributed.py`), never two traces at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+from .analysis.distributed import compare_ranks
+from .diagnose.distributed_rules import diagnose_job
+from .errors import TorchneckError
+
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+FULL_RANKS_MAX = 16
+"""Up to 16 ranks, the merged report carries every rank's full analysis (ops, memory...); beyond
+that only the main rank's, the others being summarised in `distributed.ranks`: a job of
+thousands of ranks must not make a report of hundreds of MB."""
+
+
+def is_job_dir(path: Path) -> bool:
+    return Path(path).is_dir() and (any(Path(path).glob("rank-*/env.json")) or (Path(path) / "job.json").exists())
+
+
+def rank_dirs(run_dir: Path) -> list[tuple[int, Path]]:
+    out = []
+    for d in Path(run_dir).glob("rank-*"):
+        try:
+            out.append((int(d.name[5:]), d))
+        except ValueError:
+            continue
+    return sorted(out)
+
+
+def analyse_rank(rank_dir: str) -> dict:
+    """One rank's report (written into its directory), or what is known when it died early."""
+    from .pipeline import report_from_traces, write_run_report
+
+    d = Path(rank_dir)
+    try:
+        if (d / "run.json").exists():
+            return {"report": write_run_report(d)}
+        if (d / "trace.json.gz").exists():  # killed after its window, before run.json
+            report = report_from_traces([str(d / "trace.json.gz")])
+            return {"report": report, "note": "killed before it finished (no run.json); its trace was analysed"}
+        return {"report": None, "note": "killed before it wrote any evidence beyond env.json"}
+    except TorchneckError as exc:
+        return {"report": None, "note": f"analysis failed: {exc}"}
+
+
+def _analyse_all(dirs: list[Path], workers: int | None = None) -> list[dict]:
+    workers = workers or min(len(dirs), os.cpu_count() or 1)
+    if workers <= 1 or len(dirs) <= 1:
+        return [analyse_rank(str(d)) for d in dirs]
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        return list(pool.map(analyse_rank, [str(d) for d in dirs]))
+
+
+def report_from_job_dir(run_dir: Path, workers: int | None = None) -> dict:
+    """Analyse every rank of a job and merge: per-rank steps and communication, the straggler,
+    which ranks failed and why, and the ranks' findings (each tagged with its rank)."""
+    from .pipeline import _envelope
+
+    run_dir = Path(run_dir)
+    ranks = rank_dirs(run_dir)
+    if not ranks:
+        raise TorchneckError(f"{run_dir}: no rank-<R> directories (did the job start?)")
+    job = _read(run_dir / "job.json") or {}
+    results = _analyse_all([d for _, d in ranks], workers)
+    summaries, failed, reports = [], [], {}
+    for (rank, d), res in zip(ranks, results):
+        report = res.get("report")
+        run = (report or {}).get("run") or {}
+        status = run.get("status") or ("unknown" if report else "lost")
+        exit_code = run.get("exit_code")
+        if res.get("note") or (exit_code not in (None, 0)):
+            failed.append({"rank": rank, "status": status, "exit_code": exit_code,
+                           "error": run.get("error") or res.get("note"), "run_dir": str(d),
+                           "ended_monotonic_ns": _ended_ns(d)})
+        if report is None:
+            continue
+        if rank != min(r for r, _ in ranks) and len(ranks) > FULL_RANKS_MAX:
+            report = {k: report.get(k) for k in ("findings", "ranks", "run", "warnings", "verdict", "python")}
+        reports[rank] = report
+        analysis = (report.get("ranks") or [None])[0]
+        summaries.append({
+            "rank": rank, "status": status, "exit_code": exit_code,
+            "median_step_us": analysis["steps"]["median_us"] if analysis else None,
+            "steps": analysis["steps"]["count"] if analysis else 0,
+            "comm": (analysis or {}).get("comm") or {"present": False},
+            "run_dir": str(d),
+        })
+    if not reports:
+        raise TorchneckError(f"{run_dir}: no rank left evidence to analyse: "
+                             + "; ".join(f"rank {f['rank']}: {f['error']}" for f in failed))
+    failed.sort(key=_root_cause_first)
+    for f in failed:
+        f.pop("ended_monotonic_ns", None)
+    dist = compare_ranks(summaries)
+    dist["failed"] = failed
+    if failed and dist.get("straggler"):
+        # A failed rank leaves the others blocked in a collective until it is noticed: that
+        # wait says nothing about a slow rank.
+        dist["straggler"] = None
+        dist["straggler_skipped"] = "a rank failed; the others' last collective waited for the failure"
+    straggler = dist.get("straggler")
+    if straggler and straggler["rank"] in reports:
+        straggler["cause"] = _likely_cause(reports[straggler["rank"]])
+    main_rank = min(reports)
+    main = reports[main_rank]
+    findings = diagnose_job(dist, main) + merge_rank_findings(reports)
+    findings.sort(key=lambda f: (SEVERITY_ORDER.get(f["severity"], 3), -f["time_lost_s"]))
+    run = dict(main.get("run") or {})
+    run.update({"target": job.get("target") or run.get("target") or {}, "run_dir": str(run_dir)})
+    if job:
+        run["exit_code"] = job["exit_code"]
+        run["wall_s"] = job["wall_s"]
+    if failed:
+        first = failed[0]
+        run["status"] = "rank_failed"
+        run["error"] = f"rank {first['rank']} {first['status']}: {first['error']}"
+    main_verdict = main["verdict"].split(" Biggest problem:")[0].replace(" No significant problem found.", "")
+    top = [f for f in findings if f["severity"] != "info"]
+    verdict = " ".join(filter(None, [
+        f"{len(ranks)} ranks.",
+        f"Rank {straggler['rank']} is the straggler: the others wait {straggler['wait_per_step_us'] / 1e3:.1f} ms "
+        f"per step for it." if straggler else "",
+        f"{len(failed)} rank(s) did not finish normally ({run['error']})." if failed else "",
+        f"Rank {main_rank}: {main_verdict}",
+        f"Biggest problem: {top[0]['title']}." if top else "No significant problem found.",
+    ]))
+    return _envelope(
+        "run", verdict, findings, run=run, env=main.get("env"), python=main.get("python"),
+        ops_by_line=main.get("ops_by_line"), compile=main.get("compile"),
+        ranks=[(reports[r].get("ranks") or [None])[0] for r in sorted(reports)
+               if reports[r].get("ranks") and (len(reports) <= FULL_RANKS_MAX or r == main_rank)],
+        warnings=[f"rank {r}: {w}" for r in sorted(reports) for w in reports[r].get("warnings") or []],
+        views=main.get("views") or {}, distributed=dist)
+
+
+_PEER_FAILURE = re.compile(r"closed by peer|remote worker|connection reset|communicator was aborted|"
+                           r"watchdog|SIGTERM|terminated", re.IGNORECASE)
+
+
+def _root_cause_first(failed: dict) -> tuple:
+    """The rank that failed on its own before ranks that failed because a peer went away
+    (gloo "Connection closed by peer", NCCL aborts, torchrun's SIGTERM), then the earliest."""
+    text = f"{failed.get('status')} {failed.get('error')}"
+    return (bool(_PEER_FAILURE.search(text)), failed.get("ended_monotonic_ns") or float("inf"), failed["rank"])
+
+
+def _ended_ns(rank_dir: Path) -> int | None:
+    run = _read(Path(rank_dir) / "run.json") or {}
+    return run.get("ended_monotonic_ns")
+
+
+def _likely_cause(report: dict) -> dict | None:
+    """The straggler's own most costly finding: what makes it late."""
+    for f in report.get("findings") or []:
+        if f["severity"] != "info" and f["kind"] not in ("communication", "straggler"):
+            return {"kind": f["kind"], "title": f["title"], "where": f["where"], "time_lost_s": f["time_lost_s"]}
+    lines = ((report.get("python") or {}).get("window") or {}).get("lines") or []
+    if lines:
+        top = lines[0]
+        return {"kind": "python", "title": f"{top['function']}() at line {top['line']}",
+                "where": [{"file": top["file"], "line": top["line"], "function": top["function"]}],
+                "time_lost_s": top["total_s"]}
+    return None
+
+
+def _finding_key(f: dict) -> tuple:
+    w = f.get("where") or []
+    return (f["kind"], w[0]["file"], w[0]["line"]) if w else (f["kind"], tuple(f.get("ops") or ()))
+
+
+def merge_rank_findings(reports: dict[int, dict]) -> list[dict]:
+    """Every rank's findings, one per (kind, place): the costliest rank's, tagged with its rank
+    and listing every rank that had it (`evidence.ranks`)."""
+    best: dict[tuple, dict] = {}
+    seen: dict[tuple, list[int]] = {}
+    for rank in sorted(reports):
+        for f in reports[rank].get("findings") or []:
+            key = _finding_key(f)
+            seen.setdefault(key, []).append(rank)
+            if key not in best or f["time_lost_s"] > best[key]["time_lost_s"]:
+                best[key] = dict(f, rank=rank)
+    out = []
+    for key, f in best.items():
+        f["evidence"] = dict(f.get("evidence") or {}, ranks=seen[key])
+        out.append(f)
+    return out
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None

@@ -1,0 +1,68 @@
+"""Multi-process jobs on torchrun (gloo, CPU) and multi-rank traces."""
+
+import json
+
+from conftest import DATA, SCRIPTS, planted_line, read_report, torchneck, validate_report
+
+DDP = SCRIPTS / "ddp_straggler.py"
+
+
+def test_torchrun_job_names_the_straggler(tmp_path):
+    """Rank 1 sleeps in its data loading: rank 0 waits in every all-reduce. One merged report
+    says so, with rank 1's slow line; every rank keeps its own evidence and report."""
+    run_dir = tmp_path / "job"
+    r = torchneck("run", "--nproc-per-node", "2", "--quiet", "--out", str(run_dir), str(DDP), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    job = json.loads((run_dir / "job.json").read_text())
+    assert job["launcher"] == "torch.distributed.run" and job["exit_code"] == 0
+    for rank in (0, 1):
+        assert (run_dir / f"rank-{rank}" / "trace.json.gz").exists()
+        assert read_report(run_dir / f"rank-{rank}")["run"]["exit_code"] == 0
+    report = read_report(run_dir)
+    dist = report["distributed"]
+    assert dist["world_size"] == 2 and dist["failed"] == []
+    comm = {r["rank"]: r["comm"] for r in dist["ranks"]}
+    assert comm[0]["present"] and comm[0]["by_type"][0]["type"] == "all_reduce"
+    s = dist["straggler"]
+    assert s["rank"] == 1
+    # rank 1 spends 30 ms per step more; rank 0 waits about that long for it in its all-reduces
+    assert 15_000 < s["wait_per_step_us"] < 60_000
+    found = next(f for f in report["findings"] if f["kind"] == "straggler")
+    assert found["rank"] == 1 and found["severity"] == "high"
+    assert found["where"][0]["line"] == planted_line(DDP)  # what makes rank 1 late
+    # the cause itself, on rank 1, ranks at the top with it
+    assert {f["kind"] for f in report["findings"][:2]} == {"straggler", "python_hotspot"}
+    assert all(f["rank"] == 1 for f in report["findings"][:2])
+    assert "rank 1 is the straggler" in report["verdict"].lower()
+
+
+def test_failed_rank_is_named_and_the_others_evidence_kept(tmp_path):
+    run_dir = tmp_path / "job"
+    r = torchneck("run", "--nproc-per-node", "2", "--out", str(run_dir), str(DDP), "--fail-rank", "1", timeout=600)
+    assert r.returncode == 1
+    report = read_report(run_dir)
+    failed = report["distributed"]["failed"]
+    assert failed[0]["rank"] == 1 and "failed on purpose" in failed[0]["error"]  # the root cause first
+    assert {f["rank"] for f in failed} == {0, 1}  # rank 0 died of the lost peer, after it
+    assert report["run"]["status"] == "rank_failed" and "rank 1" in report["run"]["error"]
+    assert report["distributed"]["straggler"] is None  # the last wait was for the failure, not a slow rank
+    assert (run_dir / "rank-0" / "run.json").exists() and (run_dir / "rank-0" / "trace.json.gz").exists()
+    assert "rank 1 exception: RuntimeError: rank 1 failed on purpose" in r.stdout.replace("\n", " ")
+
+
+def test_analyze_real_multi_rank_gpu_traces(tmp_path):
+    for name in ("timeline_analysis__sampled_rank-0.json.gz", "trace_filter__sampled_rank-1.json.gz"):
+        (tmp_path / name).write_bytes((DATA / name).read_bytes())
+    r = torchneck("analyze", str(tmp_path), "--json", "-")
+    assert r.returncode == 0, r.stderr
+    report = validate_report(json.loads(r.stdout))
+    dist = report["distributed"]
+    assert [x["rank"] for x in dist["ranks"]] == [0, 1]
+    for x in dist["ranks"]:
+        assert x["median_step_us"] > 0 and x["comm"]["side"] == "device"
+        assert x["comm"]["by_type"][0]["type"] == "send_recv"  # ncclKernel_SendRecv
+    assert dist["step_spread_pct"] < 5 and dist["straggler"] is None  # balanced ranks
+    assert any(f["kind"] == "communication" for f in report["findings"])
+    r = torchneck("analyze", str(DATA / "nccl_parser_config__nccl_data.json.gz"), "--json", "-")
+    comm = validate_report(json.loads(r.stdout))["ranks"][0]["comm"]
+    assert [t["type"] for t in comm["by_type"]] == ["all_reduce", "broadcast"] and comm["by_type"][0]["count"] == 15
