@@ -47,7 +47,7 @@ def test_failed_rank_is_named_and_the_others_evidence_kept(tmp_path):
     assert report["run"]["status"] == "rank_failed" and "rank 1" in report["run"]["error"]
     assert report["distributed"]["straggler"] is None  # the last wait was for the failure, not a slow rank
     assert (run_dir / "rank-0" / "run.json").exists() and (run_dir / "rank-0" / "trace.json.gz").exists()
-    assert "rank 1 exception: RuntimeError: rank 1 failed on purpose" in r.stdout.replace("\n", " ")
+    assert "rank 1 exception: RuntimeError: rank 1 failed on purpose" in " ".join(r.stdout.split())
 
 
 def test_analyze_real_multi_rank_gpu_traces(tmp_path):
