@@ -66,3 +66,20 @@ def test_analyze_real_multi_rank_gpu_traces(tmp_path):
     r = torchneck("analyze", str(DATA / "nccl_parser_config__nccl_data.json.gz"), "--json", "-")
     comm = validate_report(json.loads(r.stdout))["ranks"][0]["comm"]
     assert [t["type"] for t in comm["by_type"]] == ["all_reduce", "broadcast"] and comm["by_type"][0]["count"] == 15
+
+
+def test_rank_from_the_file_name_when_the_trace_has_no_distributed_info(tmp_path):
+    def events(all_reduce_us):
+        steps = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+                  "ts": 5000.0 * i, "dur": 4900.0} for i in range(3)]
+        return steps + [{"ph": "X", "cat": "cpu_op", "name": "gloo:all_reduce", "pid": 1, "tid": 1,
+                         "ts": 5000.0 * i + 100, "dur": all_reduce_us} for i in range(3)]
+
+    for rank, us in ((0, 2100.0), (1, 100.0)):
+        (tmp_path / f"worker_rank-{rank}.pt.trace.json").write_text(json.dumps({"traceEvents": events(us)}))
+    r = torchneck("analyze", str(tmp_path), "--json", "-")
+    assert r.returncode == 0, r.stderr
+    dist = validate_report(json.loads(r.stdout))["distributed"]
+    assert [x["rank"] for x in dist["ranks"]] == [0, 1]
+    # rank 0 spends 2.1 ms per step in all_reduce, rank 1 0.1 ms: rank 1 arrives last, rank 0 waits 2 ms
+    assert dist["straggler"]["rank"] == 1 and round(dist["straggler"]["wait_per_step_us"]) == 2000

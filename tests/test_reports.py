@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, SCRIPTS, planted_line, read_report, torchneck, validate_report
+from conftest import DATA, ROOT, SCRIPTS, planted_line, read_report, torchneck, validate_report
 
 EXAMPLE = ROOT.parent / "examples" / "tutorial_mask.py"
 XSS = "<img src=x onerror=alert(1)>"
@@ -182,3 +182,16 @@ def test_python_api_profiles_a_block_and_analyzes_a_trace(tmp_path):
     assert out["traced_kind"] == "analyze" and out["traced_steps"] == 4
     read_report(tmp_path / "block")  # report.json written into the run directory, valid
     assert (tmp_path / "block" / "report.html").exists()
+
+
+def test_diff_of_two_real_gpu_traces():
+    """HTA's trace_diff pair: a GPU model before and after a change; kernels that changed most."""
+    a, b = DATA / "trace_diff__control__control.json.gz", DATA / "trace_diff__test__test.json.gz"
+    r = torchneck("diff", str(a), str(b), "--json", "-")
+    assert r.returncode == 0, r.stderr
+    d = validate_report(json.loads(r.stdout))["diff"]
+    assert d["step"]["a_us"] > 0 and d["step"]["b_us"] > d["step"]["a_us"]  # the test trace's steps are slower
+    top = d["kernels"][0]
+    assert top["a_us_per_step"] == 0 and top["b_us_per_step"] > 5000  # a kernel only the test run has
+    assert "split_embedding_backward" in top["kernel"]
+    assert d["ops"] and abs(d["ops"][0]["change_us"]) >= abs(d["ops"][-1]["change_us"])

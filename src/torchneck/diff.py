@@ -126,35 +126,46 @@ def compare_findings(a: dict, b: dict) -> list[dict]:
     return sorted(out, key=lambda d: (order[d["status"]], -max(d["a_ms"] or 0, d["b_ms"] or 0)))
 
 
+def _biggest_changes(key: str, unit: str, pa: dict[str, float], pb: dict[str, float], top: int) -> list[dict]:
+    """Rows `{key, a_<unit>_per_step, b_<unit>_per_step, change_<unit>}`, largest change first."""
+    rows = [{key: k, f"a_{unit}_per_step": pa.get(k, 0.0), f"b_{unit}_per_step": pb.get(k, 0.0),
+             f"change_{unit}": pb.get(k, 0.0) - pa.get(k, 0.0)} for k in set(pa) | set(pb)]
+    rows.sort(key=lambda d: -abs(d[f"change_{unit}"]))
+    return rows[:top]
+
+
+def _op_us_per_step(r: dict) -> dict[str, float]:
+    ranks = r.get("ranks") or []
+    return {o["name"]: o["self_us"] / _steps(r) for o in ranks[0]["ops"]["by_name"]} if ranks else {}
+
+
+def _kernel_us_per_step(r: dict) -> dict[str, float]:
+    ranks = r.get("ranks") or []
+    gpu = ranks[0].get("gpu") if ranks else None
+    if not gpu or not gpu.get("present"):
+        return {}
+    return {k["name"]: k["time_us"] / _steps(r) for k in gpu.get("top_kernels") or []}
+
+
+def _line_ms_per_step(r: dict) -> dict[str, float]:
+    py = (r.get("python") or {}).get("window") or {}
+    return {f"{os.path.basename(x['file'])}:{x['line']} {x.get('function', '')}": 1e3 * x["total_s"] / _steps(r)
+            for x in py.get("lines") or []}
+
+
 def compare_ops(a: dict, b: dict, top: int = TOP_CHANGES) -> list[dict]:
     """Ops whose self time per step changed most (µs per step)."""
-    def per_step(r: dict) -> dict[str, float]:
-        ranks = r.get("ranks") or []
-        if not ranks:
-            return {}
-        n = _steps(r)
-        return {o["name"]: o["self_us"] / n for o in ranks[0]["ops"]["by_name"]}
+    return _biggest_changes("op", "us", _op_us_per_step(a), _op_us_per_step(b), top)
 
-    pa, pb = per_step(a), per_step(b)
-    rows = [{"op": k, "a_us_per_step": pa.get(k, 0.0), "b_us_per_step": pb.get(k, 0.0),
-             "change_us": pb.get(k, 0.0) - pa.get(k, 0.0)} for k in set(pa) | set(pb)]
-    rows.sort(key=lambda d: -abs(d["change_us"]))
-    return rows[:top]
+
+def compare_kernels(a: dict, b: dict, top: int = TOP_CHANGES) -> list[dict]:
+    """GPU kernels whose time per step changed most (µs per step); empty for CPU runs."""
+    return _biggest_changes("kernel", "us", _kernel_us_per_step(a), _kernel_us_per_step(b), top)
 
 
 def compare_python(a: dict, b: dict, top: int = TOP_CHANGES) -> list[dict]:
-    """User lines whose sampled time per profiled step moved most."""
-    def lines(r: dict) -> dict[str, float]:
-        py = (r.get("python") or {}).get("window") or {}
-        n = _steps(r)
-        return {f"{os.path.basename(x['file'])}:{x['line']} {x.get('function', '')}": 1e3 * x["total_s"] / n
-                for x in py.get("lines") or []}
-
-    la, lb = lines(a), lines(b)
-    rows = [{"line": k, "a_ms_per_step": la.get(k, 0.0), "b_ms_per_step": lb.get(k, 0.0),
-             "change_ms": lb.get(k, 0.0) - la.get(k, 0.0)} for k in set(la) | set(lb)]
-    rows.sort(key=lambda d: -abs(d["change_ms"]))
-    return rows[:top]
+    """User lines whose sampled time per profiled step moved most (ms per step)."""
+    return _biggest_changes("line", "ms", _line_ms_per_step(a), _line_ms_per_step(b), top)
 
 
 def diff_reports(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> dict:
@@ -188,6 +199,7 @@ def diff_reports(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> di
             "step": {"a_us": ua, "b_us": ub, "change_pct": change},
             "findings": findings,
             "ops": compare_ops(a, b),
+            "kernels": compare_kernels(a, b),
             "python": compare_python(a, b),
         },
         "warnings": [],

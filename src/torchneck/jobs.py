@@ -16,9 +16,9 @@ from pathlib import Path
 
 from .analysis.distributed import compare_ranks
 from .diagnose.distributed_rules import diagnose_job
+from .diagnose.findings import rank_finding_dicts
 from .errors import TorchneckError
 
-SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 FULL_RANKS_MAX = 16
 """Up to 16 ranks, the merged report carries every rank's full analysis (ops, memory...); beyond
 that only the main rank's, the others being summarised in `distributed.ranks`: a job of
@@ -116,7 +116,7 @@ def report_from_job_dir(run_dir: Path, workers: int | None = None) -> dict:
     main_rank = min(reports)
     main = reports[main_rank]
     findings = diagnose_job(dist, main) + merge_rank_findings(reports)
-    findings.sort(key=lambda f: (SEVERITY_ORDER.get(f["severity"], 3), -f["time_lost_s"]))
+    findings = rank_finding_dicts(findings)
     run = dict(main.get("run") or {})
     run.update({"target": job.get("target") or run.get("target") or {}, "run_dir": str(run_dir)})
     if job:

@@ -136,7 +136,8 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None)
     findings from comparing them."""
     from .analysis.distributed import compare_ranks
     from .diagnose.distributed_rules import diagnose_job
-    from .jobs import SEVERITY_ORDER, merge_rank_findings
+    from .diagnose.findings import rank_finding_dicts
+    from .jobs import merge_rank_findings
 
     files = []
     for p in paths:
@@ -164,7 +165,7 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None)
         dist["failed"] = []
         sections["distributed"] = dist
         findings = diagnose_job(dist, {"ranks": [main]}) + findings
-    findings.sort(key=lambda f: (SEVERITY_ORDER.get(f["severity"], 3), -f["time_lost_s"]))
+    findings = rank_finding_dicts(findings)
     from .jobs import FULL_RANKS_MAX
 
     warnings = [w for a in analyses for w in a["trace"]["warnings"]]

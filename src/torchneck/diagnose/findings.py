@@ -59,8 +59,26 @@ def severity_for(share: float) -> str:
     return "low"
 
 
+GENERIC_KINDS = frozenset({"op_hotspot"})
+"""Findings that say where time goes without naming a cause. Their time lost is an upper bound
+(the op's whole time), so at equal severity they rank by a fifth of it (`GENERIC_WEIGHT`): a
+finding that names a cause (autograd graphs nobody uses...) and saves a comparable amount comes
+first, while a dominant op still outranks a cause that costs next to nothing."""
+GENERIC_WEIGHT = 0.2
+
+
+def order_key(kind: str, severity: str, time_lost_s: float) -> tuple:
+    """The ranking: severity, then time lost (a generic finding's discounted, see GENERIC_KINDS)."""
+    weight = GENERIC_WEIGHT if kind in GENERIC_KINDS else 1.0
+    return (SEVERITY_ORDER.get(severity, 3), -weight * (time_lost_s or 0.0))
+
+
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """By severity, then most time lost first. Severity follows the time lost for rules that
-    can measure it; rules that cannot (anomaly detection left on, too many threads) set it,
-    and must not sink below a measured trifle because their estimate is zero."""
-    return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], -f.time_lost_s))
+    """By severity, then most time lost first (see `order_key`). Severity follows the time lost
+    for rules that can measure it; rules that cannot (anomaly detection left on, too many
+    threads) set it, and must not sink below a measured trifle because their estimate is zero."""
+    return sorted(findings, key=lambda f: order_key(f.kind, f.severity, f.time_lost_s))
+
+
+def rank_finding_dicts(findings: list[dict]) -> list[dict]:
+    return sorted(findings, key=lambda f: order_key(f["kind"], f["severity"], f["time_lost_s"]))

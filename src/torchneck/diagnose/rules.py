@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .compile_rules import COMPILE_RULES
 from .findings import Finding, Where, rank_findings, where_of
+from .gpu_rules import GPU_RULES
 
 DOCS = {
     "profiler": "https://pytorch.org/tutorials/recipes/recipes/profiler_recipe.html",
@@ -22,6 +23,7 @@ DOCS = {
     "inference_mode": "https://pytorch.org/docs/stable/generated/torch.inference_mode.html",
     "anomaly": "https://pytorch.org/docs/stable/autograd.html#anomaly-detection",
     "threads": "https://pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html",
+    "zero_grad": "https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.zero_grad.html",
 }
 
 
@@ -123,6 +125,12 @@ class PythonHotspot:
 
 
 class OpHotspot:
+    """One operator dominates the steady state. It says where the time goes, not why: a clean
+    model's main op (a convolution, a matmul) legitimately dominates. So it is `medium` at most,
+    and ranks after a finding of equal severity that names a cause (`findings.GENERIC_KINDS`).
+
+    Time lost: the op's self time, an upper bound (what removing the op entirely would save)."""
+
     kind = "op_hotspot"
     MIN_SHARE = 0.20
     """One operator taking a fifth of the steady state is the place to look first."""
@@ -139,9 +147,10 @@ class OpHotspot:
         return [Finding(
             kind=self.kind,
             title=f"{top['name']} takes {100 * share:.0f}% of the profiled time ({top['count']} calls)",
-            time_lost_s=lost, time_lost_pct=_pct(lost, ev), severity="medium" if share < 0.5 else "high",
+            time_lost_s=lost, time_lost_pct=_pct(lost, ev), severity="medium",
             where=ev.lines_for_ops({top["name"]}), ops=[top["name"]],
             evidence={"self_us": top["self_us"], "count": top["count"], "mean_us": top["mean_us"],
+                      "share": share, "time_lost_is": "upper bound (the op's whole self time)",
                       "shapes": [s["shapes"] for s in a["ops"]["by_shape"] if s["name"] == top["name"]][:3]},
             fix="Check whether this op is needed at this size and precision: reduce its input, "
                 "batch its calls, or use a cheaper equivalent; it dominates the step.",
@@ -470,10 +479,47 @@ class ThreadOversubscription:
             docs=DOCS["threads"])]
 
 
+class ZeroGradKernels:
+    """`optimizer.zero_grad(set_to_none=False)` (or `model.zero_grad()` on torch < 2.0) launches a
+    fill per parameter every step; setting gradients to None costs nothing and lets the next
+    backward write them directly.
+
+    Time lost: the self time of `aten::zero_` / `aten::fill_` in the window when the trace has
+    `Optimizer.zero_grad` spans (the fills run inside them)."""
+
+    kind = "zero_grad"
+    MIN_SHARE = 0.03
+    """Zeroing is pure overhead: 3 % of the window is worth a keyword argument."""
+
+    def check(self, ev) -> list[Finding]:
+        a = ev.analysis
+        if not a or ev.window_s <= 0:
+            return []
+        spans = [x for x in a["ops"].get("annotations") or [] if x["name"].startswith("Optimizer.zero_grad")]
+        if not spans:
+            return []
+        fills = [o for o in a["ops"]["by_name"] if o["name"] in ("aten::zero_", "aten::fill_")]
+        time_s = min(sum(o["self_us"] for o in fills), sum(x["total_us"] for x in spans)) / 1e6
+        share = time_s / ev.window_s
+        if share < self.MIN_SHARE:
+            return []
+        sites = ev.sites_of("optimizer")
+        return [Finding(
+            kind=self.kind,
+            title=f"Zeroing gradients takes {100 * share:.0f}% of the profiled time "
+                  f"({sum(x['count'] for x in spans)} zero_grad calls)",
+            time_lost_s=time_s, time_lost_pct=100 * share, ops=[o["name"] for o in fills],
+            where=where_of(sites[:1]),
+            evidence={"zero_grad_spans": spans, "fill_ops": fills},
+            fix="Call optimizer.zero_grad(set_to_none=True) (the default since PyTorch 2.0; "
+                "do not pass set_to_none=False), or model.zero_grad(set_to_none=True).",
+            docs=DOCS["zero_grad"])]
+
+
 RULES = [PythonHotspot(), OpHotspot(), DispatchOverhead(), InputPipeline(), DtypeFloat64(), SingleTensorOptimizer(),
          AutogradInInference(),
          HostSync(), GpuIdle(), CompiledRegions(), OneTimeCost(), AnomalyDetection(),
-         ThreadOversubscription(), *COMPILE_RULES]
+         ThreadOversubscription(), ZeroGradKernels(), *GPU_RULES, *COMPILE_RULES]
 
 
 def diagnose(ev: Evidence) -> list[Finding]:

@@ -95,22 +95,22 @@ class ConsoleRenderer:
                           "-" if f["a_ms"] is None else f"{f['a_ms']:.2f}",
                           "-" if f["b_ms"] is None else f"{f['b_ms']:.2f}")
             c.print(t)
-        if d["ops"]:
-            t = Table(title="Ops that changed most (self µs per step)", box=box.SIMPLE, title_justify="left")
-            for col in ("op", "A", "B", "change"):
-                t.add_column(col, justify="left" if col == "op" else "right")
-            for o in d["ops"][: self.top]:
-                t.add_row(escape(o["op"]), f"{o['a_us_per_step']:.1f}", f"{o['b_us_per_step']:.1f}",
-                          f"{o['change_us']:+.1f}")
-            c.print(t)
-        if d["python"]:
-            t = Table(title="Python lines that moved (ms per step)", box=box.SIMPLE, title_justify="left")
-            for col in ("line", "A", "B", "change"):
-                t.add_column(col, justify="left" if col == "line" else "right")
-            for x in d["python"][: self.top]:
-                t.add_row(escape(x["line"]), f"{x['a_ms_per_step']:.2f}", f"{x['b_ms_per_step']:.2f}",
-                          f"{x['change_ms']:+.2f}")
-            c.print(t)
+        self._changes("Ops that changed most (self µs per step)", d["ops"], "op", "us", "{:.1f}")
+        self._changes("GPU kernels that changed most (µs per step)", d.get("kernels") or [], "kernel", "us", "{:.1f}")
+        self._changes("Python lines that moved (ms per step)", d["python"], "line", "ms", "{:.2f}")
+
+    def _changes(self, title: str, rows: list[dict], key: str, unit: str, fmt: str) -> None:
+        """One of diff's A/B/change tables (rows from `diff._biggest_changes`)."""
+        if not rows:
+            return
+        t = Table(title=title, box=box.SIMPLE, title_justify="left")
+        for col in (key, "A", "B", "change"):
+            t.add_column(col, justify="left" if col == key else "right")
+        for r in rows[: self.top]:
+            name = r[key].removeprefix("void ").split("(")[0] if key == "kernel" else r[key]
+            t.add_row(escape(name if len(name) <= 60 else name[:59] + "…"), fmt.format(r[f"a_{unit}_per_step"]),
+                      fmt.format(r[f"b_{unit}_per_step"]), ("{:+" + fmt[2:]).format(r[f"change_{unit}"]))
+        self.console.print(t)
 
     def _findings(self, findings: list[dict]) -> None:
         c = self.console

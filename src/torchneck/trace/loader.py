@@ -718,7 +718,23 @@ def load_trace(
             raise TraceError(f"{path}: no events could be read ({meta.warnings[0]})")
         raise TraceError(f"{path}: the trace holds no events (empty \"traceEvents\")")
     _spans_not_ops(events)
+    if meta.rank is None:
+        meta.rank = rank_from_path(path)
     return Trace(events=events, python=python, memory=memory, meta=meta)
+
+
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)(?:[^\d]|$)", re.IGNORECASE)
+
+
+def rank_from_path(path) -> int | None:
+    """The rank a trace file's name (or its folder's, `rank-<R>/`) gives, for traces without
+    `distributedInfo`: `rank-3.pt.trace.json.gz`, `worker_rank_3...`, `rank-3/trace.json.gz`."""
+    p = Path(path)
+    for name in (p.name, p.parent.name):
+        m = _RANK_IN_NAME.search(name)
+        if m:
+            return int(m.group(1))
+    return None
 
 
 def _is_framework_span(name: str) -> bool:

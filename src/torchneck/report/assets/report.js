@@ -183,7 +183,7 @@
     if (py && py.lines && py.lines.length)
       specs.push({ id: "python", title: "Python lines", rows: py.lines,
         cols: [["file", "file"], ["line", "line"], ["function", "function"], ["total_s", "total s"], ["self_s", "self s"], ["outside_ops_s", "outside ops s"]] });
-    if (DATA.diff) for (const [key, title] of [["findings", "Findings: A → B"], ["ops", "Ops that changed most"], ["python", "Python lines that moved"]]) {
+    if (DATA.diff) for (const [key, title] of [["findings", "Findings: A → B"], ["ops", "Ops that changed most"], ["kernels", "Kernels that changed most"], ["python", "Python lines that moved"]]) {
       const rows = DATA.diff[key] || [];
       if (rows.length) specs.push({ id: "diff-" + key, title, rows, cols: Object.keys(rows[0]).map((k) => [k, k]) });
     }

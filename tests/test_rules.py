@@ -1,0 +1,100 @@
+"""Finding rules on small hand-made evidence (each threshold on both sides), and the ranking."""
+
+import json
+
+from conftest import DATA, torchneck, validate_report
+
+from torchneck.analysis.distributed import collective_type, compare_ranks
+from torchneck.diagnose.distributed_rules import Communication, Straggler
+from torchneck.diagnose.findings import Finding, rank_findings
+from torchneck.diagnose.gpu_rules import MemcpyTime, TensorCores
+from torchneck.diagnose.rules import Evidence, OpHotspot, ZeroGradKernels
+
+
+def analysis(window_us=100_000.0, steps=5, gpu=None, by_name=(), annotations=(), by_shape=()):
+    return {"steps": {"window_us": window_us, "count": steps},
+            "gpu": gpu or {"present": False},
+            "ops": {"by_name": list(by_name), "annotations": list(annotations), "by_shape": list(by_shape)}}
+
+
+def test_memcpy_threshold_and_pageable_evidence():
+    gpu = {"present": True, "memcpy": {"HtoD (pageable)": {"count": 10, "time_us": 12_000.0, "bytes": 24_000_000},
+                                       "DtoD": {"count": 5, "time_us": 50_000.0, "bytes": 1}}}
+    [f] = MemcpyTime().check(Evidence(analysis=analysis(gpu=gpu)))
+    assert f.kind == "memcpy" and "pageable" in f.title and round(f.time_lost_pct) == 12
+    assert f.evidence["HtoD (pageable)"]["gb_per_s"] == 2.0  # 24 MB in 12 ms
+    gpu["memcpy"]["HtoD (pageable)"]["time_us"] = 9_000.0  # 9 %: below MIN_SHARE; DtoD never counts
+    assert MemcpyTime().check(Evidence(analysis=analysis(gpu=gpu))) == []
+
+
+def test_tensor_cores_fp32_gemms_only_and_fix_by_generation():
+    kernels = [{"name": "ampere_sgemm_128x64_nn", "time_us": 20_000.0},
+               {"name": "cutlass_80_tensorop_s1688gemm_64x64", "time_us": 50_000.0}]
+    [f] = TensorCores().check(Evidence(analysis=analysis(gpu={"present": True, "top_kernels": kernels})))
+    assert f.ops == ["ampere_sgemm_128x64_nn"] and f.time_lost_s == 0.01  # half of 20 ms
+    assert "set_float32_matmul_precision" in f.fix
+    kernels[0]["name"] = "volta_sgemm_128x64_nn"
+    [f] = TensorCores().check(Evidence(analysis=analysis(gpu={"present": True, "top_kernels": kernels})))
+    assert "float16" in f.fix and "predates TF32" in f.fix
+    kernels[0]["time_us"] = 10_000.0  # 10 % < 15 %
+    assert TensorCores().check(Evidence(analysis=analysis(gpu={"present": True, "top_kernels": kernels}))) == []
+
+
+def test_zero_grad_needs_the_optimizer_span():
+    fills = [{"name": "aten::zero_", "count": 50, "self_us": 6_000.0, "total_us": 6_000.0, "mean_us": 120.0}]
+    spans = [{"name": "Optimizer.zero_grad#SGD.zero_grad", "count": 5, "total_us": 7_000.0}]
+    ev = Evidence(analysis=analysis(by_name=fills, annotations=spans),
+                  call_sites=[{"what": "optimizer", "file": "/x/train.py", "line": 12, "function": "main"}])
+    [f] = ZeroGradKernels().check(ev)
+    assert f.kind == "zero_grad" and f.time_lost_s == 0.006 and f.where[0].line == 12
+    assert "set_to_none=True" in f.fix
+    assert ZeroGradKernels().check(Evidence(analysis=analysis(by_name=fills))) == []  # fills elsewhere
+
+
+def test_op_hotspot_is_at_most_medium_and_ranks_after_a_cause():
+    ops = [{"name": "aten::mkldnn_convolution", "count": 10, "self_us": 80_000.0, "total_us": 80_000.0,
+            "mean_us": 8_000.0}]
+    [hot] = OpHotspot().check(Evidence(analysis=analysis(by_name=ops)))
+    assert hot.severity == "medium"  # 80 % of the window: where time goes, not a diagnosis
+    # the op's time is an upper bound: a cause saving over a fifth of it ranks first, a trifle does not
+    cause = Finding(kind="autograd_in_inference", title="t", time_lost_s=0.017, time_lost_pct=17.0, fix="f")
+    assert [f.kind for f in rank_findings([hot, cause])] == ["autograd_in_inference", "op_hotspot"]
+    cause.time_lost_s = 0.015
+    assert [f.kind for f in rank_findings([hot, cause])] == ["op_hotspot", "autograd_in_inference"]
+
+
+def test_straggler_from_collective_durations():
+    def rank(r, comm_us, step_us=40_000.0):
+        return {"rank": r, "median_step_us": step_us, "steps": 5,
+                "comm": {"present": True, "side": "host", "per_step_us": comm_us,
+                         "by_type": [{"type": "all_reduce", "per_step_us": comm_us, "time_us": 5 * comm_us, "count": 5}]}}
+
+    dist = compare_ranks([rank(0, 35_000.0), rank(1, 5_000.0), rank(2, 33_000.0)])
+    s = dist["straggler"]
+    assert s["rank"] == 1 and s["wait_per_step_us"] == 29_000.0  # mean of 30 and 28 ms
+    [f] = Straggler().check(dist, steps=5)
+    assert f.rank == 1 and f.severity == "high" and round(f.time_lost_s, 3) == 0.145
+    # balanced ranks: jitter below STRAGGLER_MIN_US is no straggler
+    assert compare_ranks([rank(0, 5_300.0), rank(1, 5_000.0)])["straggler"] is None
+    # communication even on the least-waiting rank: 5 of 40 ms is 12.5 % < 15 %, 8 of 40 is 20 %
+    assert Communication().check(dist, steps=5) == []
+    [c] = Communication().check(compare_ranks([rank(0, 9_000.0), rank(1, 8_000.0)]), steps=5)
+    assert c.kind == "communication" and c.rank == 1 and round(c.time_lost_pct) == 20
+
+
+def test_collective_types_from_real_names():
+    assert collective_type("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)") == "all_reduce"
+    assert collective_type("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL") == "reduce_scatter"
+    assert collective_type("gloo:all_gather") == "all_gather"
+    assert collective_type("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t") == "send_recv"
+    assert collective_type("c10d::broadcast_") == "broadcast"
+
+
+def test_gpu_rules_on_real_traces():
+    """HTA's trace_diff pair: the control run's HtoD copies, the test run's Volta sgemm kernels."""
+    r = torchneck("analyze", str(DATA / "trace_diff__control__control.json.gz"), "--json", "-")
+    [m] = [f for f in validate_report(json.loads(r.stdout))["findings"] if f["kind"] == "memcpy"]
+    assert m["evidence"]["HtoD"]["bytes"] > 400e6 and 10 <= m["time_lost_pct"] < 15
+    r = torchneck("analyze", str(DATA / "trace_diff__test__test.json.gz"), "--json", "-")
+    [t] = [f for f in validate_report(json.loads(r.stdout))["findings"] if f["kind"] == "tensor_cores"]
+    assert all(o.startswith("volta_sgemm") for o in t["ops"]) and "float16" in t["fix"]
