@@ -152,3 +152,15 @@ def test_profiler_restart_waits_for_open_spans(run_dir, mode):
         assert "span stayed open" in clock["window_note"]
     report = read_report(run_dir)
     assert report["run"]["phases"]["window_note"] == clock["window_note"]
+
+
+def test_profiling_slowdown_is_measured_and_said(run_dir):
+    """Steps after the window run without the profiler: their median against the window's says
+    how much the profiler inflated absolute times (several-fold for thousands of tiny ops)."""
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(SCRIPTS / "tiny_ops_steps.py"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = read_report(run_dir)
+    phases = report["run"]["phases"]
+    assert phases["unprofiled_step_s"] > 0 and phases["profiled_step_s"] > phases["unprofiled_step_s"]
+    assert phases["profiling_slowdown"] > 1.5
+    assert any(w.startswith("profiled steps ran") for w in report["warnings"])

@@ -11,6 +11,7 @@ from .analysis.ops import host_nesting
 from .analysis.python_stacks import load_samples
 from .analysis.run import (
     ops_by_user_line,
+    profiling_warning,
     python_phases,
     run_phases,
     sample_op_seconds,
@@ -78,6 +79,8 @@ def report_from_run_dir(run_dir: Path) -> dict:
         views = {}
         warnings.append("no trace was recorded" + (f": {run['trace_error']}" if run.get("trace_error") else ""))
     python = python_phases(samples, phases, op_s)
+    if profiling_warning(phases):
+        warnings.append(profiling_warning(phases))
     views["stacks"] = stack_tree(samples)
     compiled = compile_summary(_read_json(run_dir / "compile.json", required=False))
     ev = Evidence(analysis=analysis, env=env, phases=phases, python=python, ops_by_line=ops_lines,
