@@ -6,6 +6,7 @@ back), so both sides agree on one definition.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
@@ -19,20 +20,26 @@ _LIB_ROOTS = tuple(
 TORCHNECK_ROOT = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+@functools.lru_cache(maxsize=65536)
+def _realpath(path: str) -> str:
+    """realpath, cached: analyses ask about the same few thousand frame files again and again."""
+    return os.path.realpath(path)
+
+
 def is_user_file(path: str) -> bool:
     """True for the user's own source files (not stdlib, site-packages, torchneck, `<frozen>`)."""
     if not path or path.startswith("<"):
         return False
     if "site-packages" in path or "dist-packages" in path:
         return False
-    real = os.path.realpath(path)
+    real = _realpath(path)
     if real.startswith(TORCHNECK_ROOT):
         return False
     return not real.startswith(_LIB_ROOTS)
 
 
 def is_torchneck_file(path: str) -> bool:
-    return bool(path) and os.path.realpath(path).startswith(TORCHNECK_ROOT)
+    return bool(path) and _realpath(path).startswith(TORCHNECK_ROOT)
 
 
 _MARKER_FILE = os.path.realpath(os.path.join(TORCHNECK_ROOT, "capture", "lines.py"))
@@ -41,11 +48,11 @@ _MARKER_FILE = os.path.realpath(os.path.join(TORCHNECK_ROOT, "capture", "lines.p
 def is_hook_file(path: str) -> bool:
     """torchneck's own hooks (step clocks, profiler steps): time in them is torchneck's, not the
     user's. The line marker (capture/lines.py) is excluded: part of its time is the user's call."""
-    return is_torchneck_file(path) and os.path.realpath(path) != _MARKER_FILE
+    return is_torchneck_file(path) and _realpath(path) != _MARKER_FILE
 
 
 def is_marker_file(path: str) -> bool:
-    return bool(path) and os.path.realpath(path) == _MARKER_FILE
+    return bool(path) and _realpath(path) == _MARKER_FILE
 
 
 MARKER_CALL_FUNCTION = "call_marked"
