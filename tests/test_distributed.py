@@ -34,6 +34,8 @@ def test_torchrun_job_names_the_straggler(tmp_path):
     assert {f["kind"] for f in report["findings"][:2]} == {"straggler", "python_hotspot"}
     assert all(f["rank"] == 1 for f in report["findings"][:2])
     assert "rank 1 is the straggler" in report["verdict"].lower()
+    html = (run_dir / "report.html").read_text()
+    assert '<span class="kind">rank 1</span>' in html and '"distributed":' in html  # ranks table data
 
 
 def test_failed_rank_is_named_and_the_others_evidence_kept(tmp_path):

@@ -51,7 +51,8 @@ class HtmlRenderer:
 
     def render(self, report: dict, title: str | None = None) -> str:
         title = title or self._title(report)
-        data = {k: report.get(k) for k in ("kind", "findings", "ranks", "ops_by_line", "views", "python", "diff")}
+        data = {k: report.get(k) for k in ("kind", "findings", "ranks", "ops_by_line", "views", "python", "diff",
+                                           "distributed")}
         data["run_phases"] = (report.get("run") or {}).get("phases")
         parts = [
             "<!DOCTYPE html>",
@@ -119,6 +120,7 @@ class HtmlRenderer:
         pct = f.get("time_lost_pct") or 0.0
         head = (f'<div class="finding-head"><span class="sev sev-{sev_class}">{_e(sev)}</span>'
                 f'<span class="kind">{_e(f.get("kind", ""))}</span>'
+                + (f'<span class="kind">rank {_e(f["rank"])}</span>' if f.get("rank") is not None else "") +
                 f'<span class="title">{number}. {_e(f.get("title", ""))}</span>'
                 f'<span class="lost">{lost * 1e3:.1f} ms lost · {pct:.1f}%</span></div>')
         body = []

@@ -183,6 +183,17 @@
     if (py && py.lines && py.lines.length)
       specs.push({ id: "python", title: "Python lines", rows: py.lines,
         cols: [["file", "file"], ["line", "line"], ["function", "function"], ["total_s", "total s"], ["self_s", "self s"], ["outside_ops_s", "outside ops s"]] });
+    const dist = DATA.distributed;
+    if (dist && dist.ranks && dist.ranks.length) {
+      const straggler = dist.straggler ? dist.straggler.rank : null;
+      const rows = dist.ranks.map((r) => ({
+        rank: r.rank, straggler: r.rank === straggler ? "yes" : "", status: r.status || "", steps: r.steps,
+        median_step_ms: r.median_step_us ? r.median_step_us / 1e3 : null,
+        collectives_ms_per_step: r.comm && r.comm.present ? r.comm.per_step_us / 1e3 : null,
+        top_collective: r.comm && r.comm.by_type && r.comm.by_type.length ? r.comm.by_type[0].type : "",
+      }));
+      specs.unshift({ id: "ranks", title: "Ranks", rows, cols: Object.keys(rows[0]).map((k) => [k, k.replaceAll("_", " ")]) });
+    }
     if (DATA.diff) for (const [key, title] of [["findings", "Findings: A → B"], ["ops", "Ops that changed most"], ["kernels", "Kernels that changed most"], ["python", "Python lines that moved"]]) {
       const rows = DATA.diff[key] || [];
       if (rows.length) specs.push({ id: "diff-" + key, title, rows, cols: Object.keys(rows[0]).map((k) => [k, k]) });
