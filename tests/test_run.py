@@ -130,7 +130,7 @@ def test_op_line_is_the_helper_line_and_script_signals_work(run_dir):
         ("aten::mm", planted_line(script), "project", "trace")
     assert json.loads((run_dir / "run.json").read_text())["clock"]["lines_marked"] is True
     samples = json.loads((run_dir / "samples.json").read_text())
-    assert samples["format"] == 2 and samples["samples"]
+    assert samples["format"] == 3 and samples["samples"] and all(len(s) == 3 for s in samples["samples"])
 
 
 @pytest.mark.parametrize("mode", ["per-step", "whole-loop"])
@@ -164,3 +164,19 @@ def test_profiling_slowdown_is_measured_and_said(run_dir):
     assert phases["unprofiled_step_s"] > 0 and phases["profiled_step_s"] > phases["unprofiled_step_s"]
     assert phases["profiling_slowdown"] > 1.5
     assert any(w.startswith("profiled steps ran") for w in report["warnings"])
+
+
+def test_a_wait_is_charged_to_the_line_that_waits(run_dir):
+    """A 20 ms sleep per step: the wall-clock sampler charges it to the sleeping line (a CPU-time
+    sampler charged it to the next line that burnt CPU), and the finding says it waits."""
+    script = SCRIPTS / "sleepy_step.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((run_dir / "samples.json").read_text())["method"] == "wall-timer"
+    report = read_report(run_dir)
+    top = report["python"]["window"]["lines"][0]
+    assert top["line"] == planted_line(script) and top["pct"] > 60
+    assert top["waiting_s"] > 0.8 * top["total_s"]  # off the CPU, not computing
+    f = report["findings"][0]
+    assert f["kind"] == "python_hotspot" and f["where"][0]["line"] == planted_line(script)
+    assert "waits" in f["title"] and "DataLoader workers" in f["fix"]

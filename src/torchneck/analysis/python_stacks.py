@@ -37,6 +37,14 @@ class Samples:
     loading: np.ndarray  # inside a DataLoader iterator (torch/utils/data on the stack)
     start_monotonic_ns: int | None
     stacks: list[list[int]]
+    cpu_s: np.ndarray | None = None  # on-CPU seconds of each sample's interval (NaN: unknown)
+
+    def waiting_s(self) -> np.ndarray:
+        """Per sample, the part of its interval the thread was off the CPU (blocked: sleep, I/O,
+        a lock, a queue); 0 where the CPU time is unknown."""
+        if self.cpu_s is None or not len(self.cpu_s):
+            return np.zeros(len(self.dur_s))
+        return np.where(np.isnan(self.cpu_s), 0.0, np.clip(self.dur_s - np.nan_to_num(self.cpu_s), 0.0, None))
 
 
 def load_samples(data: dict) -> Samples:
@@ -52,10 +60,12 @@ def load_samples(data: dict) -> Samples:
         stack_of = np.arange(len(raw), dtype=np.int64)
     per_stack = _classify_stacks(frames, table)
     dur = np.array([s[1] for s in raw], dtype=np.float64)
+    # format 3: the thread's CPU seconds over each sample's interval (NaN when unknown)
+    cpu = np.array([s[2] if len(s) > 2 and s[2] >= 0 else np.nan for s in raw], dtype=np.float64)
     user_frame, leaf, leaf_user, tool, importing, compiling, loading = (
         col[stack_of] if len(stack_of) else col[:0] for col in per_stack)
     return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool, importing, compiling, loading,
-                   data.get("start_monotonic_ns"), [table[k] for k in stack_of.tolist()])
+                   data.get("start_monotonic_ns"), [table[k] for k in stack_of.tolist()], cpu)
 
 
 def _frame_mask(frames: list[list], predicate) -> np.ndarray:
@@ -105,10 +115,12 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
     """Where the time in [lo_s, hi_s) (seconds since sampling started) went, by user line.
 
     Per line: `total_s` (the line was the deepest user frame: its Python plus the library calls it
-    made), `self_s` (the sample was in that line's own Python, not inside a torch op) and, when
+    made), `self_s` (the sample was in that line's own Python, not inside a torch op), when
     `op_s` gives each sample's seconds inside torch ops, `outside_ops_s` (the line's time outside
-    torch ops: its Python plus non-torch libraries such as NumPy). Also per function, and the
-    share of samples in user code vs library code.
+    torch ops: its Python plus non-torch libraries such as NumPy), and, when the samples carry
+    the thread's CPU time, `waiting_s` (the part of that spent off the CPU: sleeping, blocked on
+    I/O, a lock or a queue). Also per function, and the share of samples in user code vs library
+    code.
     """
     mid = s.end_s - s.dur_s / 2
     in_range = (mid >= lo_s) & (mid < hi_s)
@@ -121,18 +133,21 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
     known = op_s is not None
     outside = np.maximum(s.dur_s - op_s, 0.0) if known else s.dur_s
     own_s = np.where(s.leaf_is_user, outside, 0.0)
+    waiting = np.minimum(s.waiting_s(), outside)  # a wait is never inside an op's own CPU time
     lines: dict[int, list[float]] = {}
-    for fid, d, own, out in zip(s.user_frame[win].tolist(), s.dur_s[win].tolist(), own_s[win].tolist(),
-                                outside[win].tolist()):
+    for fid, d, own, out, wait in zip(s.user_frame[win].tolist(), s.dur_s[win].tolist(), own_s[win].tolist(),
+                                      outside[win].tolist(), waiting[win].tolist()):
         if fid < 0:
             continue
-        acc = lines.setdefault(fid, [0.0, 0.0, 0.0])
+        acc = lines.setdefault(fid, [0.0, 0.0, 0.0, 0.0])
         acc[0] += d
         acc[1] += own
         acc[2] += out
+        acc[3] += wait
     funcs: dict[tuple[str, str], list] = {}
     out_lines = []
-    for fid, (tot, own, out) in sorted(lines.items(), key=lambda kv: -kv[1][0]):
+    cpu_known = s.cpu_s is not None and bool(np.isfinite(s.cpu_s).any())
+    for fid, (tot, own, out, wait) in sorted(lines.items(), key=lambda kv: -kv[1][0]):
         fn, file, line = s.frames[fid]
         f = funcs.setdefault((file, fn), [0.0, 0.0, line])
         f[0] += tot
@@ -144,6 +159,8 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
                      "library_is_torch": _is_torch_file(callee_file)}
             if known:
                 entry["outside_ops_s"] = out
+            if cpu_known:
+                entry["waiting_s"] = wait  # off the CPU: blocked, not computing
             out_lines.append(entry)
     out_funcs = [{"file": file, "function": fn, "line": ln, "total_s": tot, "self_s": own}
                  for (file, fn), (tot, own, ln) in sorted(funcs.items(), key=lambda kv: -kv[1][0])[:top]]

@@ -1,11 +1,17 @@
 """Python call stacks of the script's thread, sampled for the whole run.
 
-How: a CPU-time interval timer (`setitimer(ITIMER_PROF)`) sends SIGPROF every millisecond of
-the process's CPU time, and the Python handler, which CPython runs in the main thread at the
-next bytecode boundary, records the frame it interrupted. No second thread takes the GIL, so a
-sample costs only the handler (~10-20 µs). Each sample's weight is the wall time since the
-previous one, so the weights add up to the run's wall time: a line blocked in a long op or a
-DataLoader wait (no CPU, so no signal) gets the whole wait in its next sample.
+How: a wall-clock POSIX timer (`timer_create(CLOCK_MONOTONIC)`, through ctypes) sends a
+real-time signal to the main thread only (`SIGEV_THREAD_ID`) every millisecond, and the Python
+handler, which CPython runs in the main thread at the next bytecode boundary, records the frame
+it interrupted. No second thread takes the GIL, so a sample costs only the handler (~10-20 µs).
+Each sample's weight is the wall time since the previous one, so the weights add up to the run's
+wall time. Wall clock, not CPU time: while the thread is blocked (`time.sleep`, I/O, a lock, a
+queue, a long C call) the timer still expires, so a sample is pending the moment the call
+returns, still on the line that waited (a sleep is even interrupted and resumed); a CPU-time
+timer (`ITIMER_PROF`, used where POSIX timers are unavailable) charged such waits to whatever
+line burnt CPU next. A POSIX timer signal never queues up (one pending at most; overruns are
+counted instead), uses its own signal (not SIGALRM, so `signal.alarm` in the script still
+works) and interrupts only the main thread, never NCCL/gloo/DataLoader threads.
 
 Why not the alternatives measured here: a `sys.setprofile` sampler (pyinstrument) pays on every
 call and return, and made the 2 s import of torch._dynamo 1 s slower; a timer thread reading
@@ -13,13 +19,17 @@ call and return, and made the 2 s import of torch._dynamo 1 s slower; a timer th
 Where signals are unavailable (not the main thread, no `setitimer`), the thread sampler is used
 at a coarser 5 ms.
 
-Saved as `samples.json` (format 2): `frames` ([function, file, line], line = the line executing
-in that frame), `stacks` (frame ids, root first), and `samples` ([stack id, seconds]); a sample's
-instant is the running sum of seconds from `start_monotonic_ns`; `method` says which sampler.
+Saved as `samples.json` (format 3): `frames` ([function, file, line], line = the line executing
+in that frame), `stacks` (frame ids, root first), and `samples` ([stack id, seconds, on-CPU
+seconds]): a sample's instant is the running sum of seconds from `start_monotonic_ns`; on-CPU
+seconds are the sampled thread's CPU time over the same interval (-1 unknown), so analyses tell
+a line that computes from one that waits; `method` says which sampler.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import signal
 import sys
@@ -28,13 +38,13 @@ import time
 from pathlib import Path
 
 SAMPLE_INTERVAL_S = 0.001
-"""1 ms of CPU time: fine enough to place samples within a step of a few ms; a sample costs
-~10-20 µs in the handler, 1-2 % of the run."""
+"""1 ms (wall; of CPU time for the ITIMER_PROF fallback): fine enough to place samples within a
+step of a few ms; a sample costs ~10-20 µs in the handler, 1-2 % of the run."""
 
 THREAD_INTERVAL_S = 0.005
 """The fallback thread sampler's interval: each of its samples forces a GIL hand-over."""
 
-FORMAT = 2
+FORMAT = 3
 
 
 class StackSampler:
@@ -43,7 +53,8 @@ class StackSampler:
     def __init__(self, interval: float = SAMPLE_INTERVAL_S):
         self.interval = interval
         self.thread_id = threading.get_ident()
-        self.method = "signal" if _signals_usable() else "thread"
+        self._timer = _PosixTimer.make() if _signals_usable() else None
+        self.method = "wall-timer" if self._timer else "signal" if _signals_usable() else "thread"
         self._previous_handler = None
         self._handler = None
         self.start_ns: int | None = None
@@ -54,22 +65,36 @@ class StackSampler:
         self.frames: list[list] = []
         self._stack_ids: dict[tuple[int, ...], int] = {}
         self.stacks: list[tuple[int, ...]] = []
-        self.samples: list[tuple[int, int]] = []  # (stack id, monotonic ns at the sample)
+        # (stack id, monotonic ns at the sample, the thread's CPU ns at the sample)
+        self.samples: list[tuple[int, int, int]] = []
 
     def start(self) -> None:
         self.start_ns = time.monotonic_ns()
-        if self.method == "signal":
+        self.start_cpu_ns = time.thread_time_ns()
+        if self.method in ("wall-timer", "signal"):
             record = self.samples.append
             stack_of = self._stack_id
             now = time.monotonic_ns
+            cpu = time.thread_time_ns  # the handler runs on the sampled (main) thread
 
-            def on_sigprof(signum, frame):
+            def on_signal(signum, frame):
                 if frame is not None:
-                    record((stack_of(frame), now()))
+                    record((stack_of(frame), now(), cpu()))
 
-            self._handler = on_sigprof
-            self._previous_handler = signal.signal(signal.SIGPROF, on_sigprof)
-            signal.siginterrupt(signal.SIGPROF, False)  # restart system calls the signal interrupts
+            self._handler = on_signal
+            signum = self._timer.signum if self._timer else signal.SIGPROF
+            self._previous_handler = signal.signal(signum, on_signal)
+            signal.siginterrupt(signum, False)  # restart system calls the signal interrupts
+            if self._timer:
+                try:
+                    self._timer.start(self.interval)
+                    return
+                except OSError:  # fall back to the CPU-time timer
+                    signal.signal(signum, self._previous_handler or signal.SIG_DFL)
+                    self._timer = None
+                    self.method = "signal"
+                    self._previous_handler = signal.signal(signal.SIGPROF, on_signal)
+                    signal.siginterrupt(signal.SIGPROF, False)
             signal.setitimer(signal.ITIMER_PROF, self.interval, self.interval)
             return
         self.interval = max(self.interval, THREAD_INTERVAL_S)
@@ -77,11 +102,16 @@ class StackSampler:
         self._thread.start()
 
     def stop(self) -> None:
-        if self.method == "signal" and self.start_ns is not None:
-            signal.setitimer(signal.ITIMER_PROF, 0, 0)
+        if self.method in ("wall-timer", "signal") and self.start_ns is not None and self._handler is not None:
+            if self._timer:
+                self._timer.stop()
+                signum = self._timer.signum
+            else:
+                signal.setitimer(signal.ITIMER_PROF, 0, 0)
+                signum = signal.SIGPROF
             # Put the old handler back, unless the script installed its own meanwhile.
-            if signal.getsignal(signal.SIGPROF) is self._handler:
-                signal.signal(signal.SIGPROF, self._previous_handler or signal.SIG_DFL)
+            if signal.getsignal(signum) is self._handler:
+                signal.signal(signum, self._previous_handler or signal.SIG_DFL)
             self._previous_handler = self._handler = None
         if self._thread is not None:
             self._stop.set()
@@ -96,12 +126,17 @@ class StackSampler:
         interval = self.interval
         record = self.samples.append
         stack_of = self._stack_id
+        try:
+            clock = time.pthread_getcpuclockid(target)
+            cpu = lambda: time.clock_gettime_ns(clock)  # noqa: E731
+        except (AttributeError, OSError):
+            cpu = lambda: -1  # noqa: E731
         while not wait(interval):
             at = now()  # the GIL is held from here: the script is frozen at this instant
             frame = current_frames().get(target)
             if frame is None:
                 continue
-            record((stack_of(frame), at))
+            record((stack_of(frame), at, cpu()))
             frame = None  # do not keep the script's locals alive until the next sample
 
     def _stack_id(self, frame) -> int:
@@ -128,9 +163,11 @@ class StackSampler:
     def to_json(self) -> dict:
         samples = []
         prev = self.start_ns or 0
-        for sid, t in self.samples:
-            samples.append([sid, round((t - prev) / 1e9, 7)])
-            prev = t
+        prev_cpu = getattr(self, "start_cpu_ns", None)
+        for sid, t, c in sorted(self.samples, key=lambda x: x[1]):
+            on_cpu = round((c - prev_cpu) / 1e9, 7) if prev_cpu is not None and c >= 0 else -1
+            samples.append([sid, round((t - prev) / 1e9, 7), on_cpu])
+            prev, prev_cpu = t, (c if c >= 0 else None)
         return {"format": FORMAT, "method": self.method, "interval_s": self.interval, "start_monotonic_ns": self.start_ns,
                 "frames": self.frames, "stacks": [list(s) for s in self.stacks], "samples": samples}
 
@@ -139,6 +176,67 @@ class StackSampler:
         data = self.to_json()
         path.write_text(json.dumps(data, separators=(",", ":")))
         return data
+
+
+class _PosixTimer:
+    """A CLOCK_MONOTONIC POSIX timer whose signal goes to the calling (main) thread only."""
+
+    SIGEV_THREAD_ID = 4  # Linux
+    CLOCK_MONOTONIC = 1
+
+    class _SigEvent(ctypes.Structure):  # glibc's struct sigevent (64 bytes), thread-id variant
+        _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                    ("tid", ctypes.c_int), ("_pad", ctypes.c_int * 11)]
+
+    class _ITimerSpec(ctypes.Structure):  # struct itimerspec: two (seconds, nanoseconds) pairs
+        _fields_ = [("interval", ctypes.c_long * 2), ("value", ctypes.c_long * 2)]
+
+    def __init__(self, lib, signum: int):
+        self.lib = lib
+        self.signum = signum
+        self._id = None
+
+    @classmethod
+    def make(cls) -> _PosixTimer | None:
+        """A timer on a free real-time signal, or None (not Linux, no timer_create, none free)."""
+        if not sys.platform.startswith("linux") or not hasattr(signal, "SIGRTMIN") or ctypes.sizeof(ctypes.c_long) != 8:
+            return None
+        lib = None
+        for name in (None, ctypes.util.find_library("rt")):
+            try:
+                candidate = ctypes.CDLL(name, use_errno=True)
+            except OSError:
+                continue
+            if hasattr(candidate, "timer_create"):
+                lib = candidate
+                break
+        if lib is None:
+            return None
+        for offset in (5, 6, 7, 8):  # leave the lowest real-time signals to threads libraries
+            signum = signal.SIGRTMIN + offset
+            if signum <= signal.SIGRTMAX and signal.getsignal(signum) in (signal.SIG_DFL, None):
+                return cls(lib, signum)
+        return None
+
+    def start(self, interval: float) -> None:
+        ev = self._SigEvent()
+        ev.signo = int(self.signum)
+        ev.notify = self.SIGEV_THREAD_ID
+        ev.tid = threading.get_native_id()
+        timer = ctypes.c_void_p()
+        if self.lib.timer_create(self.CLOCK_MONOTONIC, ctypes.byref(ev), ctypes.byref(timer)) != 0:
+            raise OSError(ctypes.get_errno(), "timer_create failed")
+        self._id = timer
+        ns = max(int(interval * 1e9), 100_000)
+        spec = self._ITimerSpec((ns // 1_000_000_000, ns % 1_000_000_000), (ns // 1_000_000_000, ns % 1_000_000_000))
+        if self.lib.timer_settime(timer, 0, ctypes.byref(spec), None) != 0:
+            self.stop()
+            raise OSError(ctypes.get_errno(), "timer_settime failed")
+
+    def stop(self) -> None:
+        if self._id is not None:
+            self.lib.timer_delete(self._id)
+            self._id = None
 
 
 def _signals_usable() -> bool:

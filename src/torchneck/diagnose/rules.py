@@ -79,6 +79,9 @@ class PythonHotspot:
     MIN_SAMPLED_S = 0.02
     """And at least 20 ms of it: the sampler ticks every 1-4 ms, so less is a handful of samples,
     too few to tell a line from its neighbours in a short window."""
+    WAITING_SHARE = 0.5
+    """When most of that time the thread was off the CPU, the line waits (sleep, I/O, a lock)
+    rather than computes, and the fix is to overlap the wait, not to vectorise."""
 
     def check(self, ev: Evidence) -> list[Finding]:
         if not ev.python:
@@ -109,14 +112,28 @@ class PythonHotspot:
                 continue  # torch's own overhead (autograd engine, optimizer loop): other rules' evidence
             lost = share * ev.window_s
             callee = line.get("library") or ""
+            waiting = line.get("waiting_s") or 0.0
+            evidence = {"outside_torch_s": outside, "self_python_s": line["self_s"], "waiting_s": waiting,
+                        "line_total_s": line["total_s"], "sampled_s": total, "calls_into": callee}
+            if waiting >= self.WAITING_SHARE * outside:
+                what = f" in {callee.split(' (')[0]}" if callee else ""
+                out.append(Finding(
+                    kind=self.kind,
+                    title=(f"{line['function']}() waits{what} {100 * share:.0f}% of each step, off the CPU "
+                           "(blocked: sleep, I/O, a lock or a queue)"),
+                    time_lost_s=lost, time_lost_pct=_pct(lost, ev), where=where_of([line]), evidence=evidence,
+                    fix="Overlap the wait with compute instead of blocking the step: load and decode in "
+                        "DataLoader workers (num_workers > 0, prefetch_factor) or a background thread, "
+                        "cache what is read every step, and avoid sleeping or polling inside the loop.",
+                    docs=DOCS["dataloader"]))
+                continue
             what = f"in {callee.split(' (')[0]}" if callee and line["self_s"] < 0.5 * outside else "in Python"
             out.append(Finding(
                 kind=self.kind,
                 title=f"{line['function']}() spends {100 * share:.0f}% of each step {what}, outside torch ops",
                 time_lost_s=lost, time_lost_pct=_pct(lost, ev),
                 where=where_of([line]),
-                evidence={"outside_torch_s": outside, "self_python_s": line["self_s"],
-                          "line_total_s": line["total_s"], "sampled_s": total, "calls_into": callee},
+                evidence=evidence,
                 fix="Do this work with torch ops on the tensors you already have (e.g. torch.nonzero / "
                     "torch.where instead of a NumPy round trip, vectorised ops instead of Python loops), "
                     "or move it out of the step.",
