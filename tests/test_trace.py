@@ -207,3 +207,31 @@ def test_ruff_clean():
     r = subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "benchmarks"], cwd=root,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
+
+
+def test_sampler_survives_a_handler_slower_than_its_interval():
+    """A sample that takes longer than the timer's interval must not nest samples into itself
+    (CPython runs pending handlers at the handler's own bytecode boundaries)."""
+    import time
+
+    from torchneck.capture.sampler import StackSampler
+
+    sampler = StackSampler(0.0002)  # 0.2 ms: shorter than the slowed sample below
+    original = sampler._stack_id
+
+    def slow_stack_id(frame):
+        end = time.perf_counter() + 0.001
+        while time.perf_counter() < end:
+            pass
+        return original(frame)
+
+    sampler._stack_id = slow_stack_id
+    sampler.start()
+    try:
+        end = time.perf_counter() + 0.3
+        while time.perf_counter() < end:
+            sum(range(100))
+    finally:
+        sampler.stop()
+    assert len(sampler.samples) > 50
+    assert sampler.method == "wall-timer"

@@ -31,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import json
+import os
 import signal
 import sys
 import threading
@@ -53,7 +54,8 @@ class StackSampler:
     def __init__(self, interval: float = SAMPLE_INTERVAL_S):
         self.interval = interval
         self.thread_id = threading.get_ident()
-        self._timer = _PosixTimer.make() if _signals_usable() else None
+        wall = os.environ.get("TORCHNECK_SAMPLER", "wall") != "cpu"  # TORCHNECK_SAMPLER=cpu: ITIMER_PROF
+        self._timer = _PosixTimer.make() if wall and _signals_usable() else None
         self.method = "wall-timer" if self._timer else "signal" if _signals_usable() else "thread"
         self._previous_handler = None
         self._handler = None
@@ -61,7 +63,9 @@ class StackSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # Interned data: frame key (code, line) -> id, stack tuple -> id.
-        self._frame_ids: dict[tuple, int] = {}
+        self._frame_ids: dict[tuple[int, int], int] = {}  # (id(code), line) -> frame id
+        self._offset_ids: dict[tuple[int, int], int] = {}  # (id(code), f_lasti) -> frame id
+        self._codes: dict[int, object] = {}  # keeps the code objects alive: their ids stay unique
         self.frames: list[list] = []
         self._stack_ids: dict[tuple[int, ...], int] = {}
         self.stacks: list[tuple[int, ...]] = []
@@ -77,9 +81,19 @@ class StackSampler:
             now = time.monotonic_ns
             cpu = time.thread_time_ns  # the handler runs on the sampled (main) thread
 
+            busy = [False]
+
             def on_signal(signum, frame):
-                if frame is not None:
+                # CPython runs a pending handler at any bytecode boundary, this handler's own
+                # included: a sample that overruns the interval (a descheduled thread) must not
+                # nest samples into itself.
+                if frame is None or busy[0]:
+                    return
+                busy[0] = True
+                try:
                     record((stack_of(frame), now(), cpu()))
+                finally:
+                    busy[0] = False
 
             self._handler = on_signal
             signum = self._timer.signum if self._timer else signal.SIGPROF
@@ -140,17 +154,29 @@ class StackSampler:
             frame = None  # do not keep the script's locals alive until the next sample
 
     def _stack_id(self, frame) -> int:
-        """Intern the stack ending at `frame` (root first)."""
+        """Intern the stack ending at `frame` (root first).
+
+        Frames are keyed by (id of the code object, instruction offset): hashing a code object
+        hashes its constants, recursively, so a module body's code (deep import stacks) cost
+        most of a sample. The code objects are kept alive (`_codes`) so their ids stay unique.
+        `f_lineno` (a line-table decode) is read once per new (code, offset) pair."""
+        at_offset = self._offset_ids
         frame_ids = self._frame_ids
+        codes = self._codes
         ids = []
         while frame is not None:
             code = frame.f_code
-            key = (code, frame.f_lineno)
-            fid = frame_ids.get(key)
+            key = (id(code), frame.f_lasti)
+            fid = at_offset.get(key)
             if fid is None:
-                fid = frame_ids[key] = len(self.frames)
-                name = getattr(code, "co_qualname", code.co_name)
-                self.frames.append([name, code.co_filename, key[1] or code.co_firstlineno])
+                codes[key[0]] = code
+                line_key = (key[0], frame.f_lineno)
+                fid = frame_ids.get(line_key)
+                if fid is None:
+                    fid = frame_ids[line_key] = len(self.frames)
+                    name = getattr(code, "co_qualname", code.co_name)
+                    self.frames.append([name, code.co_filename, line_key[1] or code.co_firstlineno])
+                at_offset[key] = fid
             ids.append(fid)
             frame = frame.f_back
         stack = tuple(reversed(ids))
