@@ -134,6 +134,9 @@ def test_html_report_renders_in_chromium(tutorial_runs, browser):
     assert page.locator("#step-chart rect.step-bar").count() >= report["ranks"][0]["steps"]["count"]
     assert page.locator("#timeline rect.tl-ev").count() > 10
     assert page.locator("#flame .node.user").count() >= 2
+    steps_nodes = page.locator("#flame .node").count()
+    page.click("#flame button[data-flame='whole run']")  # start-up included: more frames
+    assert page.locator("#flame .node").count() > steps_nodes
     assert page.locator("#memory polyline").count() >= 1
     # the op table sorts: a numeric column largest first, then the other way
     table = page.locator("#table-ops")

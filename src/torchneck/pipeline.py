@@ -82,6 +82,11 @@ def report_from_run_dir(run_dir: Path) -> dict:
     if profiling_warning(phases):
         warnings.append(profiling_warning(phases))
     views["stacks"] = stack_tree(samples)
+    if not phases["phases"].get("window_s") or (run.get("clock") or {}).get("whole_run"):
+        views["stacks_window"] = None
+    else:  # the profiled steps alone: start-up (imports) would dwarf them in the whole run's graph
+        w0, w1 = phases["window_offsets_s"]
+        views["stacks_window"] = stack_tree(samples, w0, w1)
     compiled = compile_summary(_read_json(run_dir / "compile.json", required=False))
     ev = Evidence(analysis=analysis, env=env, phases=phases, python=python, ops_by_line=ops_lines,
                   compile=compiled, run_wall_s=run.get("wall_s") or 0.0,

@@ -110,11 +110,14 @@
   // -- flame graph (icicle) of the sampled Python stacks; click a frame to zoom ----------------
   function flame() {
     const host = document.getElementById("flame");
-    const root = views.stacks;
-    if (!root || !root.s) return empty(host, "No Python samples.");
+    const trees = [["profiled steps", views.stacks_window], ["whole run", views.stacks]].filter(([, t]) => t && t.s);
+    if (!trees.length) return empty(host, "No Python samples.");
+    const choose = el("div", { class: "tabs" });
     const box = el("div", { class: "flame" });
+    if (trees.length > 1) host.appendChild(choose);
     host.appendChild(box);
     const ROWH = 18, MAXDEPTH = 48;
+    let root = trees[0][1];
     function draw(top) {
       box.textContent = "";
       let maxDepth = 0;
@@ -139,6 +142,17 @@
       place(top, 0, 100, 0);
       box.style.height = (maxDepth + 1) * ROWH + "px";
     }
+    trees.forEach(([label, tree], i) => {
+      const b = el("button", { type: "button", "data-flame": label }, label);
+      b.addEventListener("click", () => {
+        for (const x of choose.children) x.classList.remove("active");
+        b.classList.add("active");
+        root = tree;
+        draw(root);
+      });
+      if (i === 0) b.classList.add("active");
+      choose.appendChild(b);
+    });
     draw(root);
     host.appendChild(el("p", { class: "empty" }, "Orange: your code; grey: libraries. Click a frame to zoom, the top bar to reset."));
   }
