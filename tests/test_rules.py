@@ -98,3 +98,18 @@ def test_gpu_rules_on_real_traces():
     r = torchneck("analyze", str(DATA / "trace_diff__test__test.json.gz"), "--json", "-")
     [t] = [f for f in validate_report(json.loads(r.stdout))["findings"] if f["kind"] == "tensor_cores"]
     assert all(o.startswith("volta_sgemm") for o in t["ops"]) and "float16" in t["fix"]
+
+
+def test_python_hotspot_on_the_dispatch_line_is_folded():
+    from torchneck.diagnose.findings import Where
+    from torchneck.diagnose.rules import fold_same_line
+
+    line = [Where("/x/t.py", 12, "<module>")]
+    dispatch = Finding(kind="dispatch_overhead", title="d", time_lost_s=0.3, time_lost_pct=30.0, fix="f", where=line)
+    hot = Finding(kind="python_hotspot", title="<module>() spends 27% ...", time_lost_s=0.27, time_lost_pct=27.0,
+                  fix="f", where=line, evidence={"outside_torch_s": 0.27})
+    other = Finding(kind="python_hotspot", title="t", time_lost_s=0.1, time_lost_pct=10.0, fix="f",
+                    where=[Where("/x/t.py", 20, "f")])
+    kept = fold_same_line([dispatch, hot, other])
+    assert [f.kind for f in kept] == ["dispatch_overhead", "python_hotspot"] and kept[1].where[0].line == 20
+    assert kept[0].evidence["python_outside_ops_on_this_line_s"] == 0.27
