@@ -113,3 +113,12 @@ def test_python_hotspot_on_the_dispatch_line_is_folded():
     kept = fold_same_line([dispatch, hot, other])
     assert [f.kind for f in kept] == ["dispatch_overhead", "python_hotspot"] and kept[1].where[0].line == 20
     assert kept[0].evidence["python_outside_ops_on_this_line_s"] == 0.27
+
+
+def test_float64_means_float64_tensors_not_python_scalars():
+    from torchneck.analysis.ops import _double_tensor_input
+
+    assert _double_tensor_input('["float", "double"]', "[[16], []]") is False  # x * 0.5: a wrapped scalar
+    assert _double_tensor_input('["double", "", "", ""]', "[[], [], [], []]") is False  # aten::to of it
+    assert _double_tensor_input('["double", "double"]', "[[256, 256, 32], []]") is True  # a float64 mask
+    assert _double_tensor_input('["double"]', "") is True  # no shapes recorded: cannot tell, keep it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,15 +144,47 @@ def dispatch_overhead(table: EventTable, nesting: Nesting, rows: np.ndarray, spa
 
 
 def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int = 10) -> dict:
-    """CPU ops with a `double` input (needs record_shapes): self time and the top ops."""
+    """CPU ops with a float64 *tensor* input (needs record_shapes): self time and the top ops.
+
+    An input counts when its type is `double` and its shape has at least one dimension: a Python
+    float passed to an op (`x * 0.5`) arrives as a 0-dim double "wrapped number", and ops on those
+    (`aten::mul` with shapes `[[16], []]`, the `aten::to` that makes them) are not float64 data."""
     cpu = rows[(table.cat[rows] == Cat.CPU_OP) & (table.types[rows] >= 0)]
     if not len(cpu):
         return {"recorded": False, "self_us": 0.0, "ops": []}
     has_double = table.names_matching(lambda s: '"double"' in s or "c10::complex<double>" in s)
-    hit = cpu[has_double[table.types[cpu]]]
+    cand = cpu[has_double[table.types[cpu]]]
+    verdict: dict[tuple[int, int], bool] = {}
+    keep = np.zeros(len(cand), dtype=bool)
+    for i, (tid, sid) in enumerate(zip(table.types[cand].tolist(), table.shapes[cand].tolist())):
+        key = (tid, sid)
+        ok = verdict.get(key)
+        if ok is None:
+            ok = verdict[key] = _double_tensor_input(table.strings[tid], table.strings[sid] if sid >= 0 else "")
+        keep[i] = ok
+    hit = cand[keep]
     ops = op_table(table, nesting, hit, by_shape=True, top=top) if len(hit) else []
     return {"recorded": True, "self_us": float(nesting.self_time[hit].sum()), "count": int(len(hit)),
             "ops": ops}
+
+
+def _double_tensor_input(types_json: str, shapes_json: str) -> bool:
+    """True when some input is double with at least one dimension (shapes unknown: any double)."""
+    try:
+        types = json.loads(types_json)
+        shapes = json.loads(shapes_json) if shapes_json else None
+    except ValueError:
+        return True
+    if not isinstance(types, list):
+        return True
+    for i, t in enumerate(types):
+        if not (isinstance(t, str) and ("double" in t)):
+            continue
+        if not isinstance(shapes, list) or i >= len(shapes):
+            return True
+        if isinstance(shapes[i], list) and len(shapes[i]) > 0:
+            return True
+    return False
 
 
 def annotations(table: EventTable, rows: np.ndarray, top: int = 20) -> list[dict]:
