@@ -66,7 +66,7 @@ def _analyse_all(dirs: list[Path], workers: int | None = None) -> list[dict]:
 def report_from_job_dir(run_dir: Path, workers: int | None = None) -> dict:
     """Analyse every rank of a job and merge: per-rank steps and communication, the straggler,
     which ranks failed and why, and the ranks' findings (each tagged with its rank)."""
-    from .pipeline import _envelope
+    from .pipeline import report_envelope
 
     run_dir = Path(run_dir)
     ranks = rank_dirs(run_dir)
@@ -136,7 +136,7 @@ def report_from_job_dir(run_dir: Path, workers: int | None = None) -> dict:
         f"Rank {main_rank}: {main_verdict}",
         f"Biggest problem: {top[0]['title']}." if top else "No significant problem found.",
     ]))
-    return _envelope(
+    return report_envelope(
         "run", verdict, findings, run=run, env=main.get("env"), python=main.get("python"),
         ops_by_line=main.get("ops_by_line"), compile=main.get("compile"),
         ranks=[(reports[r].get("ranks") or [None])[0] for r in sorted(reports)

@@ -92,7 +92,7 @@ def report_from_run_dir(run_dir: Path) -> dict:
                   compile=compiled, run_wall_s=run.get("wall_s") or 0.0,
                   call_sites=run.get("call_sites") or [], clock=run.get("clock") or {})
     findings = diagnose(ev)
-    return _envelope(
+    return report_envelope(
         "run", verdict(analysis, phases, findings), findings,
         run= {k: run.get(k) for k in ("target", "exit_code", "status", "error", "traceback", "wall_s", "cpu_s",
                                        "call_sites")}
@@ -179,7 +179,7 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None)
     warnings = [w for a in analyses for w in a["trace"]["warnings"]]
     if len(analyses) > FULL_RANKS_MAX:  # the others are summarised in `distributed.ranks`
         analyses = analyses[:1]
-    return _envelope("analyze", verdict(main, None, findings), findings, ranks=analyses,
+    return report_envelope("analyze", verdict(main, None, findings), findings, ranks=analyses,
                      warnings=warnings, views=results[0]["views"],
                      **sections)
 
@@ -194,7 +194,7 @@ def trace_views(trace, nesting) -> dict:
     return {"timeline": step_timeline(trace, step, nesting), "memory": memory_timeline(trace.memory, lo, hi)}
 
 
-def _envelope(kind: str, verdict_text: str, findings: list, **sections) -> dict:
+def report_envelope(kind: str, verdict_text: str, findings: list, **sections) -> dict:
     """The report dict common to every kind: version, verdict and findings first."""
     return {
         "schema_version": SCHEMA_VERSION,
