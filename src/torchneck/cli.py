@@ -262,14 +262,9 @@ def _launch_and_analyse(ns: argparse.Namespace, target, options) -> tuple[dict |
 
 def write_job_report(run_dir: Path) -> dict:
     from .jobs import report_from_job_dir
-    from .report.console import render_text
-    from .report.html import render_html
+    from .pipeline import write_reports
 
-    report = report_from_job_dir(run_dir)
-    (Path(run_dir) / "report.json").write_text(json.dumps(report, indent=1))
-    (Path(run_dir) / "report.txt").write_text(render_text(report))
-    (Path(run_dir) / "report.html").write_text(render_html(report), encoding="utf-8")
-    return report
+    return write_reports(run_dir, report_from_job_dir(run_dir))
 
 
 def build_run_report(run_dir: Path) -> dict:

@@ -8,13 +8,10 @@ per-rank summaries (`analysis/distributed.py`), never two traces at once.
 from __future__ import annotations
 
 import json
-import os
 import re
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
 
-from .analysis.distributed import compare_ranks
+from .analysis.distributed import compare_ranks, rank_summary
 from .diagnose.distributed_rules import diagnose_job
 from .diagnose.findings import rank_finding_dicts
 from .errors import TorchneckError
@@ -55,25 +52,17 @@ def analyse_rank(rank_dir: str) -> dict:
         return {"report": None, "note": f"analysis failed: {exc}"}
 
 
-def _analyse_all(dirs: list[Path], workers: int | None = None) -> list[dict]:
-    workers = workers or min(len(dirs), os.cpu_count() or 1)
-    if workers <= 1 or len(dirs) <= 1:
-        return [analyse_rank(str(d)) for d in dirs]
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        return list(pool.map(analyse_rank, [str(d) for d in dirs]))
-
-
 def report_from_job_dir(run_dir: Path, workers: int | None = None) -> dict:
     """Analyse every rank of a job and merge: per-rank steps and communication, the straggler,
     which ranks failed and why, and the ranks' findings (each tagged with its rank)."""
-    from .pipeline import report_envelope
+    from .pipeline import map_per_rank, report_envelope
 
     run_dir = Path(run_dir)
     ranks = rank_dirs(run_dir)
     if not ranks:
         raise TorchneckError(f"{run_dir}: no rank-<R> directories (did the job start?)")
     job = _read(run_dir / "job.json") or {}
-    results = _analyse_all([d for _, d in ranks], workers)
+    results = map_per_rank(analyse_rank, [str(d) for _, d in ranks], workers=workers)
     summaries, failed, reports = [], [], {}
     for (rank, d), res in zip(ranks, results):
         report = res.get("report")
@@ -90,13 +79,7 @@ def report_from_job_dir(run_dir: Path, workers: int | None = None) -> dict:
             report = {k: report.get(k) for k in ("findings", "ranks", "run", "warnings", "verdict", "python")}
         reports[rank] = report
         analysis = (report.get("ranks") or [None])[0]
-        summaries.append({
-            "rank": rank, "status": status, "exit_code": exit_code,
-            "median_step_us": analysis["steps"]["median_us"] if analysis else None,
-            "steps": analysis["steps"]["count"] if analysis else 0,
-            "comm": (analysis or {}).get("comm") or {"present": False},
-            "run_dir": str(d),
-        })
+        summaries.append(rank_summary(rank, analysis, status=status, exit_code=exit_code, run_dir=str(d)))
     if not reports:
         raise TorchneckError(f"{run_dir}: no rank left evidence to analyse: "
                              + "; ".join(f"rank {f['rank']}: {f['error']}" for f in failed))

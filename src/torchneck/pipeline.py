@@ -101,17 +101,36 @@ def report_from_run_dir(run_dir: Path) -> dict:
         ranks=[analysis] if analysis else [], warnings=warnings, views=views)
 
 
-def write_run_report(run_dir: Path) -> dict:
-    """Analyse a run directory and write report.json, report.txt and report.html into it."""
+def write_reports(run_dir: Path, report: dict) -> dict:
+    """Write report.json, report.txt and report.html into a run directory; returns `report`."""
     from .report.console import render_text
     from .report.html import render_html
 
     run_dir = Path(run_dir)
-    report = report_from_run_dir(run_dir)
     (run_dir / "report.json").write_text(json.dumps(report, indent=1))
     (run_dir / "report.txt").write_text(render_text(report))
     (run_dir / "report.html").write_text(render_html(report), encoding="utf-8")
     return report
+
+
+def write_run_report(run_dir: Path) -> dict:
+    """Analyse a one-process run directory and write its reports."""
+    return write_reports(run_dir, report_from_run_dir(Path(run_dir)))
+
+
+def map_per_rank(fn, items: list, *extra: list, workers: int | None = None) -> list:
+    """`fn` over per-rank items, each in its own spawned process when there are several and
+    more than one core (bounded memory per rank; as many at once as there are cores); in this
+    process otherwise. `extra` are further argument lists, as for `map`."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    workers = workers or min(len(items), os.cpu_count() or 1)
+    if workers <= 1 or len(items) <= 1:
+        return [fn(*args) for args in zip(items, *extra)]
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        return list(pool.map(fn, items, *extra))
 
 
 def analyse_trace_file(path: str, rank: int | None = None, progress=None, with_views: bool = True) -> dict | None:
@@ -124,25 +143,11 @@ def analyse_trace_file(path: str, rank: int | None = None, progress=None, with_v
     return {"analysis": analyze_trace(trace, nesting), "views": trace_views(trace, nesting) if with_views else {}}
 
 
-def _analyse_files(files: list[str], rank: int | None, progress) -> list[dict | None]:
-    """Each trace in its own process when there are several (bounded memory per trace; as many
-    at once as there are cores); in this process when there is one."""
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
-
-    workers = min(len(files), os.cpu_count() or 1)
-    if workers <= 1:
-        return [analyse_trace_file(f, rank, progress) for f in files]
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        return list(pool.map(analyse_trace_file, files, [rank] * len(files)))
-
-
 def report_from_traces(paths: list[str], rank: int | None = None, progress=None) -> dict:
     """Analyse existing trace files (a file, or a directory of per-rank traces). With several
     ranks: each rank's findings (tagged with its rank), plus the straggler and communication
     findings from comparing them."""
-    from .analysis.distributed import compare_ranks
+    from .analysis.distributed import compare_ranks, rank_summary
     from .diagnose.distributed_rules import diagnose_job
     from .diagnose.findings import rank_finding_dicts
     from .jobs import merge_rank_findings
@@ -150,7 +155,11 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None)
     files = []
     for p in paths:
         files += [str(f) for f in find_trace_files(p)]
-    results = [r for r in _analyse_files(files, rank, progress) if r is not None]
+    if len(files) == 1:  # in this process, with the progress bar
+        results = [analyse_trace_file(files[0], rank, progress)]
+    else:
+        results = map_per_rank(analyse_trace_file, files, [rank] * len(files))
+    results = [r for r in results if r is not None]
     if not results:
         raise TorchneckError(f"no trace for rank {rank} among {len(files)} file(s)")
     analyses = [r["analysis"] for r in results]
@@ -165,10 +174,8 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None)
     findings = merge_rank_findings(per_rank) if len(per_rank) > 1 else per_rank[next(iter(per_rank))]["findings"]
     sections: dict = {}
     if len(analyses) > 1:
-        summaries = [{"rank": a["trace"]["rank"] if a["trace"]["rank"] is not None else i,
-                      "median_step_us": a["steps"]["median_us"], "steps": a["steps"]["count"],
-                      "comm": a.get("comm") or {"present": False}, "path": a["trace"]["path"]}
-                     for i, a in enumerate(analyses)]
+        summaries = [rank_summary(a["trace"]["rank"] if a["trace"]["rank"] is not None else i, a,
+                                  path=a["trace"]["path"]) for i, a in enumerate(analyses)]
         dist = compare_ranks(summaries)
         dist["failed"] = []
         sections["distributed"] = dist

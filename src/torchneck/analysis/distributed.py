@@ -72,9 +72,17 @@ def collectives(table: EventTable, steps: list[Step]) -> dict:
             "steps": len(steps), "by_type": sorted(by_type, key=lambda d: -d["time_us"])}
 
 
+def rank_summary(rank: int, analysis: dict | None, **extra) -> dict:
+    """What the merge needs of one rank's trace analysis (`summary.analyze_trace`): a few
+    hundred bytes, whatever the trace's size."""
+    steps = (analysis or {}).get("steps")
+    return {"rank": rank, "median_step_us": steps["median_us"] if steps else None,
+            "steps": steps["count"] if steps else 0,
+            "comm": (analysis or {}).get("comm") or {"present": False}, **extra}
+
+
 def compare_ranks(ranks: list[dict]) -> dict:
-    """Merge per-rank summaries: `ranks` are `{rank, median_step_us, steps, comm}` (comm from
-    `collectives`). Returns the per-rank table, the step-time spread, and the straggler, if any."""
+    """Merge per-rank summaries (`rank_summary`). Returns the per-rank table, the step-time spread, and the straggler, if any."""
     ranks = sorted((r for r in ranks if r.get("rank") is not None), key=lambda r: r["rank"])
     steps = [r["median_step_us"] for r in ranks if r.get("median_step_us")]
     out: dict = {

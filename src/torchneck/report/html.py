@@ -15,7 +15,7 @@ import json
 import linecache
 from importlib import resources
 
-SEVERITY_ORDER = ("high", "medium", "low", "info")
+SEVERITY_CLASSES = ("high", "medium", "low", "info")
 CODE_CONTEXT_LINES = 3
 """Lines shown above and below each finding's line of user code."""
 
@@ -115,7 +115,7 @@ class HtmlRenderer:
 
     def _finding(self, number: int, f: dict) -> str:
         sev = f.get("severity", "info")
-        sev_class = sev if sev in SEVERITY_ORDER else "info"
+        sev_class = sev if sev in SEVERITY_CLASSES else "info"
         lost = f.get("time_lost_s") or 0.0
         pct = f.get("time_lost_pct") or 0.0
         head = (f'<div class="finding-head"><span class="sev sev-{sev_class}">{_e(sev)}</span>'
