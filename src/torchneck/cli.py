@@ -21,6 +21,16 @@ examples:
 """
 
 
+BISECT_EPILOG = """\
+exit code: 0 when the compiled run works, 1 when a stage failed (the report names it), 2 on bad usage.
+
+examples:
+  torchneck bisect train.py --epochs 1
+  torchneck bisect --accuracy --tolerance 1e-4 infer.py
+  torchneck bisect --minify train.py
+"""
+
+
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", help="run directory (default ./torchneck-runs/<time>-<script>/)")
     p.add_argument("--warmup", type=int, default=3, metavar="N",
@@ -91,6 +101,31 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also run it once more with inductor's caches disabled "
                            "(TORCHINDUCTOR_FORCE_DISABLE_CACHES=1) and show the cold compile time")
     _add_run_options(comp)
+    bis = sub.add_parser("bisect", help="find which torch.compile stage breaks a script (or its numbers)",
+                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=BISECT_EPILOG,
+                         description="Run a script whose compiled run fails, crashes, hangs or (with "
+                                     "--accuracy) computes different numbers, with every torch.compile "
+                                     "call forced onto backend eager, aot_eager, aot_eager_decomp_partition "
+                                     "and its own, each in a subprocess, and name the first stage that fails.")
+    bis.add_argument("--accuracy", action="store_true",
+                     help="also compare each compiled graph's outputs with the graph run eagerly")
+    bis.add_argument("--tolerance", type=float, default=1e-3, metavar="TOL",
+                     help="--accuracy: rtol and atol of the comparison (default 1e-3)")
+    bis.add_argument("--check-calls", type=int, default=2, metavar="N",
+                     help="--accuracy: calls checked per compiled graph (default 2)")
+    bis.add_argument("--timeout", type=float, metavar="S",
+                     help="time limit of each stage (default: 600 s for the first run, then "
+                          "max(120 s, 4x the first run))")
+    bis.add_argument("--minify", action="store_true",
+                     help="then run PyTorch's minifier on the failing stage and point at its repro.py")
+    bis.add_argument("--minify-timeout", type=float, default=1800.0, metavar="S",
+                     help="time limit of the minifier (default 1800 s)")
+    bis.add_argument("--out", metavar="DIR", help="output directory (default ./torchneck-runs/<time>-<script>/)")
+    bis.add_argument("--json", metavar="FILE", help="also write the bisection JSON here ('-' for stdout)")
+    bis.add_argument("--quiet", action="store_true", help="print no report (files are still written)")
+    bis.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like python -m")
+    bis.add_argument("script", nargs="?", help="the Python script to run")
+    bis.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     an = sub.add_parser("analyze", help="diagnose existing profiler traces (.json / .json.gz, or a directory)",
                         description="Diagnose torch.profiler / Kineto traces from any PyTorch since 1.8.")
     an.add_argument("paths", nargs="+", metavar="TRACE|DIR")
@@ -191,19 +226,24 @@ def _cold_compile(ns: argparse.Namespace, run_dir: Path) -> dict:
             "time_s": comp.get("time_s"), "exit_code": cold["run"]["exit_code"]}
 
 
-def _capture_and_analyse(ns: argparse.Namespace) -> tuple[dict | None, Path | None, int]:
-    """Run the target under capture, write the raw evidence, then analyse it: (report, run dir,
-    exit code). The report is None when the analysis failed (the evidence is kept)."""
+def _target(ns: argparse.Namespace):
+    """The script or module to run, from `run`/`compile`/`bisect` arguments."""
     from .capture.runner import Target
-    from .capture.window import WindowOptions
 
     if ns.module:
         args = ([ns.script] if ns.script else []) + list(ns.args)
-        target = Target(module=ns.module, args=tuple(args))
-    elif ns.script:
-        target = Target(script=Path(ns.script), args=tuple(ns.args))
-    else:
-        raise TorchneckError("nothing to run: give a script (torchneck run script.py) or -m module")
+        return Target(module=ns.module, args=tuple(args))
+    if ns.script:
+        return Target(script=Path(ns.script), args=tuple(ns.args))
+    raise TorchneckError(f"nothing to run: give a script (torchneck {ns.command} script.py) or -m module")
+
+
+def _capture_and_analyse(ns: argparse.Namespace) -> tuple[dict | None, Path | None, int]:
+    """Run the target under capture, write the raw evidence, then analyse it: (report, run dir,
+    exit code). The report is None when the analysis failed (the evidence is kept)."""
+    from .capture.window import WindowOptions
+
+    target = _target(ns)
     for name in ("warmup", "steps"):
         if getattr(ns, name) < 0 or (name == "steps" and ns.steps == 0):
             raise TorchneckError(f"--{name} must be a positive number of steps")
@@ -316,6 +356,28 @@ def cmd_report(ns: argparse.Namespace) -> int:
     return 1 if failed_gate(report, ns.fail_on) else 0
 
 
+def cmd_bisect(ns: argparse.Namespace) -> int:
+    from .bisect import BisectOptions, bisect
+    from .capture.runner import check_target
+    from .capture.session import make_run_dir
+    from .pipeline import report_envelope
+
+    target = _target(ns)
+    check_target(target)
+    if ns.tolerance <= 0 or ns.check_calls < 1:
+        raise TorchneckError("--tolerance must be > 0 and --check-calls >= 1")
+    out = make_run_dir(ns.out, target.label)
+    options = BisectOptions(accuracy=ns.accuracy, tolerance=ns.tolerance, check_calls=ns.check_calls,
+                            timeout=ns.timeout, minify=ns.minify, minify_timeout=ns.minify_timeout)
+    err = _stderr_console()
+    result = bisect(target, options, out, progress=None if ns.quiet else (lambda m: err.print(f"torchneck: {m}")))
+    report = report_envelope("bisect", result["verdict"], [], bisect=result)
+    (out / "bisect.json").write_text(json.dumps(report, indent=1))
+    _emit(report, ns.json, ns.quiet)
+    err.print(f"torchneck: bisection files in {out}")
+    return 1 if result["culprit"] else 0
+
+
 def cmd_diff(ns: argparse.Namespace) -> int:
     from .diff import diff_reports, load_report, resolve_input
 
@@ -332,7 +394,8 @@ def cmd_diff(ns: argparse.Namespace) -> int:
 
 _RUN_VALUE_FLAGS = {"--out", "--warmup", "--steps", "--duration", "--timeout", "--json", "--fail-on",
                     "--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
-                    "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id"}
+                    "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--tolerance", "--check-calls",
+                    "--minify-timeout"}
 
 
 def _split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -357,11 +420,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     script_args: list[str] = []
-    if argv and argv[0] in ("run", "compile"):
+    if argv and argv[0] in ("run", "compile", "bisect"):
         own, script_args = _split_run_argv(argv[1:])
         argv = [argv[0], *own]
     ns = parser.parse_args(argv)
-    if ns.command in ("run", "compile"):
+    if ns.command in ("run", "compile", "bisect"):
         ns.args = list(ns.args) + script_args
     if ns.command is None:
         parser.print_help()
@@ -377,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_report(ns)
         if ns.command == "diff":
             return cmd_diff(ns)
+        if ns.command == "bisect":
+            return cmd_bisect(ns)
     except TorchneckError as exc:
         print(f"torchneck: {exc}", file=sys.stderr)
         return 2
@@ -389,6 +454,6 @@ def main(argv: list[str] | None = None) -> int:
 def bottleneck_main(argv: list[str] | None = None) -> int:
     """`python -m torchneck script.py args`: the torch.utils.bottleneck form, i.e. `run`."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("run", "compile", "analyze", "report", "diff", "-h", "--help", "--version"):
+    if argv and argv[0] in ("run", "compile", "bisect", "analyze", "report", "diff", "-h", "--help", "--version"):
         return main(argv)
     return main(["run", *argv])

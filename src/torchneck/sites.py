@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 import sysconfig
 
@@ -17,6 +18,9 @@ _LIB_ROOTS = tuple(
     | {sys.prefix, sys.base_prefix, sys.exec_prefix}
     if p
 )
+_GENERATED_MARK = re.compile(r"[/\\](?:torchinductor_[^/\\]*|torch_compile_debug)[/\\]")
+"""Code torch.compile generates (inductor's cache under /tmp/torchinductor_<user>, debug dumps):
+it runs from files on disk but is nobody's source."""
 TORCHNECK_ROOT = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -30,7 +34,7 @@ def is_user_file(path: str) -> bool:
     """True for the user's own source files (not stdlib, site-packages, torchneck, `<frozen>`)."""
     if not path or path.startswith("<"):
         return False
-    if "site-packages" in path or "dist-packages" in path:
+    if "site-packages" in path or "dist-packages" in path or _GENERATED_MARK.search(path):
         return False
     real = _realpath(path)
     if real.startswith(TORCHNECK_ROOT):

@@ -78,8 +78,12 @@ class _TimedOut(BaseException):
     pass
 
 
-def run_target(target: Target, code: types.CodeType | None, timeout: float | None) -> Outcome:
-    """Run the script and turn however it ends into an `Outcome` (never raises)."""
+def run_target(target: Target, code: types.CodeType | None, timeout: float | None,
+               on_exception=None) -> Outcome:
+    """Run the script and turn however it ends into an `Outcome` (never raises).
+
+    `on_exception(exc)` sees the script's own exception (not exits or interrupts) before it is
+    turned into text: `torchneck bisect` reads torch's exception types and attributes."""
     saved_argv = sys.argv[:]
     saved_path = sys.path[:]
     saved_main = sys.modules.get("__main__")
@@ -133,6 +137,8 @@ def run_target(target: Target, code: types.CodeType | None, timeout: float | Non
     except _Terminated:
         return Outcome(143, "terminated", "terminated (SIGTERM)", _format_tb(sys.exc_info()))
     except BaseException as exc:  # the script's own error: report it, keep what we captured
+        if on_exception is not None:
+            on_exception(exc)
         return Outcome(1, "exception", f"{type(exc).__name__}: {exc}".splitlines()[0][:300],
                        _format_tb(sys.exc_info()))
     finally:

@@ -38,6 +38,8 @@ class ConsoleRenderer:
         c = self.console
         if report.get("kind") == "diff":
             return self._diff(report)
+        if report.get("kind") == "bisect":
+            return self._bisect(report["bisect"])
         c.rule("[bold]torchneck report")
         run = report.get("run")
         if run:
@@ -98,6 +100,56 @@ class ConsoleRenderer:
         self._changes("Ops that changed most (self µs per step)", d["ops"], "op", "us", "{:.1f}")
         self._changes("GPU kernels that changed most (µs per step)", d.get("kernels") or [], "kernel", "us", "{:.1f}")
         self._changes("Python lines that moved (ms per step)", d["python"], "line", "ms", "{:.2f}")
+
+    def _bisect(self, b: dict) -> None:
+        c = self.console
+        c.rule("[bold]torchneck bisect")
+        c.print(f"[bold]{escape(' '.join(b['target']))}[/]  backend {escape(b['backend'] or '-')}"
+                + (f"  (outputs checked against eager, tolerance {b['tolerance']:g})" if b["accuracy"] else ""))
+        t = Table(box=box.SIMPLE, title="Stages, in the order run", title_justify="left")
+        for col, just in (("stage", "left"), ("outcome", "left"), ("graphs", "right"), ("wall s", "right")):
+            t.add_column(col, justify=just)
+        for st in b["stages"]:
+            style = "red" if st["failed"] else "green"
+            t.add_row(st["name"], f"[{style}]{escape(st['outcome'][:90])}[/]",
+                      str(st.get("graphs", "")) if st.get("graphs") is not None else "", f"{st['wall_s']:.1f}")
+        c.print(t)
+        c.print(("[bold red]" if b["culprit"] else "[bold green]") + escape(b["verdict"][:1].upper() + b["verdict"][1:]) + "[/]")
+        f = b.get("failure")
+        if f:
+            if f.get("exception_type"):
+                c.print(f"  error: {escape(f['exception_type'])}: {escape(f.get('message') or '')}")
+                if f.get("detail"):
+                    c.print(f"         {escape(f['detail'])}")
+            m = f.get("mismatch")
+            if m:
+                diff = f", max abs diff {m['max_abs_diff']:.3g}" if m.get("max_abs_diff") is not None else ""
+                c.print(f"  output {m.get('output')} of graph {m['graph']} ({escape(str(m.get('op') or '?'))}): "
+                        f"{escape(m['problem'])}{diff}")
+            cf = f.get("compiled_function")
+            if cf:
+                c.print(f"  while compiling {escape(str(cf['function']))} "
+                        f"({escape(_short(str(cf['file']), 50))}:{cf['line']})")
+            for w in f["where"][:4]:
+                c.print(f"      at {escape(_short(w['file'], 50))}:{w['line']} in {escape(str(w['function']))}")
+            for hint in f.get("hints", [])[:2]:
+                c.print(f"  [green]torch's hint:[/] {escape(hint)}")
+            if f.get("log"):
+                c.print(f"  [dim]full output: {escape(f['log'])}[/]")
+        if b.get("advice"):
+            c.print(f"  [green]next:[/] {escape(b['advice'])}")
+        mn = b.get("minify")
+        if mn:
+            if mn["ok"]:
+                c.print(f"  [green]minified repro:[/] {escape(mn['repro'])}  (python {escape(mn['repro'])} reproduces it)")
+            else:
+                c.print(f"  [yellow]minifier:[/] {escape(mn['reason'])}")
+        for st in b["stages"]:
+            if st["failed"] and st.get("log_tail") and not st.get("exception"):
+                c.print(f"\n[dim]last lines of stage {st['name']} ({escape(st['log'])}):[/]")
+                for line in st["log_tail"][-6:]:
+                    c.print(f"[dim]  {escape(line[:160])}[/]")
+                break
 
     def _changes(self, title: str, rows: list[dict], key: str, unit: str, fmt: str) -> None:
         """One of diff's A/B/change tables (rows from `diff._biggest_changes`)."""

@@ -1,0 +1,133 @@
+"""`torchneck bisect`: real scripts whose compiled run fails, run stage by stage in subprocesses."""
+
+import json
+import subprocess
+import sys
+
+import torch
+from conftest import SCRIPTS, planted_line, read_report, torchneck
+
+from torchneck.capture.compile_stage import compare_outputs, describe_exception
+
+
+def _bisect(tmp_path, *args):
+    out = tmp_path / "bisect"
+    r = torchneck("bisect", "--out", str(out), *args, timeout=600)
+    report = read_report(out / "bisect.json")
+    assert report["kind"] == "bisect"
+    return r, report["bisect"]
+
+
+def test_a_failing_custom_backend_is_named_and_eager_stages_pass(tmp_path):
+    script = SCRIPTS / "compile_toy_backend.py"
+    r, b = _bisect(tmp_path, str(script))
+    assert r.returncode == 1, r.stderr
+    assert [s["name"] for s in b["stages"]] == ["original", "eager", "aot_eager", "aot_eager_decomp_partition"]
+    assert [s["failed"] for s in b["stages"]] == [True, False, False, False]
+    assert b["culprit"] == "original" and b["backend"] == "toy_backend"
+    assert "toy_backend" in b["component"]
+    f = b["failure"]
+    assert f["exception_type"] == "NotImplementedError" and "relu is not supported" in f["message"]
+    assert f["compiled_function"]["function"] == "shift"
+    lines = [w["line"] for w in f["where"]]
+    assert planted_line(script, "# TOY raise") in lines  # where the backend raised
+    assert planted_line(script, "# TOY call") in lines  # the user's call that triggered the compile
+    assert "toy_backend" in r.stdout and "eager" in r.stdout
+
+
+def test_accuracy_finds_the_stage_and_line_that_computes_wrong_numbers(tmp_path):
+    script = SCRIPTS / "compile_toy_backend.py"
+    r, b = _bisect(tmp_path, "--accuracy", str(script), "--wrong")
+    assert r.returncode == 1, r.stderr
+    assert b["culprit"] == "original"
+    original, *forced = b["stages"]
+    assert original["status"] == "ok" and original["failed"]  # it ran: only the numbers are wrong
+    assert all(s["accuracy"]["checked_calls"] == 2 and not s["accuracy"]["mismatches"] for s in forced)
+    m = b["failure"]["mismatch"]
+    assert m["where"]["line"] == planted_line(script, "# TOY relu")
+    assert m["max_abs_diff"] > 0.1 and m["problem"] == "values differ"
+
+
+def test_accuracy_passes_a_correct_training_compile_with_batchnorm_and_dropout(tmp_path):
+    script = SCRIPTS / "compile_train.py"
+    r, b = _bisect(tmp_path, "--accuracy", str(script))
+    assert r.returncode == 0, r.stderr
+    (original,) = b["stages"]
+    assert original["accuracy"]["checked_calls"] == 2 and original["accuracy"]["mismatches"] == []
+    assert b["culprit"] is None and "match eager" in b["verdict"]
+    # The eager reference runs on clones: BatchNorm's running stats are updated once, as without torchneck.
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True).stdout
+    assert plain.strip() in (tmp_path / "bisect" / "stage-original.log").read_text()
+
+
+def test_a_capture_failure_under_fullgraph_blames_dynamo_at_the_branch(tmp_path):
+    script = SCRIPTS / "compile_fullgraph.py"
+    r, b = _bisect(tmp_path, str(script))
+    assert r.returncode == 1
+    assert [(s["name"], s["failed"]) for s in b["stages"]] == [("original", True), ("eager", True),
+                                                               ("no_compile", False)]
+    assert b["culprit"] == "eager" and "TorchDynamo" in b["component"]
+    f = b["failure"]
+    assert f["where"][0]["line"] == planted_line(script, "# FULLGRAPH branch")
+    assert f["message"] == "Data-dependent branching" and f["hints"]
+    assert "fullgraph=True" in b["advice"]
+    assert "minify" not in b
+
+
+def test_a_script_without_torch_compile_has_nothing_to_bisect(tmp_path):
+    r, b = _bisect(tmp_path, str(SCRIPTS / "no_compile.py"))
+    assert r.returncode == 0, r.stderr
+    assert b["culprit"] is None and b["backend"] is None
+    assert len(b["stages"]) == 1 and b["stages"][0]["compile_calls"] == []
+    assert "no torch.compile" in b["verdict"]
+
+
+def test_an_inductor_bug_is_localised_and_minified_to_a_repro(tmp_path):
+    """The bug PyTorch's minifier tests plant: inductor's C++ for relu does not compile."""
+    r, b = _bisect(tmp_path, "--minify", str(SCRIPTS / "compile_inductor_bug.py"))
+    assert r.returncode == 1, r.stderr
+    assert b["culprit"] == "original" and b["backend"] == "inductor"
+    assert "TorchInductor" in b["component"]
+    assert b["failure"]["exception_type"] == "CppCompileError"
+    assert "error:" in b["failure"]["detail"]
+    mn = b["minify"]
+    assert mn["ok"], mn
+    assert mn["repro_after"] == "aot"
+    rerun = subprocess.run([sys.executable, mn["repro"]], capture_output=True, text=True, timeout=300)
+    assert rerun.returncode != 0 and "CppCompileError" in rerun.stderr  # the repro reproduces it
+
+
+def test_bad_input_is_a_one_line_error(tmp_path):
+    r = torchneck("bisect", "--out", str(tmp_path / "b"), str(tmp_path / "missing.py"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no such file" in r.stderr
+
+
+def test_compare_outputs_reports_values_shapes_and_dtypes():
+    ref = (torch.tensor([1.0, float("nan"), 3.0]), torch.tensor([1, 2]), 4)
+    assert compare_outputs(ref, (torch.tensor([1.0, float("nan"), 3.0005]), torch.tensor([1, 2]), 4), 1e-3) == []
+    bad = compare_outputs(ref, (torch.tensor([1.0, 0.0, 3.0]), torch.tensor([1, 3]), 5), 1e-3)
+    assert [b["output"] for b in bad] == [0, 1, 2]
+    assert bad[0]["max_abs_diff"] == float("inf")  # a NaN where eager has one no longer
+    assert bad[1]["mismatched"] == 1
+    (shape,) = compare_outputs((torch.zeros(2, 3),), (torch.zeros(3, 2),), 1e-3)
+    assert shape["problem"] == "shape (3, 2) instead of (2, 3)"
+    (dtype,) = compare_outputs((torch.zeros(2),), (torch.zeros(2, dtype=torch.float64),), 1e-3)
+    assert dtype["problem"].startswith("dtype torch.float64")
+
+
+def test_describe_exception_unwraps_backend_errors_and_reads_quoted_user_lines(tmp_path):
+    class BackendCompilerFailed(Exception):
+        pass
+
+    user_file = tmp_path / "model.py"
+    message = ("Data-dependent branching\n  Hint: use torch.where\n\nfrom user code:\n"
+               f'   File "{user_file}", line 7, in clip\n    if x.sum() > 0:\n')
+    inner = ValueError("relu is not supported")
+    exc = BackendCompilerFailed(message)
+    exc.inner_exception = inner
+    d = describe_exception(exc)
+    assert d["type"] == "BackendCompilerFailed" and d["inner_type"] == "ValueError"
+    assert d["first_line"] == "relu is not supported"
+    assert d["traced_line"] == {"file": str(user_file), "line": 7, "function": "clip"}
+    assert d["hints"] == ["use torch.where"]
+    assert json.dumps(d)
