@@ -135,3 +135,46 @@ def test_compile_summary_stages_resume_frames_and_shape_recompiles():
     assert rec["reasons"][0]["cause"] == "shape"
     assert s["cache"] == {"fx_graph_cache_hit": 1}
     assert compile_summary({"records": [], "warnings": []})["present"] is False
+
+
+def test_wall_split_measures_eager_code_between_graphs_and_charges_it_to_the_break(tmp_path):
+    """compiled_split.py sleeps 3 ms at a graph break on every call, between two aot_eager graphs."""
+    script = SCRIPTS / "compiled_split.py"
+    r = torchneck("compile", "--out", str(tmp_path / "run"), "--json", str(tmp_path / "c.json"), str(script))
+    assert r.returncode == 0, r.stderr
+    report = read_report(tmp_path / "c.json")
+    comp = report["compile"]
+    split = comp["wall_split"]
+    assert 0 < split["compiling_pct"] < 100 and split["compiling_s"] == comp["time_s"]["total"]
+    w = split["window"]
+    steps = report["ranks"][0]["steps"]["count"]
+    assert w["eager_between_graphs_s"] >= 0.8 * 0.003 * steps  # the sleeps
+    assert 0 < w["graphs_s"] < w["eager_between_graphs_s"]
+    assert abs(w["graphs_s"] + w["eager_between_graphs_s"] + w["compiling_s"] - w["in_compiled_functions_s"]) < 1e-3
+    (frame,) = [f for f in comp["frames"] if f["function"] == "forward"]
+    assert frame["window"]["eager_s"] == w["eager_between_graphs_s"]
+    (brk,) = [f for f in report["findings"] if f["kind"] == "graph_break"]
+    assert brk["where"][0]["line"] == planted_line(script, "# SPLIT eager")
+    assert brk["evidence"]["measured_in"] == "the broken function"
+    assert abs(brk["time_lost_s"] - frame["window"]["eager_s"]) < 1e-9
+    assert "eager code between graphs" in r.stdout
+
+
+SKIPPED_PAYLOAD = """Graph break in user code at /src/net.py:14
+Graph Break Reason: Failed to handle graph break gracefully. Skipping the function and falling back to eager. Graph break encountered:
+
+Data-dependent branching
+  Explanation: Detected data-dependent branching (e.g. `if my_tensor.sum() > 0:`).
+  Hint: Use `torch.cond` to express dynamic control flow.
+
+User code traceback:
+  File "/src/net.py", line 14, in forward
+    if not torch.isfinite(x).all():
+"""
+
+
+def test_a_break_dynamo_cannot_resume_says_the_function_runs_eagerly():
+    b = parse_graph_break(SKIPPED_PAYLOAD)
+    assert b["skipped_function"] and b["reason"] == "Data-dependent branching"
+    assert (b["function"], b["line"]) == ("forward", 14)
+    assert not parse_graph_break(BREAK_PAYLOAD)["skipped_function"]

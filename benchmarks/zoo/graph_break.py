@@ -15,8 +15,8 @@ class Net(torch.nn.Module):
 
 
 torch.manual_seed(0)
-model = torch.compile(Net(), backend="eager")
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
+model = torch.compile(Net(), backend="aot_eager")
+opt = torch.optim.SGD(model.parameters(), lr=0.01, foreach=True)
 for _ in range(60):
     loss = model(torch.randn(16, 64)).sum()
     loss.backward()

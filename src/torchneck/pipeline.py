@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from . import __version__
-from .analysis.compile import compile_summary
+from .analysis.compile import compile_summary, wall_split
 from .analysis.ops import host_nesting
 from .analysis.python_stacks import load_samples
 from .analysis.run import (
@@ -88,6 +88,9 @@ def report_from_run_dir(run_dir: Path) -> dict:
         w0, w1 = phases["window_offsets_s"]
         views["stacks_window"] = stack_tree(samples, w0, w1)
     compiled = compile_summary(_read_json(run_dir / "compile.json", required=False))
+    if compiled.get("present"):
+        compiled["wall_split"] = wall_split(compiled, analysis["compiled"] if analysis else None,
+                                            run.get("wall_s") or 0.0, phases["phases"].get("window_s") or 0.0)
     ev = Evidence(analysis=analysis, env=env, phases=phases, python=python, ops_by_line=ops_lines,
                   compile=compiled, run_wall_s=run.get("wall_s") or 0.0,
                   call_sites=run.get("call_sites") or [], clock=run.get("clock") or {})

@@ -52,11 +52,15 @@ def compile_summary(log: dict | None) -> dict:
         key = _function_key(m, known, starts.get((ids[0], ids[-1]), []))
         if key is None:
             continue
+        key = frame_key.get(ids[0], key)  # a frame id keeps the function of its first compilation
         frame_key[ids[0]] = key
         d = frames.setdefault(key, {"file": key[0], "line": key[1], "function": key[2], "label": key[3],
                                     "compilations": 0,
                                     "graphs": 0, "recompilations": 0, "compile_s": 0.0, "recompile_s": 0.0,
-                                    "stages_s": dict.fromkeys(totals, 0.0), "failures": []})
+                                    "stages_s": dict.fromkeys(totals, 0.0), "failures": [],
+                                    "frame_ids": []})
+        if ids[0].isdigit() and int(ids[0]) not in d["frame_ids"]:
+            d["frame_ids"].append(int(ids[0]))
         d["compilations"] += 1
         if (m.get("graph_op_count") or 0) > 0:
             d["graphs"] += 1
@@ -137,7 +141,10 @@ def _first_line(text: str) -> str:
 
 
 def parse_graph_break(payload: str) -> dict | None:
-    """File, line, function and the reason in a few words, from a `dynamo_graph_break_reason`."""
+    """File, line, function and the reason in a few words, from a `dynamo_graph_break_reason`.
+
+    `skipped_function`: dynamo could not resume after this break (e.g. inside a loop or a `with`
+    block) and runs the whole function eagerly from then on."""
     lines = payload.splitlines()
     if not lines:
         return None
@@ -146,11 +153,15 @@ def parse_graph_break(payload: str) -> dict | None:
         return None
     file, line = at.group(1), int(at.group(2))
     title, explanation, hints = "", "", []
+    skipped = False
     for i, text in enumerate(lines[1:], start=1):
         s = text.strip()
         if s.startswith("Graph Break Reason:"):
             title = s[len("Graph Break Reason:"):].strip()
-            if title.startswith("Encountered graph break when attempting to trace"):
+            if title.startswith("Failed to handle graph break gracefully"):
+                skipped = True  # dynamo gave up on the whole function; the real reason follows
+            if title.startswith(("Encountered graph break when attempting to trace",
+                                 "Failed to handle graph break gracefully")):
                 title = next((t.strip() for t in lines[i + 1:] if t.strip()), title)
         elif s.startswith("Explanation:") and not explanation:
             explanation = s[len("Explanation:"):].strip()
@@ -171,7 +182,8 @@ def parse_graph_break(payload: str) -> dict | None:
     if resumed:
         function = resumed.group(1)
     return {"file": file, "line": line, "function": function, "code": code, "reason": title,
-            "explanation": explanation, "hints": [h for h in hints if "report an issue" not in h][:3]}
+            "explanation": explanation, "hints": [h for h in hints if "report an issue" not in h][:3],
+            "skipped_function": skipped}
 
 
 def _graph_breaks(records: list[dict]) -> list[dict]:
@@ -272,3 +284,43 @@ def _limit_hit(message: str) -> dict | None:
     last = re.search(r"last reason: \d+/\d+: (.*)", message)
     return {"function": m.group(1), "file": m.group(2), "line": int(m.group(3)),
             "last_guard": last.group(1).split("#")[0].strip() if last else ""}
+
+
+def wall_split(compile_log: dict, trace_compiled: dict | None, run_wall_s: float, window_s: float) -> dict | None:
+    """Where a compiled program's time goes: compiling (the whole run, from the compile log),
+    and within the profiled window, compiled graphs, code run eagerly between graphs inside
+    compiled functions, and code outside compiled functions (from the trace's regions).
+
+    Adds each frame's window figures (`window`: `{in_function_s, compiling_s, graphs_s, eager_s}`) to
+    `compile_log["frames"]`, matched on dynamo's frame ids. `graphs_s` and `eager_s` are None
+    when the backend leaves no graph-call span in the trace (backend "eager")."""
+    if not compile_log.get("present"):
+        return None
+    compiling = compile_log["time_s"]["total"]
+    out = {"run_wall_s": run_wall_s, "compiling_s": compiling,
+           "compiling_pct": 100 * compiling / run_wall_s if run_wall_s > 0 else None, "window": None}
+    if not trace_compiled or not trace_compiled.get("present") or window_s <= 0:
+        return out
+    by_id = {f["frame"]: f for f in trace_compiled["frames"]}
+    for fr in compile_log["frames"]:
+        mine = [by_id[i] for i in fr.get("frame_ids", []) if i in by_id]
+        if not mine:
+            continue
+        split = all(m["eager_us"] is not None for m in mine)
+        fr["window"] = {
+            "in_function_s": sum(m["time_us"] - m["nested_us"] for m in mine) / 1e6,
+            "compiling_s": sum(m["compile_us"] for m in mine) / 1e6,
+            "graphs_s": sum(m["graph_us"] for m in mine) / 1e6 if split else None,
+            "eager_s": sum(m["eager_us"] for m in mine) / 1e6 if split else None,
+        }
+    in_regions = trace_compiled["time_in_regions_us"] / 1e6
+    graphs = trace_compiled.get("graph_call_us")
+    eager = trace_compiled.get("eager_in_regions_us")
+    out["window"] = {
+        "window_s": window_s, "in_compiled_functions_s": in_regions,
+        "compiling_s": trace_compiled.get("compiling_in_regions_us", 0.0) / 1e6,
+        "graphs_s": graphs / 1e6 if graphs is not None else None,
+        "eager_between_graphs_s": eager / 1e6 if eager is not None else None,
+        "outside_compiled_s": max(window_s - in_regions, 0.0),
+    }
+    return out

@@ -11,8 +11,10 @@ from .intervals import union_length
 from .ops import Nesting
 
 _REGION = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)")
-_GRAPH_CALL = re.compile(r"^## Call CompiledFxGraph|^CompiledFunction$|^CompiledFunctionBackward$|"
-                         r"^## Call CompiledFxGraph")
+_GRAPH_CALL = re.compile(r"^## Call CompiledFxGraph|^CompiledFunction$|^CompiledFunctionBackward$")
+_COMPILE_SPAN = re.compile(r"^(dynamo|entire_frame_compile|_compile\.compile_inner|compile_attempt_\d+|backend_compile"
+                           r"|OutputGraph\.call_user_compiler)( \(dynamo_timed\))?$")
+"""dynamo's own `dynamo_timed` spans: a region that compiles (first call, recompile) holds one."""
 
 
 def compiled_summary(table: EventTable, nesting: Nesting, rows: np.ndarray, lo: float, hi: float) -> dict:
@@ -21,6 +23,12 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: np.ndarray, lo: 
     `Torch-Compiled Region: F/C` marks frame F compiled for the C-th time (C > 0: a recompile).
     A region nested inside another region on the same thread means dynamo resumed after a graph
     break. CPU ops outside every region (on threads that run regions) are eager code.
+
+    Per frame: `time_us` in its regions, `nested_us` of that in regions nested in them,
+    `graph_us` in compiled-graph calls (`CompiledFunction`, `## Call CompiledFxGraph`) run
+    directly in them, `compile_us` compiling (dynamo's spans, when the window holds a compile),
+    and `eager_us`, the rest: code between graphs run eagerly. Backends that
+    leave no graph-call span (`eager`) make the split unknowable: `eager_us` is then None.
     """
     region_ids = table.names_matching(lambda s: bool(_REGION.match(s)))
     host = np.isin(table.cat[rows], (Cat.CPU_OP, Cat.USER_ANNOTATION))
@@ -28,22 +36,44 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: np.ndarray, lo: 
     if not len(reg):
         return {"present": False}
     frames: dict[int, dict] = {}
+    frame_of_row: dict[int, dict] = {}
     nested = 0
     for r in reg.tolist():
         m = _REGION.match(table.strings[table.name[r]])
         f, c = int(m.group(1)), int(m.group(2))
         d = frames.setdefault(f, {"frame": f, "calls": 0, "compile_ids": set(), "time_us": 0.0,
-                                  "nested_calls": 0})
+                                  "nested_calls": 0, "nested_us": 0.0, "graph_us": 0.0,
+                                  "compile_us": 0.0})
+        frame_of_row[r] = d
         d["calls"] += 1
         d["compile_ids"].add(c)
         d["time_us"] += float(table.dur[r])
-        p = int(nesting.parent[r])
-        while p >= 0:
-            if region_ids[table.name[p]]:
-                nested += 1
-                d["nested_calls"] += 1
-                break
-            p = int(nesting.parent[p])
+    for r in reg.tolist():
+        outer = _enclosing(r, nesting, lambda p: p in frame_of_row)
+        if outer >= 0:
+            nested += 1
+            frame_of_row[r]["nested_calls"] += 1
+            frame_of_row[outer]["nested_us"] += float(table.dur[r])
+    is_graph_name = table.names_matching(lambda s: bool(_GRAPH_CALL.match(s)))
+    graph_rows = rows[is_graph_name[table.name[rows]]] if len(is_graph_name) else rows[:0]
+    for r in graph_rows.tolist():
+        # A graph call counts for the region it runs in directly (not through a nested region,
+        # and not inside another graph call: CompiledFunction wraps inductor's graph call).
+        owner = _enclosing(r, nesting, lambda p: p in frame_of_row or bool(is_graph_name[table.name[p]]))
+        if owner in frame_of_row:
+            frame_of_row[owner]["graph_us"] += float(table.dur[r])
+    is_compile_name = table.names_matching(lambda s: bool(_COMPILE_SPAN.match(s)))
+    compile_rows = rows[is_compile_name[table.name[rows]]] if len(is_compile_name) else rows[:0]
+    for r in compile_rows.tolist():  # the outermost compile span of a region that compiled
+        owner = _enclosing(r, nesting, lambda p: p in frame_of_row or bool(is_compile_name[table.name[p]]))
+        if owner in frame_of_row:
+            frame_of_row[owner]["compile_us"] += float(table.dur[r])
+    split = len(graph_rows) > 0
+    for d in frames.values():
+        # Inside a compiled frame, time outside its graphs, its compilation and its nested
+        # (resumed) frames is Python run eagerly: the code at a graph break, guards, glue.
+        rest = d["time_us"] - d["nested_us"] - d["graph_us"] - d["compile_us"]
+        d["eager_us"] = max(rest, 0.0) if split else None
     threads = np.unique(table.thread[reg])
     cpu = rows[(table.cat[rows] == Cat.CPU_OP) & np.isin(table.thread[rows], threads)]
     in_region = union_length(table.ts[reg], table.ts[reg] + table.dur[reg], lo, hi)
@@ -57,7 +87,7 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: np.ndarray, lo: 
         j = np.searchsorted(starts, table.ts[top_ops], side="right") - 1
         inside = (j >= 0) & (run_end[np.maximum(j, 0)] > table.ts[top_ops])
         eager_us = float(table.dur[top_ops[~inside]].sum())
-    graph_calls = int(table.rows_with_name(lambda s: bool(_GRAPH_CALL.match(s)))[rows].sum())
+    graph_calls = int(len(graph_rows))
     out_frames = []
     for d in sorted(frames.values(), key=lambda d: -d["time_us"]):
         ids = sorted(d.pop("compile_ids"))
@@ -72,4 +102,15 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: np.ndarray, lo: 
         "graph_calls": graph_calls,
         "time_in_regions_us": in_region,
         "eager_top_level_us": eager_us,
+        "graph_call_us": float(sum(d["graph_us"] for d in frames.values())) if split else None,
+        "eager_in_regions_us": float(sum(d["eager_us"] for d in frames.values())) if split else None,
+        "compiling_in_regions_us": float(sum(d["compile_us"] for d in frames.values())),
     }
+
+
+def _enclosing(row: int, nesting: Nesting, wanted) -> int:
+    """The nearest enclosing host event of `row` for which `wanted(parent)` holds, or -1."""
+    p = int(nesting.parent[row])
+    while p >= 0 and not wanted(p):
+        p = int(nesting.parent[p])
+    return p

@@ -8,7 +8,7 @@ the whole run, not per step, so their `time_lost_pct` is a share of the run's wa
 
 from __future__ import annotations
 
-from .findings import Finding, where_of
+from .findings import Finding, severity_for, where_of
 
 DOCS_BREAKS = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html#graph-breaks"
 DOCS_RECOMPILES = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html#recompilations"
@@ -39,13 +39,30 @@ def _break_fix(b: dict) -> str:
     return "Run torch.compile(fullgraph=True) to stop at this break and rewrite the code it names."
 
 
+def _at_least_medium(severity: str) -> str:
+    """A break with no measured cost, or one that left a function uncompiled, still matters."""
+    return severity if severity == "high" else "medium"
+
+
+def _broken_frame(b: dict, frames: list[dict]) -> dict | None:
+    """The compiled function a break is in, when the trace split its window time into graph
+    and eager time (`window` from analysis/compile.wall_split)."""
+    for f in frames:
+        if f["file"] == b["file"] and f["function"] == b["function"] \
+                and (f.get("window") or {}).get("eager_s") is not None:
+            return f
+    return None
+
+
 class GraphBreaks:
     """One finding per place dynamo broke the graph in the user's code, with torch's reason.
 
-    Time lost: the eager host time between compiled graphs in the profiled window (from the
-    trace), shared among the breaks; zero when no trace shows compiled regions. A break
-    splits the function into separate graphs (no fusion across it) and runs the code at the
-    break eagerly on every call."""
+    Time lost (an upper bound): the time the broken function spent outside its compiled
+    graphs in the profiled window (the code at the break, guards, resume glue), shared among
+    that function's breaks; when the trace cannot split graph from eager time (backend "eager"
+    leaves no graph-call spans), the eager host time between compiled regions shared among all
+    breaks; zero when no trace shows compiled regions. A break splits the function into
+    separate graphs (no fusion across it) and runs the code at the break eagerly on every call."""
 
     kind = "graph_break"
     MAX_FINDINGS = 5
@@ -59,24 +76,42 @@ class GraphBreaks:
         eager_s = 0.0
         if ev.analysis and ev.analysis["compiled"].get("present"):
             eager_s = ev.analysis["compiled"]["eager_top_level_us"] / 1e6
-        per_break = eager_s / len(breaks)
-        pct = 100 * per_break / ev.window_s if ev.window_s > 0 else 0.0
         out = []
         for i, b in enumerate(breaks[: self.MAX_FINDINGS]):
+            frame = _broken_frame(b, c.get("frames", []))
+            if frame is not None:
+                in_function = sum(1 for x in breaks if _broken_frame(x, c.get("frames", [])) is frame)
+                spent_s = frame["window"]["eager_s"]
+                per_break = spent_s / in_function
+            else:
+                spent_s, per_break = eager_s, eager_s / len(breaks)
+            pct = 100 * per_break / ev.window_s if ev.window_s > 0 else 0.0
             evidence = {"reason": b["reason"], "explanation": b["explanation"], "code": b.get("code", ""),
                         "times_hit": b["count"], "breaks_in_run": len(breaks),
-                        "eager_between_graphs_s": eager_s}
+                        "eager_between_graphs_s": spent_s,
+                        "measured_in": "the broken function" if frame is not None else "the whole window"}
             if i == 0 and len(breaks) > self.MAX_FINDINGS:
                 evidence["other_breaks"] = [{k: x[k] for k in ("file", "line", "reason")}
                                             for x in breaks[self.MAX_FINDINGS:]]
+            name = f"{b['function'] or 'compiled code'}()"
+            if b.get("skipped_function"):
+                evidence["skipped_function"] = True
+                title = (f"{name} runs eagerly: dynamo gave up on it at the graph break at line {b['line']} "
+                         f"({b['reason']})")
+                fix = (_break_fix(b) + " A break inside a loop or a `with` block cannot be resumed, so "
+                       "dynamo skips the whole function (it is not compiled at all); if the break must "
+                       "stay, compile the loop body as its own function.")
+            else:
+                title = (f"Graph break in {name} at line {b['line']}: {b['reason']}"
+                         + (f" ({b['explanation']})" if b["explanation"] and len(b["explanation"]) <= 110 else ""))
+                fix = _break_fix(b)
             out.append(Finding(
                 kind=self.kind,
-                severity="" if per_break > 0 else "medium",
-                title=f"Graph break in {b['function'] or 'compiled code'}() at line {b['line']}: {b['reason']}"
-                      + (f" ({b['explanation']})" if b["explanation"] and len(b["explanation"]) <= 110 else ""),
-                time_lost_s=per_break, time_lost_pct=pct,
+                severity=_at_least_medium(severity_for(pct / 100)) if per_break <= 0 or b.get("skipped_function")
+                else "",
+                title=title, time_lost_s=per_break, time_lost_pct=pct,
                 where=where_of([b]),
-                evidence=evidence, fix=_break_fix(b), docs=DOCS_BREAKS))
+                evidence=evidence, fix=fix, docs=DOCS_BREAKS))
         return out
 
 

@@ -189,19 +189,41 @@ class ConsoleRenderer:
         c.print()
         t = comp["time_s"]
         stages = ", ".join(f"{k} {v:.2f} s" for k, v in t.items() if k != "total")
-        c.print(f"[bold]torch.compile[/]: {t['total']:.2f} s compiling ({stages})")
+        split = comp.get("wall_split") or {}
+        share = f", {split['compiling_pct']:.0f}% of the run" if split.get("compiling_pct") is not None else ""
+        c.print(f"[bold]torch.compile[/]: {t['total']:.2f} s compiling{share} ({stages})")
+        w = split.get("window")
+        if w and w["window_s"] > 0:
+            def pct(x):
+                return f"{100 * x / w['window_s']:.0f}%"
+            parts = [f"in compiled functions {pct(w['in_compiled_functions_s'])}"]
+            if w.get("graphs_s") is not None:
+                parts = [f"compiled graphs {pct(w['graphs_s'])}",
+                         f"eager code between graphs {pct(w['eager_between_graphs_s'])}"]
+            if w.get("compiling_s"):
+                parts.insert(0, f"compiling {pct(w['compiling_s'])}")
+            c.print(f"  profiled window: {', '.join(parts)}, outside compiled functions "
+                    f"{pct(w['outside_compiled_s'])}")
+        windowed = any((f.get("window") or {}).get("graphs_s") is not None for f in comp["frames"])
         table = Table(box=box.SIMPLE, pad_edge=False)
         table.add_column("function", overflow="fold", max_width=30)
         table.add_column("compiles", justify="right")
         table.add_column("graphs", justify="right")
         table.add_column("recompiles", justify="right")
         table.add_column("compile s", justify="right")
+        if windowed:
+            table.add_column("graphs ms", justify="right")
+            table.add_column("eager ms", justify="right")
         for f in comp["frames"][: self.top]:
             label = f["label"] if f["label"].startswith("the ") else f["label"] + \
                 f" ({os.path.basename(f['file'])}:{f['line']})"
-            table.add_row(escape(label),
-                          str(f["compilations"]), str(f["graphs"]), str(f["recompilations"]),
-                          f"{f['compile_s']:.2f}")
+            cells = [escape(label), str(f["compilations"]), str(f["graphs"]), str(f["recompilations"]),
+                     f"{f['compile_s']:.2f}"]
+            if windowed:
+                fw = f.get("window") or {}
+                cells += [f"{1e3 * fw['graphs_s']:.1f}" if fw.get("graphs_s") is not None else "",
+                          f"{1e3 * fw['eager_s']:.1f}" if fw.get("eager_s") is not None else ""]
+            table.add_row(*cells)
         c.print(table)
         for b in comp["graph_breaks"][: self.top]:
             c.print(f"  graph break at {escape(_short(b['file'], 40))}:{b['line']}: {escape(b['reason'])}"
