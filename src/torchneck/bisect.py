@@ -148,7 +148,10 @@ def run_stage(stage: str, target: Target, options: BisectOptions, out_dir: Path,
     if code is None:
         result["status"], result["outcome"] = "timeout", f"no result after {timeout:g} s (killed)"
     elif code < 0:
-        sig = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+        try:
+            sig = signal.Signals(-code).name
+        except ValueError:
+            sig = f"signal {-code}"
         result["status"], result["outcome"] = "crashed", f"crashed ({sig})"
     elif "status" not in result:
         result["status"] = "error"
