@@ -12,7 +12,7 @@ from torchneck.capture.compile_stage import compare_outputs, describe_exception
 
 def _bisect(tmp_path, *args):
     out = tmp_path / "bisect"
-    r = torchneck("bisect", "--out", str(out), *args, timeout=600)
+    r = torchneck("bisect", "--out", str(out), *args, timeout=600, cwd=tmp_path)
     report = read_report(out / "bisect.json")
     assert report["kind"] == "bisect"
     return r, report["bisect"]
@@ -131,3 +131,34 @@ def test_describe_exception_unwraps_backend_errors_and_reads_quoted_user_lines(t
     assert d["traced_line"] == {"file": str(user_file), "line": 7, "function": "clip"}
     assert d["hints"] == ["use torch.where"]
     assert json.dumps(d)
+
+
+def test_a_crashing_stage_is_reported_and_the_bisection_goes_on(tmp_path):
+    r, b = _bisect(tmp_path, str(SCRIPTS / "compile_toy_backend.py"), "--crash")
+    assert r.returncode == 1
+    original = b["stages"][0]
+    assert original["status"] == "crashed" and original["outcome"] == "crashed (SIGSEGV)"
+    assert [s["failed"] for s in b["stages"][1:]] == [False, False, False]
+    assert b["culprit"] == "original"
+
+
+def test_a_stage_past_its_time_limit_is_killed_with_its_children(tmp_path):
+    from torchneck.bisect import _run
+
+    pid_file = tmp_path / "child.pid"
+    code = ("import subprocess, sys, time; "
+            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+            f"open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(120)")
+    rc, wall = _run([sys.executable, "-c", code], tmp_path / "log", timeout=3)
+    assert rc is None and wall < 30
+    child = int(pid_file.read_text())
+    import os
+    import time
+
+    time.sleep(0.5)
+    try:
+        os.kill(child, 0)
+        alive = open(f"/proc/{child}/stat").read().split()[2] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        alive = False
+    assert not alive  # the whole process group went

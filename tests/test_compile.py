@@ -178,3 +178,18 @@ def test_a_break_dynamo_cannot_resume_says_the_function_runs_eagerly():
     assert b["skipped_function"] and b["reason"] == "Data-dependent branching"
     assert (b["function"], b["line"]) == ("forward", 14)
     assert not parse_graph_break(BREAK_PAYLOAD)["skipped_function"]
+
+
+def test_shape_changes_recompile_with_the_size_guard_in_words(tmp_path):
+    script = SCRIPTS / "compiled_shapes.py"
+    r = torchneck("compile", "--out", str(tmp_path / "run"), "--json", str(tmp_path / "c.json"), str(script))
+    assert r.returncode == 0, r.stderr
+    report = read_report(tmp_path / "c.json")
+    (rec,) = [f for f in report["findings"] if f["kind"] == "recompile"]
+    assert rec["where"][0]["function"] == "normalise"
+    assert rec["evidence"]["recompilations"] == 3  # 5, 6 and 7 are new; 4 and 5 again are cached
+    assert not rec["evidence"]["hit_recompile_limit"]
+    (reason,) = rec["evidence"]["reasons"]  # one cause: x's dim 0 keeps changing
+    assert reason["cause"] == "shape" and reason["count"] == 3
+    assert reason["what"] == "size of tensor 'x' changed in dim 0 (4 -> 5 -> 6 -> 7)"
+    assert "mark_dynamic(x, 0)" in reason["fix"]

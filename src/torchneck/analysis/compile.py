@@ -208,7 +208,8 @@ def guard_in_words(guard: str) -> dict:
         name, what, dim, old, new = m.groups()
         return {"what": f"{what} of tensor '{name}' changed in dim {dim} ({old} -> {new})",
                 "cause": "shape", "fix": f"torch._dynamo.mark_dynamic({name}, {dim}) before the call, "
-                "torch.compile(dynamic=True), or pad inputs to a few fixed sizes"}
+                "torch.compile(dynamic=True), or pad inputs to a few fixed sizes",
+                "group": f"{what} of tensor '{name}' changed in dim {dim}", "values": [old, new]}
     m = _TENSOR_PROP.match(g)
     if m:
         name, prop, detail = m.groups()
@@ -263,9 +264,16 @@ def _recompiles(records: list[dict], frame_key: dict, frames: dict) -> list[dict
         d["count"] += 1
         guard = guards[0]  # the newest cache entry's failure: why this one recompiled
         words = guard_in_words(guard)
-        k = words["cause"] + ":" + guard.split("==")[0].strip()
+        group, values = words.pop("group", None), words.pop("values", None)
+        k = words["cause"] + ":" + (group or guard.split("==")[0].strip())
         entry = d["reasons"].setdefault(k, words | {"guard": guard, "count": 0, "guards": []})
         entry["count"] += 1
+        if group:  # one dimension that keeps changing: list its sizes in the order seen
+            seen = entry.setdefault("sizes", [])
+            for v in values:
+                if not seen or seen[-1] != v:
+                    seen.append(v)
+            entry["what"] = f"{group} ({' -> '.join(seen[:12])}{' -> ...' if len(seen) > 12 else ''})"
         if len(entry["guards"]) < 10:
             entry["guards"].append(guard)
     out = []
