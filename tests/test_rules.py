@@ -8,7 +8,7 @@ from torchneck.analysis.distributed import collective_type, compare_ranks
 from torchneck.diagnose.distributed_rules import Communication, Straggler
 from torchneck.diagnose.findings import Finding, rank_findings
 from torchneck.diagnose.gpu_rules import MemcpyTime, TensorCores
-from torchneck.diagnose.rules import Evidence, OpHotspot, ZeroGradKernels
+from torchneck.diagnose.rules import Evidence, OpHotspot, ThreadOversubscription, ZeroGradKernels
 
 
 def analysis(window_us=100_000.0, steps=5, gpu=None, by_name=(), annotations=(), by_shape=()):
@@ -122,3 +122,31 @@ def test_float64_means_float64_tensors_not_python_scalars():
     assert _double_tensor_input('["double", "", "", ""]', "[[], [], [], []]") is False  # aten::to of it
     assert _double_tensor_input('["double", "double"]', "[[256, 256, 32], []]") is True  # a float64 mask
     assert _double_tensor_input('["double"]', "") is True  # no shapes recorded: cannot tell, keep it
+
+
+def test_thread_oversubscription_costs_what_the_probe_measured():
+    ops = [{"name": "aten::addmm", "count": 50, "self_us": 60_000.0, "total_us": 60_000.0, "mean_us": 1200.0}]
+    probe = {"threads": 8, "cores": 2, "seconds_at_threads": 0.0015, "seconds_at_cores": 0.001, "slowdown": 1.5}
+    env = {"cpu_affinity": 2, "torch_threads": 2, "settings_at_end": {"torch_threads": 8, "thread_probe": probe}}
+    sites = [{"what": "set_num_threads", "threads": 8, "file": "/x/train.py", "line": 6, "function": "<module>"}]
+    [f] = ThreadOversubscription().check(Evidence(analysis=analysis(by_name=ops), env=env, call_sites=sites))
+    assert abs(f.time_lost_s - 0.02) < 1e-9  # 60 ms of ops x (1 - 1/1.5)
+    assert f.severity == "medium" and f.where[0].line == 6 and "1.50x slower" in f.title  # 20 % of the window
+    probe["slowdown"] = 1.02  # within noise: the setting is reported, with no cost
+    [f] = ThreadOversubscription().check(Evidence(analysis=analysis(by_name=ops), env=env, call_sites=sites))
+    assert f.severity == "info" and f.time_lost_s == 0.0
+    env["settings_at_end"]["torch_threads"] = 2
+    assert ThreadOversubscription().check(Evidence(analysis=analysis(by_name=ops), env=env)) == []
+
+
+def test_thread_probe_restores_the_setting_and_skips_when_threads_fit():
+    import torch
+
+    from torchneck.capture.thread_probe import probe_oversubscription
+
+    assert probe_oversubscription(2, 2) is None
+    before = torch.get_num_threads()
+    p = probe_oversubscription(before + 2, before)
+    assert torch.get_num_threads() == before + 2  # the script's own setting, as it left it
+    torch.set_num_threads(before)
+    assert p["threads"] == before + 2 and p["slowdown"] > 0 and p["seconds_at_cores"] > 0

@@ -103,6 +103,13 @@ class CaptureSession:
             end_settings = read_slow_settings()
         except Exception:
             end_settings = {}
+        try:  # only when the script left more threads than cores; after its work, before writing
+            from .thread_probe import probe_oversubscription, usable_cores
+
+            end_settings["thread_probe"] = probe_oversubscription(end_settings.get("torch_threads") or 0,
+                                                                  usable_cores())
+        except Exception:
+            pass
         sampler.write(run_dir / "samples.json")
         compile_capture.write(run_dir / "compile.json")
         log = window.log

@@ -475,7 +475,17 @@ class AnomalyDetection:
 
 
 class ThreadOversubscription:
+    """More intra-op threads than usable cores (OMP_NUM_THREADS, torch.set_num_threads).
+
+    Evidence: the thread probe run after the script (capture/thread_probe.py) times a matmul
+    with the script's thread count and with one thread per core on this machine. Time lost: the
+    window's op self time x (1 - 1/slowdown), an estimate that applies the probe's slowdown to
+    every op (ops that do not split over threads lose less). A slowdown under MIN_SLOWDOWN is no
+    measured cost: the finding is then `info` (the setting is still wrong for other machines)."""
+
     kind = "thread_oversubscription"
+    MIN_SLOWDOWN = 1.05
+    """Below 5 % the probe cannot tell a cost from this machine's noise."""
 
     def check(self, ev: Evidence) -> list[Finding]:
         env = ev.env or {}
@@ -486,11 +496,24 @@ class ThreadOversubscription:
         if not cores or threads <= cores:
             return []
         where = where_of([c for c in ev.sites_of("set_num_threads") if c.get("threads", 0) > cores][:3])
+        probe = at_end.get("thread_probe")
+        slowdown = (probe or {}).get("slowdown") or 0.0
+        ops_s = sum(o["self_us"] for o in ev.analysis["ops"]["by_name"]) / 1e6 if ev.analysis else 0.0
+        measured = slowdown >= self.MIN_SLOWDOWN
+        lost = ops_s * (1 - 1 / slowdown) if measured else 0.0
+        if measured:
+            title = (f"{threads} intra-op threads on {cores} usable cores: a matmul ran {slowdown:.2f}x "
+                     f"slower than with {cores} threads")
+        elif probe:
+            title = (f"{threads} intra-op threads on {cores} usable cores (no slowdown measured on this "
+                     "machine; it depends on the OpenMP runtime and the load)")
+        else:
+            title = f"{threads} intra-op threads on {cores} usable cores"
         return [Finding(
-            kind=self.kind, severity="medium", where=where,
-            title=f"{threads} intra-op threads on {cores} usable cores",
-            time_lost_s=0.0, time_lost_pct=0.0,
-            evidence={"torch_threads": threads, "cores": cores, "thread_env": env.get("thread_env")},
+            kind=self.kind, severity="" if measured else ("info" if probe else "medium"), where=where,
+            title=title, time_lost_s=lost, time_lost_pct=_pct(lost, ev),
+            evidence={"torch_threads": threads, "cores": cores, "thread_env": env.get("thread_env"),
+                      "probe": probe, "op_self_s": ops_s},
             fix=f"Set OMP_NUM_THREADS={cores} (or torch.set_num_threads({cores})); with several "
                 "processes, divide the cores between them.",
             docs=DOCS["threads"])]
