@@ -8,7 +8,13 @@ from torchneck.analysis.distributed import collective_type, compare_ranks
 from torchneck.diagnose.distributed_rules import Communication, Straggler
 from torchneck.diagnose.findings import Finding, rank_findings
 from torchneck.diagnose.gpu_rules import MemcpyTime, TensorCores
-from torchneck.diagnose.rules import Evidence, OpHotspot, ThreadOversubscription, ZeroGradKernels
+from torchneck.diagnose.rules import (
+    Evidence,
+    MemoryNearCapacity,
+    OpHotspot,
+    ThreadOversubscription,
+    ZeroGradKernels,
+)
 
 
 def analysis(window_us=100_000.0, steps=5, gpu=None, by_name=(), annotations=(), by_shape=()):
@@ -150,3 +156,31 @@ def test_thread_probe_restores_the_setting_and_skips_when_threads_fit():
     assert torch.get_num_threads() == before + 2  # the script's own setting, as it left it
     torch.set_num_threads(before)
     assert p["threads"] == before + 2 and p["slowdown"] > 0 and p["seconds_at_cores"] > 0
+
+
+def test_conv_with_bias_straight_into_batch_norm_from_a_real_run(tmp_path):
+    """conv_bn.py has one conv whose bias BatchNorm cancels, one without a bias, one into ReLU."""
+    from conftest import SCRIPTS, read_report
+
+    r = torchneck("run", "--out", str(tmp_path / "run"), str(SCRIPTS / "conv_bn.py"))
+    assert r.returncode == 0, r.stderr
+    report = read_report(tmp_path / "run")
+    steps = report["ranks"][0]["steps"]["count"]
+    assert report["ranks"][0]["ops"]["conv_bias_bn"]["pairs"] == steps  # only the first conv, once a step
+    (f,) = [f for f in report["findings"] if f["kind"] == "conv_bias_bn"]
+    assert f["severity"] == "low" and "bias=False" in f["fix"]
+
+
+def test_memory_near_capacity_names_the_allocators_and_fragmentation():
+    mem = {"recorded": True, "devices": [{"device": "cuda:0", "peak_allocated_bytes": 66e9,
+                                          "peak_reserved_bytes": 78e9}],
+           "top_allocators": [{"op": "aten::empty_strided", "bytes": 30e9, "allocations": 9,
+                               "file": "/x/train.py", "line": 40, "function": "forward"}]}
+    a = analysis() | {"memory": mem, "trace": {"device_memory_bytes": {"0": int(80e9)}}}
+    [f] = MemoryNearCapacity().check(Evidence(analysis=a))
+    assert f.kind == "memory" and f.severity == "medium" and "78.0 of 80.0 GB (98%)" in f.title
+    assert f.where[0].line == 40 and "expandable_segments" in f.fix  # 12 GB reserved, not allocated
+    mem["devices"][0].update(peak_allocated_bytes=40e9, peak_reserved_bytes=41e9)
+    assert MemoryNearCapacity().check(Evidence(analysis=a)) == []
+    mem["devices"][0]["device"] = "cpu"  # no capacity for host memory: silent
+    assert MemoryNearCapacity().check(Evidence(analysis=a)) == []

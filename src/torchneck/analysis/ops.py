@@ -187,6 +187,70 @@ def _double_tensor_input(types_json: str, shapes_json: str) -> bool:
     return False
 
 
+_CONV_OPS = ("aten::conv1d", "aten::conv2d", "aten::conv3d")
+_BATCH_NORM_OPS = ("aten::batch_norm",)
+_BOOKKEEPING_OPS = ("aten::add_",)
+"""Ops that may sit between a conv and its BatchNorm: `num_batches_tracked += 1` in training."""
+
+
+def conv_bias_before_batch_norm(table: EventTable, nesting: Nesting, rows: np.ndarray) -> dict:
+    """Convolutions with a bias whose very next op (same thread, same caller) is a batch norm
+    over as many channels (needs record_shapes).
+
+    BatchNorm subtracts the per-channel mean right after, so the conv's bias cancels out: it is
+    computed, stored and differentiated for nothing (torch's profiler pattern
+    `Conv2dBiasFollowedByBatchNorm2dPattern`). `conv_us` is those convolutions' total time."""
+    cpu = rows[(table.cat[rows] == Cat.CPU_OP)]
+    conv_name = table.names_matching(lambda s: s in _CONV_OPS)
+    bn_name = table.names_matching(lambda s: s in _BATCH_NORM_OPS)
+    if not len(cpu) or not conv_name.any() or not bn_name.any():
+        return {"recorded": bool(len(cpu)), "pairs": 0, "conv_us": 0.0}
+    # The caller, looking through torchneck's per-call line spans (each op has its own).
+    caller = nesting.parent[cpu].copy()
+    marker = table.names_matching(lambda s: s.startswith(LINE_PREFIX))
+    for _ in range(8):
+        m = caller >= 0
+        m[m] = marker[table.name[caller[m]]]
+        if not m.any():
+            break
+        caller[m] = nesting.parent[caller[m]]
+    order = np.lexsort((table.ts[cpu], caller, table.thread[cpu]))
+    seq, caller = cpu[order], caller[order]
+    same = np.zeros(len(seq), dtype=bool)  # same[i]: seq[i + 1] is seq[i]'s next sibling
+    same[:-1] = (table.thread[seq[1:]] == table.thread[seq[:-1]]) & (caller[1:] == caller[:-1])
+    bookkeeping = table.names_matching(lambda s: s in _BOOKKEEPING_OPS)
+    nxt = np.full(len(seq), -1, dtype=np.int64)
+    for i in np.flatnonzero(conv_name[table.name[seq]]).tolist():
+        j = i
+        while j < len(seq) - 1 and same[j] and j - i <= 3:
+            j += 1
+            if not bookkeeping[table.name[seq[j]]]:
+                nxt[i] = seq[j]
+                break
+    cand = np.flatnonzero(nxt >= 0)
+    cand = cand[bn_name[table.name[nxt[cand]]]]
+    parsed: dict[int, list | None] = {}
+
+    def dims(sid: int):
+        if sid not in parsed:
+            try:
+                parsed[sid] = json.loads(table.strings[sid]) if sid >= 0 else None
+            except ValueError:
+                parsed[sid] = None
+        return parsed[sid]
+
+    hits = []
+    for i in cand.tolist():
+        conv, bn = int(seq[i]), int(nxt[i])
+        c, b = dims(int(table.shapes[conv])), dims(int(table.shapes[bn]))
+        if not c or not b or len(c) < 3 or not c[2] or not c[1] or not b[0] or len(b[0]) < 2:
+            continue  # no bias (an empty shape), or shapes not recorded
+        if c[1][0] == b[0][1]:  # the conv's output channels are what the norm normalises
+            hits.append(conv)
+    hits = np.asarray(hits, dtype=np.int64)
+    return {"recorded": True, "pairs": int(len(hits)), "conv_us": float(table.dur[hits].sum()) if len(hits) else 0.0}
+
+
 def annotations(table: EventTable, rows: np.ndarray, top: int = 20) -> list[dict]:
     """User annotations (`record_function` blocks, module names) other than steps, by total time."""
     ann = rows[table.cat[rows] == Cat.USER_ANNOTATION]

@@ -12,6 +12,7 @@ from .memory import memory_summary
 from .ops import (
     Nesting,
     annotations,
+    conv_bias_before_batch_norm,
     dispatch_overhead,
     enclosing_sites,
     float64_ops,
@@ -47,6 +48,8 @@ def analyze_trace(trace: Trace, nesting: Nesting | None = None) -> dict:
             "python_events": len(trace.python),
             "memory_events": len(trace.memory),
             "devices": [d.get("name") for d in trace.meta.devices],
+            "device_memory_bytes": {str(d.get("id", i)): d["totalGlobalMem"] for i, d in enumerate(trace.meta.devices)
+                                    if isinstance(d.get("totalGlobalMem"), int)},
             "warnings": list(trace.meta.warnings),
             "bytes": trace.meta.uncompressed_bytes,
         },
@@ -70,6 +73,7 @@ def analyze_trace(trace: Trace, nesting: Nesting | None = None) -> dict:
             "dispatch": dispatch_overhead(t, nesting, rows, span, len(steps)),
             "annotations": annotations(t, rows),
             "float64": float64_ops(t, nesting, rows),
+            "conv_bias_bn": conv_bias_before_batch_norm(t, nesting, rows),
             "main_thread": main_thread,
         },
         "gpu": gpu_summary(t, lo, hi),

@@ -24,6 +24,7 @@ DOCS = {
     "anomaly": "https://pytorch.org/docs/stable/autograd.html#anomaly-detection",
     "threads": "https://pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html",
     "zero_grad": "https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.zero_grad.html",
+    "memory": "https://pytorch.org/docs/stable/torch_cuda_memory.html",
 }
 
 
@@ -519,6 +520,77 @@ class ThreadOversubscription:
             docs=DOCS["threads"])]
 
 
+class ConvBiasBeforeBatchNorm:
+    """A convolution with `bias=True` feeding straight into BatchNorm (torch's profiler pattern
+    `Conv2dBiasFollowedByBatchNorm2dPattern`, the performance tuning guide's "disable bias for
+    convolutions directly followed by a batch norm"): BatchNorm subtracts the channel mean, so
+    the bias cancels out. Time lost: not measurable from a trace (the bias add is fused into
+    the convolution); reported as `low` with the number of such convolutions."""
+
+    kind = "conv_bias_bn"
+
+    def check(self, ev: Evidence) -> list[Finding]:
+        a = ev.analysis
+        pairs = (a or {}).get("ops", {}).get("conv_bias_bn") or {}
+        if not pairs.get("pairs"):
+            return []
+        per_step = pairs["pairs"] / max(ev.steps, 1)
+        return [Finding(
+            kind=self.kind, severity="low",
+            title=f"{pairs['pairs']} convolution call(s) with bias=True feed straight into BatchNorm "
+                  f"({per_step:.0f} per step): the bias is computed and cancelled",
+            time_lost_s=0.0, time_lost_pct=0.0,
+            where=ev.lines_for_ops({"aten::conv1d", "aten::conv2d", "aten::conv3d"}),
+            ops=["aten::conv2d", "aten::batch_norm"],
+            evidence=pairs,
+            fix="Create those convolutions with bias=False (nn.Conv2d(..., bias=False)) when a BatchNorm "
+                "follows: BatchNorm's own shift (beta) replaces it; the output does not change.",
+            docs=DOCS["tuning"])]
+
+
+class MemoryNearCapacity:
+    """Peak GPU memory close to the device's capacity (from the trace's memory events and the
+    device's total memory). Near the limit, the caching allocator frees and re-allocates
+    (cudaFree/cudaMalloc stalls), fragmentation causes out-of-memory errors, and the batch size
+    cannot grow. Time lost: none measured (memory is a risk, not a cost)."""
+
+    kind = "memory"
+    NEAR = 0.90
+    """Reserved (or allocated) bytes at 90 % of the device's memory leave no headroom."""
+
+    def check(self, ev: Evidence) -> list[Finding]:
+        a = ev.analysis
+        mem = (a or {}).get("memory") or {}
+        if not mem.get("recorded"):
+            return []
+        capacity = {str(g["index"]): g["memory_bytes"] for g in (ev.env or {}).get("gpus", [])}
+        capacity.update((a.get("trace") or {}).get("device_memory_bytes") or {})
+        out = []
+        for dev in mem["devices"]:
+            kind, _, index = dev["device"].partition(":")
+            total = capacity.get(index) if kind == "cuda" else None
+            peak = max(dev.get("peak_reserved_bytes") or 0, dev.get("peak_allocated_bytes") or 0)
+            if not total or peak < self.NEAR * total:
+                continue
+            allocators = [x for x in mem.get("top_allocators", []) if x.get("device", dev["device"]) == dev["device"]]
+            gap = (dev.get("peak_reserved_bytes") or 0) - (dev.get("peak_allocated_bytes") or 0)
+            fix = ("Cut activation memory: torch.utils.checkpoint on the largest blocks, a smaller batch with "
+                   "gradient accumulation, bf16 autocast, optimizer.zero_grad(set_to_none=True)")
+            if gap > 0.1 * total:
+                fix += (f"; reserved exceeds allocated by {gap / 1e9:.1f} GB (fragmentation): set "
+                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+            out.append(Finding(
+                kind=self.kind, severity="medium",
+                title=f"Peak memory on {dev['device']} is {peak / 1e9:.1f} of {total / 1e9:.1f} GB "
+                      f"({100 * peak / total:.0f}%)",
+                time_lost_s=0.0, time_lost_pct=0.0,
+                where=[w for x in allocators[:3] for w in where_of([x]) if x.get("file")],
+                ops=[x["op"] for x in allocators[:4] if x.get("op")],
+                evidence={"device": dev, "capacity_bytes": total, "top_allocators": allocators[:5]},
+                fix=fix + ".", docs=DOCS["memory"]))
+        return out
+
+
 class ZeroGradKernels:
     """`optimizer.zero_grad(set_to_none=False)` (or `model.zero_grad()` on torch < 2.0) launches a
     fill per parameter every step; setting gradients to None costs nothing and lets the next
@@ -559,7 +631,8 @@ class ZeroGradKernels:
 RULES = [PythonHotspot(), OpHotspot(), DispatchOverhead(), InputPipeline(), DtypeFloat64(), SingleTensorOptimizer(),
          AutogradInInference(),
          HostSync(), GpuIdle(), CompiledRegions(), OneTimeCost(), AnomalyDetection(),
-         ThreadOversubscription(), ZeroGradKernels(), *GPU_RULES, *COMPILE_RULES]
+         ThreadOversubscription(), ZeroGradKernels(), ConvBiasBeforeBatchNorm(),
+         MemoryNearCapacity(), *GPU_RULES, *COMPILE_RULES]
 
 
 def diagnose(ev: Evidence) -> list[Finding]:
