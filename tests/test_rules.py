@@ -184,3 +184,48 @@ def test_memory_near_capacity_names_the_allocators_and_fragmentation():
     assert MemoryNearCapacity().check(Evidence(analysis=a)) == []
     mem["devices"][0]["device"] = "cpu"  # no capacity for host memory: silent
     assert MemoryNearCapacity().check(Evidence(analysis=a)) == []
+
+
+def _gpu_pattern_trace(path):
+    """A one-step CUDA trace: torch.zeros(...).to("cuda"), one fp16 matmul on 30x60 @ 60x30
+    (not multiples of 8: 3 ms of kernel) and one on 32x64 @ 64x32 (aligned)."""
+    def op(name, ts, dur, **args):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
+
+    def gpu(cat, name, ts, dur, corr):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+                "args": {"device": 0, "stream": 7, "correlation": corr}}
+
+    def runtime(name, ts, corr):
+        return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 20,
+                "args": {"correlation": corr}}
+
+    half = ["c10::Half", "c10::Half"]
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 10000},
+        op("aten::zeros", 100, 50), op("aten::zero_", 110, 20),
+        op("aten::to", 200, 300), op("aten::_to_copy", 210, 280), op("aten::copy_", 220, 260),
+        runtime("cudaMemcpyAsync", 230, 5), gpu("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 300, 100, 5),
+        op("aten::mm", 1000, 100, **{"Input Dims": [[30, 60], [60, 30]], "Input type": half}),
+        runtime("cudaLaunchKernel", 1010, 9), gpu("kernel", "ampere_fp16_s16816gemm_fp16_64x64", 1100, 3000, 9),
+        op("aten::mm", 5000, 100, **{"Input Dims": [[32, 64], [64, 32]], "Input type": half}),
+        runtime("cudaLaunchKernel", 5010, 11), gpu("kernel", "ampere_fp16_s16816gemm_fp16_64x64", 5100, 1000, 11),
+    ]
+    path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "A100",
+                                                                          "totalGlobalMem": 80 * 2**30}],
+                                "traceEvents": events}))
+    return path
+
+
+def test_torch_pattern_matcher_gpu_patterns_unaligned_half_matmul_and_filled_copy(tmp_path):
+    from torchneck.pipeline import report_from_traces
+
+    report = validate_report(report_from_traces([str(_gpu_pattern_trace(tmp_path / "t.json"))]))
+    ops = report["ranks"][0]["ops"]
+    assert ops["half_matmul_unaligned"]["count"] == 1 and ops["half_matmul_unaligned"]["kernel_us"] == 3000
+    assert ops["half_matmul_unaligned"]["shapes"][0]["shapes"] == [[30, 60], [60, 30]]
+    assert ops["filled_then_copied"] == {"count": 1, "copy_us": 300.0}
+    by_kind = {f["kind"]: f for f in report["findings"]}
+    assert by_kind["tensor_cores"]["severity"] == "medium" and "multiples of 8" in by_kind["tensor_cores"]["title"]
+    copy = by_kind["memcpy"]
+    assert "device='cuda'" in copy["fix"] and abs(copy["time_lost_s"] - 300e-6) < 1e-12

@@ -187,6 +187,23 @@ def _double_tensor_input(types_json: str, shapes_json: str) -> bool:
     return False
 
 
+def callers(table: EventTable, nesting: Nesting, rows: np.ndarray) -> np.ndarray:
+    """Per row, its enclosing host event, looking through torchneck's per-call line spans (in a
+    live run each torch call from the user's code has its own, so ops called one after the other
+    would otherwise never share a parent)."""
+    caller = nesting.parent[rows].copy()
+    marker = table.names_matching(lambda s: s.startswith(LINE_PREFIX))
+    if not marker.any():
+        return caller
+    for _ in range(8):
+        m = caller >= 0
+        m[m] = marker[table.name[caller[m]]]
+        if not m.any():
+            break
+        caller[m] = nesting.parent[caller[m]]
+    return caller
+
+
 _CONV_OPS = ("aten::conv1d", "aten::conv2d", "aten::conv3d")
 _BATCH_NORM_OPS = ("aten::batch_norm",)
 _BOOKKEEPING_OPS = ("aten::add_",)
@@ -205,15 +222,7 @@ def conv_bias_before_batch_norm(table: EventTable, nesting: Nesting, rows: np.nd
     bn_name = table.names_matching(lambda s: s in _BATCH_NORM_OPS)
     if not len(cpu) or not conv_name.any() or not bn_name.any():
         return {"recorded": bool(len(cpu)), "pairs": 0, "conv_us": 0.0}
-    # The caller, looking through torchneck's per-call line spans (each op has its own).
-    caller = nesting.parent[cpu].copy()
-    marker = table.names_matching(lambda s: s.startswith(LINE_PREFIX))
-    for _ in range(8):
-        m = caller >= 0
-        m[m] = marker[table.name[caller[m]]]
-        if not m.any():
-            break
-        caller[m] = nesting.parent[caller[m]]
+    caller = callers(table, nesting, cpu)
     order = np.lexsort((table.ts[cpu], caller, table.thread[cpu]))
     seq, caller = cpu[order], caller[order]
     same = np.zeros(len(seq), dtype=bool)  # same[i]: seq[i + 1] is seq[i]'s next sibling

@@ -20,6 +20,7 @@ from .ops import (
     in_windows,
     op_table,
 )
+from .patterns import filled_then_copied_to_gpu, unaligned_half_matmuls
 from .steps import BREAKDOWN_CATEGORIES, find_steps, step_breakdown
 from .syncs import host_syncs
 
@@ -74,6 +75,8 @@ def analyze_trace(trace: Trace, nesting: Nesting | None = None) -> dict:
             "annotations": annotations(t, rows),
             "float64": float64_ops(t, nesting, rows),
             "conv_bias_bn": conv_bias_before_batch_norm(t, nesting, rows),
+            "half_matmul_unaligned": unaligned_half_matmuls(t, nesting, rows),
+            "filled_then_copied": filled_then_copied_to_gpu(t, nesting, rows),
             "main_thread": main_thread,
         },
         "gpu": gpu_summary(t, lo, hi),

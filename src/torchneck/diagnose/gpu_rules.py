@@ -91,4 +91,61 @@ class TensorCores:
             docs=DOCS_TF32)]
 
 
-GPU_RULES = [MemcpyTime(), TensorCores()]
+class UnalignedHalfMatmul:
+    """fp16/bf16 matrix products whose dimensions are not multiples of 8 (torch's
+    `MatMulDimInFP16Pattern`): tensor cores tile by 8, so such shapes pad internally or fall back
+    to slower kernels. Time lost: not measured (it depends on the shape and the GPU); `low`, or
+    `medium` when those kernels take MIN_SHARE of the window."""
+
+    kind = "tensor_cores"
+    MIN_SHARE = 0.10
+
+    def check(self, ev) -> list[Finding]:
+        a = ev.analysis
+        hits = ((a or {}).get("ops") or {}).get("half_matmul_unaligned") or {}
+        if not hits.get("count") or not a["gpu"].get("present"):
+            return []
+        share = hits["kernel_us"] / 1e6 / _window_s(ev) if _window_s(ev) > 0 else 0.0
+        example = hits["shapes"][0] if hits["shapes"] else None
+        return [Finding(
+            kind=self.kind, severity="medium" if share >= self.MIN_SHARE else "low",
+            title=f"{hits['count']} half-precision matmul(s) with dimensions that are not multiples of 8"
+                  + (f" ({100 * share:.0f}% of the profiled time in their kernels)" if share else ""),
+            time_lost_s=0.0, time_lost_pct=0.0, ops=sorted({x["op"] for x in hits["shapes"]}),
+            evidence=hits | {"kernel_share": share},
+            fix="Pad the matrix dimensions (hidden sizes, vocabulary, batch x sequence) to multiples of 8 "
+                "(64 is better still) so fp16/bf16 matmuls run on the tensor cores without padding"
+                + (f"; e.g. {example['op']} on {example['shapes']}" if example else "") + ".",
+            docs="https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#use-mixed-precision-and-amp")]
+
+
+class FilledThenCopied:
+    """A tensor filled on the CPU and immediately copied to the GPU (`torch.zeros(n).to("cuda")`,
+    torch's `ExtraCUDACopyPattern`). Time lost: the host time of those copies (`aten::to`),
+    which creating the tensor on the GPU (`device="cuda"`) avoids along with the host fill."""
+
+    kind = "memcpy"
+    MIN_SHARE = 0.02
+    """A copy that creating the tensor in place removes for free is worth fixing from 2 %."""
+
+    def check(self, ev) -> list[Finding]:
+        a = ev.analysis
+        hits = ((a or {}).get("ops") or {}).get("filled_then_copied") or {}
+        if not hits.get("count") or _window_s(ev) <= 0:
+            return []
+        lost = hits["copy_us"] / 1e6
+        share = lost / _window_s(ev)
+        if share < self.MIN_SHARE:
+            return []
+        return [Finding(
+            kind=self.kind,
+            title=f"{hits['count']} tensor(s) filled on the CPU and then copied to the GPU "
+                  f"({100 * share:.0f}% of the profiled time in the copies)",
+            time_lost_s=lost, time_lost_pct=100 * share, ops=["aten::to"], evidence=hits,
+            fix="Create the tensor on the GPU directly: torch.zeros(..., device='cuda') (also ones, full, "
+                "randn, empty), not torch.zeros(...).to('cuda').",
+            docs="https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
+                 "#create-tensors-directly-on-the-target-device")]
+
+
+GPU_RULES = [MemcpyTime(), TensorCores(), UnalignedHalfMatmul(), FilledThenCopied()]
