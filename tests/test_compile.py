@@ -193,3 +193,13 @@ def test_shape_changes_recompile_with_the_size_guard_in_words(tmp_path):
     assert reason["cause"] == "shape" and reason["count"] == 3
     assert reason["what"] == "size of tensor 'x' changed in dim 0 (4 -> 5 -> 6 -> 7)"
     assert "mark_dynamic(x, 0)" in reason["fix"]
+
+
+def test_a_script_without_torch_compile_says_so(tmp_path):
+    r = torchneck("compile", "--out", str(tmp_path / "run"), "--json", str(tmp_path / "c.json"),
+                  str(SCRIPTS / "no_compile.py"))
+    assert r.returncode == 0, r.stderr
+    report = read_report(tmp_path / "c.json")
+    assert report["compile"]["present"] is False and report["compile"]["available"] is True
+    assert report["findings"] == []
+    assert "No torch.compile activity in this run." in r.stdout
