@@ -9,6 +9,7 @@ import torch
 from conftest import DATA, torchneck, validate_report
 
 from torchneck.analysis.intervals import claim_by_priority
+from torchneck.analysis.ops import _nest_by_stack, _nest_thread, host_nesting
 from torchneck.analysis.summary import analyze_trace
 from torchneck.errors import TraceError
 from torchneck.trace.loader import load_trace
@@ -84,6 +85,61 @@ def test_parallel_decoding_equals_serial(tmp_path):
     assert len(serial) == len(parallel)
     np.testing.assert_array_equal(serial.ts, parallel.ts)
     np.testing.assert_array_equal(serial.correlation, parallel.correlation)
+
+
+def _same_tables(a, b):
+    assert len(a) == len(b)
+    for col in ("ts", "dur", "cat", "external_id", "correlation", "device", "stream", "nbytes"):
+        np.testing.assert_array_equal(getattr(a, col), getattr(b, col))
+    assert [a.strings[i] for i in a.name] == [b.strings[i] for i in b.name]
+    assert [a.strings[i] if i >= 0 else None for i in a.shapes] == [b.strings[i] if i >= 0 else None for i in b.shapes]
+
+
+def test_parallel_ranges_of_a_plain_file_equal_serial(tmp_path, monkeypatch):
+    """Uncompressed files are cut into byte ranges that worker processes read themselves."""
+    import torchneck.trace.loader as loader
+
+    plain = tmp_path / "control.json"
+    plain.write_bytes(gzip.open(DATA / "trace_diff__control__control.json.gz").read())
+    serial = load_trace(plain, workers=1).events
+    monkeypatch.setattr(loader, "BLOCK_BYTES", 256 << 10)
+    monkeypatch.setattr(loader, "_PROBE_BYTES", 8 << 10)
+    ranges = []
+    real = loader._slices
+
+    def counting(*args, **kwargs):
+        gen, sent = real(*args, **kwargs), None
+        while True:
+            try:
+                item = gen.send(sent)
+            except StopIteration:
+                return
+            if isinstance(item, tuple):
+                ranges.append(item)
+            sent = yield item
+
+    monkeypatch.setattr(loader, "_slices", counting)
+    _same_tables(serial, load_trace(plain, workers=2).events)
+    assert len(ranges) > 20  # most of the file went as ranges
+
+
+def test_parallel_ranges_survive_cuts_inside_strings(tmp_path, monkeypatch):
+    """A planned cut that lands on `}, {` inside a name fails to decode in the worker; the main
+    process joins it with the next range, so no event is lost or split."""
+    import torchneck.trace.loader as loader
+
+    weird = 'weird}, {"name": "x' * 40
+    names = [weird if i % 5 == 0 else f"op{i % 3}" for i in range(3000)]
+    events = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1,
+               "ts": 10.0 + i, "dur": 0.5, "args": {"Input Dims": [[1, i]]}} for i, name in enumerate(names)]
+    p = tmp_path / "weird.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    monkeypatch.setattr(loader, "BLOCK_BYTES", 16 << 10)
+    monkeypatch.setattr(loader, "_PROBE_BYTES", 2 << 10)
+    t = load_trace(p, workers=2).events
+    assert len(t) == 3000
+    assert [t.strings[i] for i in t.name] == names
+    assert [json.loads(t.strings[i])[0][1] for i in t.shapes] == list(range(3000))
 
 
 def test_gpu_busy_equals_independent_interval_union():
@@ -180,6 +236,78 @@ def test_negative_duration_and_unknown_phase_are_tolerated(tmp_path):
     trace = load_trace(p)
     assert len(trace.events) == 2 and trace.events.dur.min() == 0
     assert trace.meta.unknown_phases == {"Z": 1}
+
+
+def _walk_nesting(table):
+    """The reference: the call-stack walk over each thread's host events, one by one."""
+    from torchneck.analysis.ops import HOST_CATEGORIES
+
+    parent = np.full(len(table), -1)
+    self_time = table.dur.astype(np.float64)
+    host = np.flatnonzero(np.isin(table.cat, HOST_CATEGORIES))
+    rows = host[np.lexsort((-table.dur[host], table.ts[host], table.thread[host]))]
+    for th in np.unique(table.thread[rows]):
+        seg = rows[table.thread[rows] == th]
+        ts, dur = table.ts[seg], table.dur[seg].astype(np.float64)
+        par, _, child = _nest_by_stack(ts, dur, ts + dur)
+        parent[seg[par >= 0]] = seg[par[par >= 0]]
+        self_time[seg] = np.maximum(dur - child, 0)
+    return parent, self_time
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_vectorised_nesting_equals_the_stack_walk_on_messy_intervals(seed):
+    """Nested calls plus the mess real traces hold: equal starts, zero-length events, children
+    sticking out of their parent, siblings that overlap."""
+    rng = np.random.default_rng(seed)
+    ts, dur = [], []
+
+    def call(start, length, level):
+        ts.append(start)
+        dur.append(length)
+        t = start
+        while level < 6 and rng.random() < 0.7 and t < start + length:
+            child = float(rng.choice([0.0, rng.uniform(0, length / 2)]))
+            call(t, child, level + 1)
+            t += child + float(rng.choice([0.0, rng.uniform(0, length / 4)]))
+
+    t = 0.0
+    for _ in range(200):
+        call(t, float(rng.integers(1, 100)), 0)
+        t += float(rng.choice([0.0, rng.integers(0, 120)]))  # 0: the next one starts at once
+    ts = np.round(np.array(ts), 1)
+    dur = np.round(np.array(dur), 1)
+    messy = rng.random(len(dur)) < 0.02  # ~2% stick out of their parent or overlap a sibling
+    dur[messy] += rng.uniform(0, 30, int(messy.sum())).round(1)
+    order = np.lexsort((-dur, ts))
+    ts, dur = ts[order], dur[order]
+    par, depth, child = _nest_thread(ts, dur, ts + dur)
+    ref_par, ref_depth, ref_child = _nest_by_stack(ts, dur, ts + dur)
+    assert messy.any() and (ref_depth > 3).any()
+    np.testing.assert_array_equal(par, ref_par)
+    np.testing.assert_array_equal(depth, ref_depth)
+    np.testing.assert_allclose(child, ref_child)
+
+
+@pytest.mark.parametrize("block", [None, 50])
+@pytest.mark.parametrize("path", SHARED[:6], ids=lambda p: p.name[:40])
+def test_vectorised_nesting_equals_the_stack_walk_on_real_traces(path, block, cpu_trace, monkeypatch):
+    """Also with threads cut into small blocks (as large traces are) at empty-stack points."""
+    import torchneck.analysis.ops as ops
+
+    calls = []
+    real = ops._nest_thread
+    monkeypatch.setattr(ops, "_nest_thread", lambda *a: calls.append(len(a[0])) or real(*a))
+    if block:
+        monkeypatch.setattr(ops, "NESTING_BLOCK", block)
+    for p in (path, cpu_trace):
+        table = load_trace(p).events
+        nesting = host_nesting(table)
+        parent, self_time = _walk_nesting(table)
+        np.testing.assert_array_equal(nesting.parent, parent)
+        np.testing.assert_allclose(nesting.self_time, self_time)
+    if block:  # the threads were really cut into blocks
+        assert max(calls) <= block * 2 or len(calls) > len(table.threads.pid)
 
 
 def test_claim_by_priority_sums_to_span():

@@ -64,10 +64,9 @@ def gpu_summary(table: EventTable, lo: float, hi: float) -> dict:
         f["count"] += int(n)
         f["time_us"] += t_us
     memcpy_rows = rows[table.cat[rows] == Cat.GPU_MEMCPY]
-    for r in memcpy_rows.tolist():
-        f = families.setdefault("memcpy", {"family": "memcpy", "count": 0, "time_us": 0.0})
-        f["count"] += 1
-        f["time_us"] += float(table.dur[r])
+    if len(memcpy_rows):
+        families["memcpy"] = {"family": "memcpy", "count": int(len(memcpy_rows)),
+                              "time_us": float(table.dur[memcpy_rows].astype(np.float64).sum())}
     memset_rows = rows[table.cat[rows] == Cat.GPU_MEMSET]
     if len(memset_rows):
         families["memset"] = {"family": "memset", "count": int(len(memset_rows)),
@@ -129,7 +128,6 @@ def idle_breakdown(table: EventTable, rows: np.ndarray, lo: float, hi: float) ->
     - edges: idle before the first and after the last GPU event of the window.
     The four add up to the device's idle time in the window.
     """
-    launch_start = _launch_start_by_correlation(table)
     order = rows[np.argsort(table.ts[rows], kind="stable")]
     ts = np.clip(table.ts[order], lo, hi)
     end = np.clip(table.ts[order] + table.dur[order], lo, hi)
@@ -140,7 +138,8 @@ def idle_breakdown(table: EventTable, rows: np.ndarray, lo: float, hi: float) ->
     idx = np.flatnonzero(gaps > 0)
     gap = gaps[idx]
     nxt = order[idx + 1]
-    launched = np.array([launch_start.get(int(c), np.nan) for c in table.correlation[nxt].tolist()])
+    launcher = launching_rows(table, nxt)
+    launched = np.where(launcher >= 0, table.ts[np.maximum(launcher, 0)], np.nan)
     hw = launched >= run_end[idx]
     kw = ~hw & (gap < KERNEL_WAIT_US)
     return {
@@ -151,9 +150,21 @@ def idle_breakdown(table: EventTable, rows: np.ndarray, lo: float, hi: float) ->
     }
 
 
-def _launch_start_by_correlation(table: EventTable) -> dict[int, float]:
+def launching_rows(table: EventTable, rows: np.ndarray) -> np.ndarray:
+    """For GPU events `rows`: the runtime/driver call that launched each (same correlation id;
+    the last such call if an id repeats), or -1."""
     rt = np.flatnonzero(np.isin(table.cat, (Cat.RUNTIME, Cat.DRIVER)) & (table.correlation >= 0))
-    return dict(zip(table.correlation[rt].tolist(), table.ts[rt].tolist()))
+    out = np.full(len(rows), -1, dtype=np.int64)
+    if not len(rt) or not len(rows):
+        return out
+    rt = rt[np.argsort(table.correlation[rt], kind="stable")]
+    keys = table.correlation[rt]
+    wanted = table.correlation[rows]
+    at = np.searchsorted(keys, wanted, side="right") - 1
+    ok = (at >= 0) & (wanted >= 0)
+    ok[ok] = keys[at[ok]] == wanted[ok]
+    out[ok] = rt[at[ok]]
+    return out
 
 
 def launch_statistics(table: EventTable, kernels: np.ndarray) -> dict:
@@ -165,10 +176,7 @@ def launch_statistics(table: EventTable, kernels: np.ndarray) -> dict:
     """
     if not len(kernels):
         return {"kernels": 0}
-    rt = np.flatnonzero(np.isin(table.cat, (Cat.RUNTIME, Cat.DRIVER)) & (table.correlation >= 0))
-    by_corr = dict(zip(table.correlation[rt].tolist(), rt.tolist()))
-    corr = table.correlation[kernels].tolist()
-    launch_rows = np.array([by_corr.get(c, -1) for c in corr])
+    launch_rows = launching_rows(table, kernels)
     linked = launch_rows >= 0
     kdur = table.dur[kernels].astype(np.float64)
     out = {
@@ -206,16 +214,20 @@ def _top_kernels(table: EventTable, kernels: np.ndarray, top: int = 20) -> list[
 def memcpy_summary(table: EventTable, rows: np.ndarray) -> dict:
     """Copies by direction (HtoD, DtoH, DtoD, ...) from the memcpy kernel names."""
     out: dict[str, dict] = {}
-    for r in rows.tolist():
-        name = table.strings[table.name[r]]
+    names, inverse = np.unique(table.name[rows], return_inverse=True)
+    time_us = np.bincount(inverse, weights=table.dur[rows].astype(np.float64), minlength=len(names))
+    nbytes = np.bincount(inverse, weights=table.nbytes[rows].astype(np.float64), minlength=len(names))
+    count = np.bincount(inverse, minlength=len(names))
+    for g, name_id in enumerate(names.tolist()):
+        name = table.strings[name_id]
         m = re.search(r"(HtoD|DtoH|DtoD|HtoH|PtoP|DtoA|AtoD)", name)
         kind = m.group(1) if m else "other"
         if "Pageable" in name or "pageable" in name:
             kind += " (pageable)"
         d = out.setdefault(kind, {"count": 0, "time_us": 0.0, "bytes": 0})
-        d["count"] += 1
-        d["time_us"] += float(table.dur[r])
-        d["bytes"] += int(table.nbytes[r])
+        d["count"] += int(count[g])
+        d["time_us"] += float(time_us[g])
+        d["bytes"] += int(nbytes[g])
     return out
 
 

@@ -17,11 +17,8 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     new_group = np.empty(len(s), dtype=bool)
     new_group[0] = True
     new_group[1:] = s[1:] > running_end[:-1]
-    group = np.cumsum(new_group) - 1
-    out_s = s[new_group]
-    out_e = np.zeros(len(out_s))
-    np.maximum.at(out_e, group, e)
-    return out_s, out_e
+    first = np.flatnonzero(new_group)
+    return s[first], np.maximum.reduceat(e, first)
 
 
 def union_length(starts: np.ndarray, ends: np.ndarray, lo: float = -np.inf, hi: float = np.inf) -> float:
@@ -38,31 +35,18 @@ def claim_by_priority(
 
     This is how the TensorBoard plugin's step breakdown makes categories sum to step time.
     """
-    points = [np.array([lo, hi])]
-    deltas = [np.zeros((2, len(spans)))]
-    for k, (s, e) in enumerate(spans):
+    # Set k claims what it adds to the union of the sets before it.
+    covered_s, covered_e = np.empty(0), np.empty(0)
+    covered_len = 0.0
+    out = []
+    for s, e in spans:
         s = np.clip(s, lo, hi)
         e = np.clip(e, lo, hi)
         keep = e > s
-        s, e = s[keep], e[keep]
-        if not len(s):
-            continue
-        points.append(np.concatenate([s, e]))
-        d = np.zeros((2 * len(s), len(spans)))
-        d[: len(s), k] = 1
-        d[len(s):, k] = -1
-        deltas.append(d)
-    p = np.concatenate(points)
-    d = np.concatenate(deltas)
-    order = np.argsort(p, kind="stable")
-    p, d = p[order], d[order]
-    active = np.cumsum(d, axis=0)[:-1] > 0.5  # state on each segment [p[i], p[i+1])
-    seg = np.diff(p)
-    out = []
-    claimed = np.zeros(len(seg), dtype=bool)
-    for k in range(len(spans)):
-        mine = active[:, k] & ~claimed
-        out.append(float(seg[mine].sum()))
-        claimed |= mine
-    out.append(float(seg[~claimed].sum()))
+        if keep.any():
+            covered_s, covered_e = merge(np.concatenate([covered_s, s[keep]]), np.concatenate([covered_e, e[keep]]))
+        length = float(np.sum(covered_e - covered_s))
+        out.append(max(length - covered_len, 0.0))
+        covered_len = length
+    out.append(max(hi - lo, 0.0) - covered_len)
     return out

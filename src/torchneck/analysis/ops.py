@@ -22,7 +22,7 @@ this short does little work beyond that."""
 class Nesting:
     """Per row of the table: the directly enclosing host event (or -1), and self time in µs."""
 
-    parent: np.ndarray  # int64
+    parent: np.ndarray  # int32
     self_time: np.ndarray  # float64
     depth: np.ndarray  # int32
 
@@ -32,44 +32,138 @@ def host_nesting(table: EventTable) -> Nesting:
 
     Events on one thread nest like a call stack; an event's self time is its duration minus
     its direct children's. Non-host rows get parent -1 and self time = duration.
+    The answer is the call-stack walk's (`_nest_by_stack`), computed vectorised where events
+    nest properly (`_nest_thread`).
     """
     n = len(table)
-    parent = np.full(n, -1, dtype=np.int64)
+    parent = np.full(n, -1, dtype=np.int32)
     depth = np.zeros(n, dtype=np.int32)
-    self_time = table.dur.astype(np.float64).copy()
-    host = np.flatnonzero(np.isin(table.cat, HOST_CATEGORIES))
+    self_time = table.dur.astype(np.float64)
+    host = np.flatnonzero(np.isin(table.cat, HOST_CATEGORIES)).astype(np.int32)
     if not len(host):
         return Nesting(parent, self_time, depth)
-    threads = table.thread[host]
-    order = np.lexsort((-table.dur[host], table.ts[host], threads))
-    rows = host[order]
-    ts = table.ts[rows].tolist()
-    end = (table.ts[rows] + table.dur[rows]).tolist()
-    dur = table.dur[rows].astype(np.float64).tolist()
-    thr = table.thread[rows].tolist()
-    rows_l = rows.tolist()
-    par = [-1] * len(rows_l)
-    dep = [0] * len(rows_l)
-    child = [0.0] * len(rows_l)
-    stack: list[int] = []  # positions into rows_l
-    current_thread = None
-    for i in range(len(rows_l)):
-        if thr[i] != current_thread:
-            stack = []
-            current_thread = thr[i]
-        s = ts[i]
-        while stack and end[stack[-1]] <= s:
+    if _sorted_by_start(table):  # the loader's order: a stable sort by thread keeps it per thread
+        rows = host[np.argsort(table.thread[host], kind="stable")]
+    else:
+        rows = host[np.lexsort((-table.dur[host], table.ts[host], table.thread[host]))]
+    del host
+    thread_sorted = table.thread[rows]
+    bounds = np.concatenate(([0], np.flatnonzero(np.diff(thread_sorted)) + 1, [len(rows)])).tolist()
+    del thread_sorted
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        thread_rows = rows[a:b]
+        ts = table.ts[thread_rows]
+        end = ts + table.dur[thread_rows]
+        for lo, hi in _independent_blocks(ts, end):
+            seg = thread_rows[lo:hi]
+            dur = table.dur[seg].astype(np.float64)
+            par_pos, dep, child = _nest_thread(ts[lo:hi], dur, end[lo:hi])
+            has = par_pos >= 0
+            parent[seg[has]] = seg[par_pos[has]]
+            depth[seg] = dep
+            self_time[seg] = np.maximum(dur - child, 0.0)
+    return Nesting(parent, self_time, depth)
+
+
+NESTING_BLOCK = 1 << 18
+"""Events nested at once: the vectorised pass holds ~15 arrays of this length, so blocks keep
+its memory at a few tens of MB on traces of any size."""
+
+
+def _independent_blocks(ts: np.ndarray, end: np.ndarray) -> list[tuple[int, int]]:
+    """Cut one thread's sorted events into blocks of about `NESTING_BLOCK` at points where every
+    earlier event has ended (the call stack is empty), so each block nests on its own."""
+    n = len(ts)
+    if n <= NESTING_BLOCK:
+        return [(0, n)]
+    free = np.flatnonzero(ts[1:] >= np.maximum.accumulate(end)[:-1]) + 1
+    cuts = np.unique(free[np.minimum(np.searchsorted(free, np.arange(NESTING_BLOCK, n, NESTING_BLOCK)),
+                                     len(free) - 1)]) if len(free) else np.empty(0, dtype=np.int64)
+    edges = [0, *cuts.tolist(), n]
+    return [(lo, hi) for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo]
+
+
+def _sorted_by_start(table: EventTable) -> bool:
+    """True when rows are ordered by start, longer first on ties (as `load_trace` leaves them)."""
+    ts, dur = table.ts, table.dur
+    if len(ts) < 2:
+        return True
+    later = ts[1:] > ts[:-1]
+    return bool(np.all(later | ((ts[1:] == ts[:-1]) & (dur[1:] <= dur[:-1]))))
+
+
+def _nest_thread(ts: np.ndarray, dur: np.ndarray, end: np.ndarray):
+    """One thread's events, sorted by (start, longest first) -> (parent position or -1, depth,
+    children's total duration per event), as the call-stack walk gives them.
+
+    Vectorised: an event's depth is the number of earlier events still open at its start
+    (end > start), its parent the last earlier event one level up. That is the walk's answer
+    wherever every event lies inside its parent. Top-level stretches (depth-0 event up to the
+    next one) are independent, so a stretch where some event sticks out of its parent (clock
+    rounding, compile-time spans) is redone by the walk alone."""
+    n = len(ts)
+    pos = np.arange(n)
+    closed = np.searchsorted(np.sort(end), ts, side="right")  # events with end <= ts[i] ...
+    zero = dur == 0
+    if zero.any():
+        # ... less those at or after i in order: zero-length events starting at ts[i], the only
+        # later ones that can end by then (they sort last among equal starts).
+        first_of_group = np.empty(n, dtype=bool)
+        first_of_group[0] = True
+        np.not_equal(ts[1:], ts[:-1], out=first_of_group[1:])
+        group_last = (np.append(np.flatnonzero(first_of_group)[1:], n) - 1)[np.cumsum(first_of_group) - 1]
+        zeros_upto = np.cumsum(zero)
+        closed -= zeros_upto[group_last] - zeros_upto + zero
+    depth = pos - closed
+    del closed
+    par_pos = np.full(n, -1, dtype=np.int64)
+    bad = depth < 0
+    nested = np.flatnonzero(depth > 0)
+    if len(nested):
+        stride = np.int64(n + 1)
+        by_level = np.sort(depth.astype(np.int64) * stride + pos)
+        wanted = (depth[nested] - 1).astype(np.int64) * stride + nested
+        at = np.maximum(np.searchsorted(by_level, wanted, side="left") - 1, 0)
+        cand = by_level[at]
+        p = cand % stride
+        wrong = ((cand // stride) != depth[nested] - 1) | (end[p] <= ts[nested]) | (end[nested] > end[p])
+        bad[nested[wrong]] = True
+        par_pos[nested] = p
+    depth = depth.astype(np.int32)
+    if bad.any():
+        stretch = np.cumsum(depth <= 0) - 1
+        starts = np.flatnonzero(depth <= 0)
+        stops = np.append(starts[1:], n)
+        for k in np.unique(stretch[bad]).tolist():
+            a, b = int(starts[k]), int(stops[k])
+            p_walk, d_walk, _ = _nest_by_stack(ts[a:b], dur[a:b], end[a:b])
+            par_pos[a:b] = np.where(p_walk >= 0, p_walk + a, -1)
+            depth[a:b] = d_walk
+    has = par_pos >= 0
+    child = np.bincount(par_pos[has], weights=dur[has], minlength=n)
+    return par_pos, depth, child
+
+
+def _nest_by_stack(ts: np.ndarray, dur: np.ndarray, end: np.ndarray):
+    """The reference: walk one thread's sorted events with a call stack, popping events that
+    ended by the next one's start."""
+    ts_l, end_l, dur_l = ts.tolist(), end.tolist(), dur.tolist()
+    n = len(ts_l)
+    par = [-1] * n
+    dep = [0] * n
+    child = [0.0] * n
+    stack: list[int] = []
+    for i in range(n):
+        s = ts_l[i]
+        while stack and end_l[stack[-1]] <= s:
             stack.pop()
         if stack:
             p = stack[-1]
-            par[i] = rows_l[p]
+            par[i] = p
             dep[i] = dep[p] + 1
-            child[p] += dur[i]
+            child[p] += dur_l[i]
         stack.append(i)
-    parent[rows] = par
-    depth[rows] = dep
-    self_time[rows] = np.maximum(np.asarray(dur) - np.asarray(child), 0.0)
-    return Nesting(parent, self_time, depth)
+    return np.array(par, dtype=np.int64), np.array(dep, dtype=np.int32), np.array(child)
 
 
 def in_windows(table: EventTable, windows: list[tuple[float, float]]) -> np.ndarray:

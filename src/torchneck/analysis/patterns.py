@@ -92,25 +92,30 @@ def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndar
     copies = cpu[to_name[table.name[cpu]]]
     if not len(copies) or not len(runtime):
         return {"count": 0, "copy_us": 0.0}
-    # Each aten::to with a memcpy runtime call inside its span on its thread moves data to a GPU.
-    rts = table.ts[runtime]
-    moving = []
-    for op in copies.tolist():
-        lo, hi = np.searchsorted(rts, [table.ts[op], table.ts[op] + table.dur[op]])
-        if any(table.thread[r] == table.thread[op] for r in runtime[lo:hi].tolist()):
-            moving.append(op)
+    # Each aten::to with a memcpy runtime call nested inside it (its thread's call stack) moves
+    # data to a GPU: walk up from those runtime calls.
+    is_copy = np.zeros(len(table), dtype=bool)
+    is_copy[copies] = True
+    moving_mask = np.zeros(len(table), dtype=bool)
+    up = nesting.parent[runtime]
+    while len(up):
+        up = up[up >= 0]
+        moving_mask[up[is_copy[up]]] = True
+        up = nesting.parent[up]
+    moving = np.flatnonzero(moving_mask).tolist()
     if not moving:
         return {"count": 0, "copy_us": 0.0}
     # The op right before it at the same caller: the last host op that ended before it started.
     caller = callers(table, nesting, cpu)
     order = np.lexsort((table.ts[cpu], caller, table.thread[cpu]))
     seq, caller = cpu[order], caller[order]
-    position = {int(r): i for i, r in enumerate(seq.tolist())}
+    position = np.full(len(table), -1, dtype=np.int64)
+    position[seq] = np.arange(len(seq))
     cpu_ts = table.ts[cpu]
     hits = []
     for op in moving:
-        i = position[op]
-        if i == 0 or table.thread[seq[i - 1]] != table.thread[op] or caller[i - 1] != caller[i]:
+        i = int(position[op])
+        if i <= 0 or table.thread[seq[i - 1]] != table.thread[op] or caller[i - 1] != caller[i]:
             continue
         prev = int(seq[i - 1])
         # torch.zeros -> aten::zeros -> aten::zero_: the fill is the previous op or its last descendant

@@ -34,8 +34,7 @@ def host_syncs(table: EventTable, nesting: Nesting, rows: np.ndarray) -> dict:
     dtoh = (cat == Cat.GPU_MEMCPY) & table.names_matching(lambda s: "DtoH" in s)[table.name[rows]]
     sync_rows = rows[is_sync_call]
     by_cause: dict[str, dict] = {}
-    for r in sync_rows.tolist():
-        cause = _outermost_op(table, nesting, r)
+    for r, cause in zip(sync_rows.tolist(), outermost_ops(table, nesting, sync_rows).tolist()):
         key = names[table.name[cause]] if cause >= 0 else names[table.name[r]]
         d = by_cause.setdefault(key, {"op": key, "count": 0, "wait_us": 0.0})
         d["count"] += 1
@@ -60,11 +59,16 @@ def host_syncs(table: EventTable, nesting: Nesting, rows: np.ndarray) -> dict:
     }
 
 
-def _outermost_op(table: EventTable, nesting: Nesting, row: int) -> int:
-    best = -1
-    p = int(nesting.parent[row])
-    while p >= 0:
-        if table.cat[p] == Cat.CPU_OP:
-            best = p
-        p = int(nesting.parent[p])
+def outermost_ops(table: EventTable, nesting: Nesting, rows: np.ndarray) -> np.ndarray:
+    """For each row, the outermost CPU op enclosing it on its thread (-1 if none): all rows walk
+    up their parent chains together, one level per step."""
+    best = np.full(len(rows), -1, dtype=np.int64)
+    at = np.arange(len(rows))
+    up = nesting.parent[rows]
+    while len(at):
+        keep = up >= 0
+        at, up = at[keep], up[keep]
+        is_op = table.cat[up] == Cat.CPU_OP
+        best[at[is_op]] = up[is_op]
+        up = nesting.parent[up]
     return best

@@ -6,8 +6,10 @@ into structs that declare only the fields torchneck reads, then turned into nump
 that falls inside a string or a nested object makes that slice fail to decode, so it is merged with
 the next one and decoded again: a false boundary can cost time, never a wrong event.
 
-Only the current slice's Python objects exist at any time; the finished table holds ~35 bytes a
-complete event. Large files are decoded by a pool of worker processes, in order.
+Only the current slices' Python objects exist at any time; columns are copied into one growing
+buffer each, and the finished table holds ~50 bytes a complete event. Large files are decoded by
+a pool of worker processes, in order; for an uncompressed file the main process only plans cuts
+(reading a small probe around each) and the workers read their own byte ranges.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 
@@ -38,8 +41,27 @@ PARALLEL_MIN_BYTES = 96 << 20
 start-up (~0.1 s) costs more than it saves."""
 
 _HEADER_LIMIT = 64 << 20
+_TAIL_BYTES = 256 << 10
+"""The end of the events array is found by decoding the last slice in the main process; it is
+kept this small (the rest of the tail goes to the workers) so its Python objects stay few."""
+_PROBE_BYTES = 256 << 10
+"""Bytes read around a planned cut to find an event boundary (events are far smaller)."""
 _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _WS = b" \t\r\n"
+
+
+class _TailPiece(bytes):
+    """A slice that may end the events array: judged (decoded) in order, in the main process."""
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as probe:
+        return probe.read(2) == b"\x1f\x8b"
+
+
+def _is_plain(reader: _Reader) -> bool:
+    """An uncompressed file: one whose bytes can be read at any offset by another process."""
+    return not _is_gzip(reader.path)
 
 
 def _open_stream(path: Path):
@@ -172,6 +194,7 @@ class ChunkColumns:
     flow_count: int
     unknown_phases: dict[str, int]
     negative_dur: int
+    source_bytes: int = 0
 
 
 def _num(value, default: int = -1) -> int:
@@ -230,6 +253,17 @@ class _Interner:
                 self.strings.append(v if isinstance(v, str) else ("" if v is None else str(v)))
         return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
 
+    def pair_ids(self, pairs: list) -> tuple[np.ndarray, np.ndarray]:
+        """Ids of both halves of (pid, tid) pairs, hashing each pair once: a slice holds few
+        distinct pairs, so the halves are interned once per distinct pair."""
+        local: dict = {}
+        for pair in dict.fromkeys(pairs):
+            local[pair] = len(local)
+        which = np.fromiter(map(local.__getitem__, pairs), dtype=np.int32, count=len(pairs))
+        firsts = self.ids([p for p, _ in local])
+        seconds = self.ids([t for _, t in local])
+        return firsts[which], seconds[which]
+
     def raw_ids(self, raws: list) -> np.ndarray:
         """Ids of raw JSON values (msgspec.Raw, unhashable): keyed by their bytes, decoded to
         text once per distinct value; an absent (empty) value gets -1."""
@@ -255,30 +289,33 @@ def events_to_columns(events: list) -> ChunkColumns:
     meta_events: list[tuple[str, str, str, object]] = []
     flows = 0
     unknown: dict[str, int] = {}
-    phases = list(map(attrgetter("ph"), events))
-    if phases.count("X") == len(phases):
+    phases = list(map(_get_ph, events))
+    x_count = phases.count("X")
+    if x_count == len(phases):
         xs = events
     else:
-        for e, ph in zip(events, phases):
-            if ph == "X":
-                xs.append(e)
-            elif ph == "i" or ph == "I":
-                if e.name == "[memory]" and e.args is not None:
-                    mems.append(e)
-            elif ph == "M":
-                a = e.args
-                if a is not None:
-                    if e.name == "process_name":
-                        meta_events.append(("process_name", str(e.pid), "", a.name))
-                    elif e.name == "thread_name":
-                        meta_events.append(("thread_name", str(e.pid), str(e.tid), a.name))
-                    elif e.name == "process_labels":
-                        meta_events.append(("process_labels", str(e.pid), "", a.labels))
-            elif ph in ("s", "f", "t"):
-                flows += 1
-            else:
-                key = str(ph)
-                unknown[key] = unknown.get(key, 0) + 1
+        xs = [e for e in events if e.ph == "X"] if x_count else []
+        flows = phases.count("s") + phases.count("f") + phases.count("t")
+        if x_count + flows < len(phases):  # the few others, one by one
+            for e in events:
+                ph = e.ph
+                if ph == "X" or ph == "s" or ph == "f" or ph == "t":
+                    continue
+                if ph == "i" or ph == "I":
+                    if e.name == "[memory]" and e.args is not None:
+                        mems.append(e)
+                elif ph == "M":
+                    a = e.args
+                    if a is not None:
+                        if e.name == "process_name":
+                            meta_events.append(("process_name", str(e.pid), "", a.name))
+                        elif e.name == "thread_name":
+                            meta_events.append(("thread_name", str(e.pid), str(e.tid), a.name))
+                        elif e.name == "process_labels":
+                            meta_events.append(("process_labels", str(e.pid), "", a.labels))
+                else:
+                    key = str(ph)
+                    unknown[key] = unknown.get(key, 0) + 1
 
     if xs and type(xs[0]) is Event:
         x, negative = _strict_x(xs, strings)
@@ -303,40 +340,56 @@ def events_to_columns(events: list) -> ChunkColumns:
 
 def _strict_x(xs: list, strings: _Interner) -> tuple[dict, int]:
     """Columns from strictly typed events: every field has its JSON type or its default, so each
-    column is one C-level pass (`np.fromiter` over an attrgetter map), no per-value checks."""
+    column is one C-level pass (`np.fromiter` over an attrgetter map), no per-value checks.
+    Args that only some categories carry (shapes on ops, stream and bytes on GPU events) are
+    read from those events alone."""
     n = len(xs)
     raw_cats = list(map(_get_cat, xs))
     cat_codes = {c: int(normalise_category(c)) for c in dict.fromkeys(raw_cats)}
     cats = np.fromiter(map(cat_codes.__getitem__, raw_cats), dtype=np.int8, count=n)
+    del raw_cats
     ts = np.fromiter(map(_get_ts, xs), dtype=np.float64, count=n)
     dur = np.fromiter(map(_get_dur, xs), dtype=np.float64, count=n)
     negative = int(np.count_nonzero(dur < 0))
     if negative:
         dur[dur < 0] = 0.0
     name = strings.ids(list(map(_get_name, xs)))
-    pid_arr = strings.ids(list(map(_get_pid, xs)))
-    tid_arr = strings.ids(list(map(_get_tid, xs)))
+    pid_arr, tid_arr = strings.pair_ids(list(map(_get_pid_tid, xs)))
     args = list(map(_get_args, xs))
     ext = np.fromiter(map(_get_ext, args), dtype=np.int64, count=n)
     corr = np.fromiter(map(_get_corr, args), dtype=np.int64, count=n)
-    device = np.fromiter(map(_get_device, args), dtype=np.int64, count=n)
-    stream = np.fromiter(map(_get_stream, args), dtype=np.int64, count=n)
-    nbytes = np.fromiter(map(_get_nbytes, args), dtype=np.int64, count=n)
-    shapes = strings.raw_ids(list(map(_get_dims, args)))
-    types = strings.raw_ids(list(map(_get_types, args)))
-    stacks = list(map(_get_stack, args))
-    colls = list(map(_get_coll, args))
-    if any(stacks) or any(colls):
-        extra = strings.ids([st or co or None for st, co in zip(stacks, colls)])
-        extra[extra == strings.index.get(None, -2)] = -1
-    else:
-        extra = np.full(n, -1, dtype=np.int32)
+    device = np.full(n, -1, dtype=np.int64)
+    stream = np.full(n, -1, dtype=np.int64)
+    nbytes = np.zeros(n, dtype=np.int64)
+    gpu = np.isin(cats, (Cat.KERNEL, Cat.GPU_MEMCPY, Cat.GPU_MEMSET, Cat.GPU_USER_ANNOTATION))
+    if gpu.any():
+        where = np.flatnonzero(gpu)
+        gargs = list(compress(args, gpu.tolist()))
+        device[where] = np.fromiter(map(_get_device, gargs), dtype=np.int64, count=len(where))
+        stream[where] = np.fromiter(map(_get_stream, gargs), dtype=np.int64, count=len(where))
+        nbytes[where] = np.fromiter(map(_get_nbytes, gargs), dtype=np.int64, count=len(where))
+    shapes = np.full(n, -1, dtype=np.int32)
+    types = np.full(n, -1, dtype=np.int32)
+    extra = np.full(n, -1, dtype=np.int32)
+    ops = ~gpu & (cats != Cat.RUNTIME) & (cats != Cat.DRIVER)
+    if ops.any():
+        where = np.flatnonzero(ops)
+        oargs = list(compress(args, ops.tolist()))
+        shapes[where] = strings.raw_ids(list(map(_get_dims, oargs)))
+        types[where] = strings.raw_ids(list(map(_get_types, oargs)))
+        stacks = list(map(_get_stack, oargs))
+        colls = list(map(_get_coll, oargs))
+        if any(stacks) or any(colls):
+            ids = strings.ids([st or co or None for st, co in zip(stacks, colls)])
+            ids[ids == strings.index.get(None, -2)] = -1
+            extra[where] = ids
     device, stream = _gpu_placement(cats, device, stream, pid_arr, tid_arr, strings)
     return _x_dict(ts, dur, cats, name, pid_arr, tid_arr, ext, corr, device, stream, shapes, types,
                    nbytes, extra), negative
 
 
-_get_cat, _get_ts, _get_dur, _get_name, _get_pid, _get_tid = map(attrgetter, ("cat", "ts", "dur", "name", "pid", "tid"))
+_get_ph, _get_cat, _get_ts, _get_dur, _get_name = map(attrgetter, ("ph", "cat", "ts", "dur", "name"))
+_get_pid_tid = attrgetter("pid", "tid")
 _get_ext, _get_corr, _get_device, _get_stream, _get_nbytes = map(
     attrgetter, ("external_id", "correlation", "device", "stream", "nbytes"))
 _get_dims, _get_types, _get_stack, _get_coll = map(attrgetter, ("input_dims", "input_type", "call_stack",
@@ -427,28 +480,86 @@ def decode_to_columns(data: bytes) -> ChunkColumns | None:
     events = _decode_slice(data)
     if events is None:
         return None
-    return events_to_columns(events)
+    chunk = events_to_columns(events)
+    chunk.source_bytes = len(data)
+    return chunk
+
+
+def _read_range(path: str, start: int, stop: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(stop - start)
+
+
+def decode_range(path: str, start: int, stop: int) -> ChunkColumns | None:
+    """Worker entry point for uncompressed files: read and decode bytes [start, stop)."""
+    return decode_to_columns(_read_range(path, start, stop))
 
 
 # ---------------------------------------------------------------------------------------------
 # Merging slices
 
 
+class _Columns:
+    """Growable numpy columns: chunks are copied into one buffer per column (grown by half when
+    full), so the finished table is never held twice as a list of parts plus its concatenation."""
+
+    def __init__(self, dtypes: dict[str, type]):
+        self.dtypes = dtypes
+        self.size = 0
+        self.cols = {k: np.empty(0, dtype=dt) for k, dt in dtypes.items()}
+
+    def append(self, values: dict[str, np.ndarray], hint: int = 0) -> None:
+        n = len(next(iter(values.values())))
+        need = self.size + n
+        capacity = len(next(iter(self.cols.values())))
+        if need > capacity:
+            new_capacity = max(need, capacity + capacity // 2, hint, 4096)
+            for k in self.cols:  # one column at a time
+                grown = np.empty(new_capacity, dtype=self.dtypes[k])
+                grown[:self.size] = self.cols[k][:self.size]
+                self.cols[k] = grown
+        for k, v in values.items():
+            self.cols[k][self.size:need] = v
+        self.size = need
+
+    def take(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """The finished column `key` in the order `rows`; frees the buffer."""
+        col = self.cols.pop(key)
+        return col[rows]
+
+
+_X_DTYPES = {"ts": np.float64, "dur": np.float32, "cat": np.int8, "name": np.int32, "thread": np.int32,
+             "external_id": np.int64, "correlation": np.int64, "device": np.int16, "stream": np.int32,
+             "shapes": np.int32, "types": np.int32, "nbytes": np.int64, "extra": np.int32}
+_MEM_DTYPES = {"ts": np.float64, "thread": np.int32, "nbytes": np.int64, "total_allocated": np.int64,
+               "total_reserved": np.int64, "device_type": np.int8, "device_id": np.int16, "addr": np.int64}
+
+
+_NARROWABLE = ("external_id", "correlation", "nbytes")
+"""int64 in the JSON, but almost always small: stored as int32 when every value fits (-4 bytes
+an event each). Analyses only compare, index and sum them (numpy sums int32 into int64)."""
+
+
+def _fits_int32(col: np.ndarray) -> bool:
+    info = np.iinfo(np.int32)
+    return bool(col.min() >= info.min and col.max() <= info.max)
+
+
 class _Merger:
     """Accumulates slices into global columns with one global string table."""
 
-    X_KEYS = ("ts", "dur", "cat", "name", "thread", "external_id", "correlation", "device",
-              "stream", "shapes", "types", "nbytes", "extra")
-
-    def __init__(self, meta: TraceMeta):
+    def __init__(self, meta: TraceMeta, expected_bytes: int = 0):
         self.meta = meta
+        self.expected_bytes = expected_bytes
         self.strings: list[str] = []
         self.index: dict[str, int] = {}
         self.thread_index: dict[tuple[int, int], int] = {}
         self.threads = Threads()
-        self.x_parts: dict[str, list[np.ndarray]] = {k: [] for k in self.X_KEYS}
-        self.mem_parts: dict[str, list[np.ndarray]] = {}
+        self.x = _Columns(_X_DTYPES)
+        self.mem = _Columns(_MEM_DTYPES)
         self.negative_dur = 0
+        self.bytes_seen = 0
 
     def _global_ids(self, local: list[str]) -> np.ndarray:
         out = np.empty(len(local), dtype=np.int32)
@@ -478,9 +589,14 @@ class _Merger:
         return ids[inverse]
 
     def add(self, chunk: ChunkColumns) -> None:
+        """Add one decoded slice."""
         remap = self._global_ids(chunk.strings)
         x = chunk.x
         n = len(x["ts"])
+        self.bytes_seen += chunk.source_bytes
+        # Size the buffers once from the events per byte so far, when the total size is known.
+        size_hint = int(1.1 * self.expected_bytes * (self.x.size + n) / self.bytes_seen) \
+            if self.expected_bytes and self.bytes_seen else 0
         self.meta.event_count += n
         self.meta.flow_count += chunk.flow_count
         self.negative_dur += chunk.negative_dur
@@ -497,57 +613,56 @@ class _Merger:
             def gl(arr: np.ndarray) -> np.ndarray:
                 return np.where(arr >= 0, remap[np.maximum(arr, 0)], -1).astype(np.int32)
 
-            self.x_parts["ts"].append(x["ts"])
-            self.x_parts["dur"].append(x["dur"])
-            self.x_parts["cat"].append(x["cat"])
-            self.x_parts["name"].append(remap[x["name"]])
-            self.x_parts["thread"].append(self._threads(remap[x["pid"]], remap[x["tid"]]))
-            for key in ("external_id", "correlation", "device", "stream", "nbytes"):
-                self.x_parts[key].append(x[key])
-            self.x_parts["shapes"].append(gl(x["shapes"]))
-            self.x_parts["types"].append(gl(x["types"]))
-            self.x_parts["extra"].append(gl(x["extra"]))
+            values = {k: x[k] for k in ("ts", "dur", "cat", "external_id", "correlation", "device", "stream",
+                                        "nbytes")}
+            values["name"] = remap[x["name"]]
+            values["thread"] = self._threads(remap[x["pid"]], remap[x["tid"]])
+            values["shapes"] = gl(x["shapes"])
+            values["types"] = gl(x["types"])
+            values["extra"] = gl(x["extra"])
+            self.x.append(values, size_hint)
         mem = chunk.mem
         if len(mem["ts"]):
             mem = dict(mem)
             mem["thread"] = self._threads(remap[mem.pop("pid")], remap[mem.pop("tid")])
-            for k, v in mem.items():
-                self.mem_parts.setdefault(k, []).append(v)
+            self.mem.append(mem)
 
     def finish(self) -> tuple[EventTable, EventTable, MemoryTable]:
-        dtypes = {"ts": np.float64, "dur": np.float32, "cat": np.int8, "name": np.int32,
-                  "thread": np.int32, "external_id": np.int64, "correlation": np.int64,
-                  "device": np.int16, "stream": np.int32, "shapes": np.int32, "types": np.int32,
-                  "nbytes": np.int64, "extra": np.int32}
-        cols = {}
-        for k in self.X_KEYS:
-            parts = self.x_parts[k]
-            cols[k] = np.concatenate(parts) if parts else np.empty(0, dtype=dtypes[k])
-            self.x_parts[k] = []
-        valid = ~np.isnan(cols["ts"])
+        """Sort (by start, longer first on ties, so parents precede their children) and split off
+        python_function rows, one column at a time: peak memory is the table, the two row
+        orders and one column."""
+        x = self.x
+        n = x.size
+        ts = x.cols["ts"][:n]
+        dur = x.cols["dur"][:n]
+        cat = x.cols["cat"][:n]
+        valid = ~np.isnan(ts)
         if not valid.all():
             self.meta.warnings.append(f"{int((~valid).sum())} events without a timestamp were skipped")
-            for k in cols:  # one column at a time: peak memory is the table plus one column
-                cols[k] = cols[k][valid]
-        # Sort by start, longer first on ties, so parents precede their children.
-        order = np.lexsort((-cols["dur"], cols["ts"]))
-        for k in cols:
-            cols[k] = cols[k][order]
-        del order
-        table = EventTable(**cols, strings=self.strings, threads=self.threads)
-        py = table.cat == Cat.PYTHON_FUNCTION
-        python = table.select(py)
-        if py.any():
-            table = table.select(~py)
-        mdt = {"ts": np.float64, "thread": np.int32, "nbytes": np.int64, "total_allocated": np.int64,
-               "total_reserved": np.int64, "device_type": np.int8, "device_id": np.int16, "addr": np.int64}
-        mcols = {k: (np.concatenate(self.mem_parts[k]) if k in self.mem_parts else np.empty(0, dtype=dt))
-                 for k, dt in mdt.items()}
-        morder = np.argsort(mcols["ts"], kind="stable")
-        memory = MemoryTable(**{k: v[morder] for k, v in mcols.items()})
+        py = cat == Cat.PYTHON_FUNCTION
+
+        orders = []
+        for mask in (valid & ~py, valid & py):
+            rows = np.flatnonzero(mask)
+            orders.append(rows[np.lexsort((-dur[rows], ts[rows]))])
+        main_rows, py_rows = orders
+        del ts, dur, cat, valid, py, orders, rows, mask
+        main, python = {}, {}
+        for k in _X_DTYPES:
+            col = x.cols[k]
+            if k in _NARROWABLE and len(col) and _fits_int32(col[:n]):
+                x.cols[k] = col = col[:n].astype(np.int32)
+            python[k] = col[py_rows]
+            main[k] = x.take(k, main_rows)
+        del main_rows, py_rows
+        table = EventTable(**main, strings=self.strings, threads=self.threads)
+        python_table = EventTable(**python, strings=self.strings, threads=self.threads)
+        m = self.mem
+        morder = np.argsort(m.cols["ts"][:m.size], kind="stable")
+        memory = MemoryTable(**{k: m.take(k, morder) for k in _MEM_DTYPES})
         if self.negative_dur:
             self.meta.warnings.append(f"{self.negative_dur} events had a negative duration (counted as 0)")
-        return table, python, memory
+        return table, python_table, memory
 
 
 # ---------------------------------------------------------------------------------------------
@@ -575,8 +690,10 @@ def _apply_top_level(meta: TraceMeta, top: dict) -> None:
             meta.other[key] = top[key]
 
 
-def _slices(reader: _Reader, meta: TraceMeta) -> Iterator[bytes]:
-    """Yield byte slices each holding whole events separated by commas; parse the top level."""
+def _slices(reader: _Reader, meta: TraceMeta, as_ranges: bool = False) -> Iterator[bytes | tuple[int, int]]:
+    """Yield byte slices each holding whole events separated by commas; parse the top level.
+    With `as_ranges` (an uncompressed file), most of the array comes as (start, stop) file
+    offsets instead of bytes."""
     head = bytearray()
     while True:
         block = reader.read(1 << 20)
@@ -611,6 +728,25 @@ def _slices(reader: _Reader, meta: TraceMeta) -> Iterator[bytes]:
     if buf[:1] == b"]":
         trailer = bytes(buf[1:]) + _drain(reader)
         buf = bytearray()
+    if as_ranges and buf and buf[:1] != b"]":
+        # Plain file, parallel decoding: hand out (start, stop) offsets cut at event boundaries
+        # found in small probes; workers read their own bytes. The tail goes on in byte mode.
+        pos = reader.total - len(buf)
+        size = os.fstat(reader.stream.fileno()).st_size
+        while pos + 2 * BLOCK_BYTES < size:
+            probe_end = pos + BLOCK_BYTES
+            reader.stream.seek(probe_end - _PROBE_BYTES)
+            window = reader.stream.read(_PROBE_BYTES)
+            cut = _last_boundary(window, len(window))
+            if cut is None:
+                break
+            nxt = probe_end - _PROBE_BYTES + cut[1]
+            yield (pos, nxt)
+            pos = reader.total = nxt  # progress
+        reader.stream.seek(pos)
+        reader.total = pos
+        buf = bytearray()
+        buf += reader.read(BLOCK_BYTES)
     pending_failures = 0
     while buf:
         if not reader.eof and len(buf) < BLOCK_BYTES * (1 + pending_failures):
@@ -634,12 +770,21 @@ def _slices(reader: _Reader, meta: TraceMeta) -> Iterator[bytes]:
             pending_failures = 0
             del buf[:nxt]
             continue
-        # End of data: find where the events array closes.
+        # End of data: find where the events array closes. All but the last bit of the tail
+        # still goes out as ordinary slices, so only a small piece is judged in-process.
         tail = bytes(buf)
         buf = bytearray()
+        while len(tail) > 2 * _TAIL_BYTES:
+            cut = _last_boundary(tail, len(tail) - _TAIL_BYTES)
+            if cut is None:
+                break
+            ok = yield tail[:cut[1]]
+            if ok is False:
+                break
+            tail = tail[cut[1]:]
         closed = False
         for pos in _array_ends(tail):
-            ok = yield tail[:pos]
+            ok = yield _TailPiece(tail[:pos])
             if ok is not False:
                 trailer = tail[pos + 1:]
                 closed = True
@@ -695,7 +840,7 @@ def load_trace(
     size = path.stat().st_size
     meta = TraceMeta(path=str(path), compressed_bytes=size)
     reader = _Reader(path, meta.warnings)
-    merger = _Merger(meta)
+    merger = _Merger(meta, expected_bytes=0 if _is_gzip(path) else size)
     compressed = path.suffix == ".gz"
     est_uncompressed = size * (10 if compressed else 1)
     if workers is None:
@@ -793,9 +938,15 @@ def _load_parallel(reader, meta, merger, workers, progress, size) -> None:
     import multiprocessing as mp
 
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    gen = _slices(reader, meta)
+    as_ranges = _is_plain(reader)
+    gen = _slices(reader, meta, as_ranges=as_ranges)
+    path = str(reader.path)
+
+    def bytes_of(piece) -> bytes:
+        return _read_range(path, *piece) if isinstance(piece, tuple) else piece
+
     with ctx.Pool(workers) as pool:
-        in_flight: list[tuple[bytes, object]] = []
+        in_flight: list[tuple[bytes | tuple[int, int], object]] = []
         carry = b""
 
         def drain(limit: int) -> None:
@@ -804,11 +955,11 @@ def _load_parallel(reader, meta, merger, workers, progress, size) -> None:
                 piece, fut = in_flight.pop(0)
                 chunk = fut.get()
                 if chunk is None:
-                    carry = carry + piece
+                    carry = carry + bytes_of(piece)
                     continue
                 if carry:
                     # The earlier slice was cut inside an event: decode the join here.
-                    joined = carry + piece
+                    joined = carry + bytes_of(piece)
                     carry = b""
                     fixed = decode_to_columns(joined)
                     if fixed is None:
@@ -830,6 +981,11 @@ def _load_parallel(reader, meta, merger, workers, progress, size) -> None:
                 piece = gen.send(send)
             except StopIteration:
                 break
+            if isinstance(piece, tuple):
+                in_flight.append((piece, pool.apply_async(decode_range, (path, *piece))))
+                send = True
+                drain(workers * 2)
+                continue
             if piece.startswith(b"\x00salvage"):
                 drain(0)
                 if carry:
@@ -838,7 +994,7 @@ def _load_parallel(reader, meta, merger, workers, progress, size) -> None:
                 _handle_salvage(piece, merger, meta)
                 send = None
                 continue
-            if reader.eof:
+            if isinstance(piece, _TailPiece):
                 # Tail candidates must be judged now: decode in-process.
                 drain(0)
                 data = carry + piece if carry else piece

@@ -88,13 +88,13 @@ class EventTable:
     cat: np.ndarray  # int8, `Cat`
     name: np.ndarray  # int32, index into `strings`
     thread: np.ndarray  # int32, index into `threads`
-    external_id: np.ndarray  # int64, -1 if absent
-    correlation: np.ndarray  # int64, -1 if absent
+    external_id: np.ndarray  # int32 (int64 when a value needs it), -1 if absent
+    correlation: np.ndarray  # int32 (int64 when a value needs it), -1 if absent
     device: np.ndarray  # int16, GPU device for GPU events, -1 otherwise
     stream: np.ndarray  # int32, GPU stream for GPU events, -1 otherwise
     shapes: np.ndarray  # int32, "Input Dims" JSON text id, -1 if absent
     types: np.ndarray  # int32, "Input type" JSON text id (dtypes), -1 if absent
-    nbytes: np.ndarray  # int64, bytes moved by memcpy/memset, 0 otherwise
+    nbytes: np.ndarray  # int32 (int64 when a value needs it), bytes moved by memcpy/memset, 0 otherwise
     extra: np.ndarray  # int32, a per-category string: "Call stack" / collective name; -1 if absent
     strings: list[str]
     threads: Threads
