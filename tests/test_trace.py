@@ -238,6 +238,35 @@ def test_negative_duration_and_unknown_phase_are_tolerated(tmp_path):
     assert trace.meta.unknown_phases == {"Z": 1}
 
 
+@pytest.mark.parametrize("big", [False, True])
+def test_ids_are_narrowed_only_when_every_value_fits(tmp_path, big):
+    base = 2**40 if big else 7
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 1,
+               "args": {"External id": base + i, "correlation": base + 2 * i, "device": 0, "stream": 7}}
+              for i in range(3)]
+    events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 5, "dur": 1,
+                   "args": {"bytes": 3 * 2**31 if big else 64, "device": 0, "stream": 7}})
+    p = tmp_path / "ids.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    t = load_trace(p).events
+    wide = np.dtype(np.int64 if big else np.int32)
+    assert t.external_id.dtype == t.correlation.dtype == t.nbytes.dtype == wide
+    assert t.external_id[:3].tolist() == [base, base + 1, base + 2]
+    assert t.correlation[:3].tolist() == [base, base + 2, base + 4]
+    assert t.nbytes[3] == (3 * 2**31 if big else 64)
+
+
+def test_start_order_is_start_then_longest_first_then_file_order():
+    from torchneck.trace.loader import _start_order
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        ts = rng.integers(0, 300, 5000).astype(np.float64)  # many equal starts
+        dur = rng.integers(0, 5, 5000).astype(np.float32)
+        rows = np.flatnonzero(rng.random(5000) < 0.7)
+        np.testing.assert_array_equal(_start_order(ts, dur, rows), rows[np.lexsort((-dur[rows], ts[rows]))])
+
+
 def _walk_nesting(table):
     """The reference: the call-stack walk over each thread's host events, one by one."""
     from torchneck.analysis.ops import HOST_CATEGORIES

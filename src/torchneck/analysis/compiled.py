@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from ..trace.table import Cat, EventTable
+from ..trace.table import Cat, EventTable, in_categories
 from .intervals import union_length
 from .ops import Nesting
 
@@ -31,7 +31,7 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: np.ndarray, lo: 
     leave no graph-call span (`eager`) make the split unknowable: `eager_us` is then None.
     """
     region_ids = table.names_matching(lambda s: bool(_REGION.match(s)))
-    host = np.isin(table.cat[rows], (Cat.CPU_OP, Cat.USER_ANNOTATION))
+    host = in_categories(table.cat[rows], (Cat.CPU_OP, Cat.USER_ANNOTATION))
     reg = rows[host & region_ids[table.name[rows]]] if len(region_ids) else rows[:0]
     if not len(reg):
         return {"present": False}

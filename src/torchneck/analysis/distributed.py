@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 
-from ..trace.table import Cat, EventTable
+from ..trace.table import Cat, EventTable, in_categories
 from .intervals import union_length
 from .steps import Step, is_communication
 
@@ -60,7 +60,7 @@ def collectives(table: EventTable, steps: list[Step]) -> dict:
         return {"present": False}
     device = table.cat[rows] == Cat.KERNEL
     side = "device" if device.any() else "host"
-    rows = rows[device] if side == "device" else rows[np.isin(table.cat[rows], (Cat.CPU_OP, Cat.USER_ANNOTATION))]
+    rows = rows[device] if side == "device" else rows[in_categories(table.cat[rows], (Cat.CPU_OP, Cat.USER_ANNOTATION))]
     kinds = np.array([collective_type(table.strings[i]) for i in table.name[rows]])
     by_type = []
     for kind in sorted(set(kinds.tolist())):

@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from ..trace.table import GPU_CATEGORIES, Cat, EventTable
+from ..trace.table import GPU_CATEGORIES, Cat, EventTable, in_categories
 from .intervals import merge, union_length
 from .steps import is_communication
 
@@ -42,7 +42,7 @@ def kernel_family(name: str) -> str:
 
 def gpu_summary(table: EventTable, lo: float, hi: float) -> dict:
     """Everything GPU-side within [lo, hi]. `present` is False for traces without GPU activity."""
-    gpu = np.isin(table.cat, GPU_CATEGORIES)
+    gpu = in_categories(table.cat, GPU_CATEGORIES)
     in_win = (table.ts < hi) & (table.ts + table.dur > lo)
     rows = np.flatnonzero(gpu & in_win)
     if not len(rows):
@@ -153,7 +153,7 @@ def idle_breakdown(table: EventTable, rows: np.ndarray, lo: float, hi: float) ->
 def launching_rows(table: EventTable, rows: np.ndarray) -> np.ndarray:
     """For GPU events `rows`: the runtime/driver call that launched each (same correlation id;
     the last such call if an id repeats), or -1."""
-    rt = np.flatnonzero(np.isin(table.cat, (Cat.RUNTIME, Cat.DRIVER)) & (table.correlation >= 0))
+    rt = np.flatnonzero(in_categories(table.cat, (Cat.RUNTIME, Cat.DRIVER)) & (table.correlation >= 0))
     out = np.full(len(rows), -1, dtype=np.int64)
     if not len(rt) or not len(rows):
         return out
@@ -233,5 +233,5 @@ def memcpy_summary(table: EventTable, rows: np.ndarray) -> dict:
 
 def busy_intervals(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
     """Merged intervals when any GPU was busy (used by tests and the timeline)."""
-    gpu = np.isin(table.cat, GPU_CATEGORIES)
+    gpu = in_categories(table.cat, GPU_CATEGORIES)
     return merge(table.ts[gpu], table.ts[gpu] + table.dur[gpu])

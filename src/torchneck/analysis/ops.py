@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..sites import LINE_PREFIX
-from ..trace.table import Cat, EventTable
+from ..trace.table import Cat, EventTable, in_categories
 
 HOST_CATEGORIES = (Cat.CPU_OP, Cat.USER_ANNOTATION, Cat.RUNTIME, Cat.DRIVER, Cat.SYNC)
 
@@ -39,7 +39,7 @@ def host_nesting(table: EventTable) -> Nesting:
     parent = np.full(n, -1, dtype=np.int32)
     depth = np.zeros(n, dtype=np.int32)
     self_time = table.dur.astype(np.float64)
-    host = np.flatnonzero(np.isin(table.cat, HOST_CATEGORIES)).astype(np.int32)
+    host = np.flatnonzero(in_categories(table.cat, HOST_CATEGORIES)).astype(np.int32)
     if not len(host):
         return Nesting(parent, self_time, depth)
     if _sorted_by_start(table):  # the loader's order: a stable sort by thread keeps it per thread

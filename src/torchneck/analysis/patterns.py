@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 
-from ..trace.table import Cat, EventTable
+from ..trace.table import Cat, EventTable, in_categories
 from .ops import Nesting, callers
 
 HALF_MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm")
@@ -34,7 +34,7 @@ def _launched_kernel_us(table: EventTable, ops: np.ndarray) -> float:
     if not len(ops):
         return 0.0
     runtime = np.flatnonzero((table.cat == Cat.RUNTIME) & (table.correlation >= 0))
-    kernels = np.flatnonzero(np.isin(table.cat, (Cat.KERNEL,)) & (table.correlation >= 0))
+    kernels = np.flatnonzero(in_categories(table.cat, (Cat.KERNEL,)) & (table.correlation >= 0))
     if not len(runtime) or not len(kernels):
         return 0.0
     kernel_us: dict[int, float] = {}

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..sites import LINE_PREFIX
-from ..trace.table import Cat, EventTable
+from ..trace.table import Cat, EventTable, in_categories
 from .intervals import claim_by_priority
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -50,7 +50,7 @@ def find_steps(table: EventTable) -> list[Step]:
     """
     if not len(table):
         return []
-    host = np.isin(table.cat, (Cat.USER_ANNOTATION, Cat.CPU_OP))
+    host = in_categories(table.cat, (Cat.USER_ANNOTATION, Cat.CPU_OP))
     by_index: dict[int, list[float]] = {}
     step_ids = np.flatnonzero(table.names_matching(lambda s: s.startswith("ProfilerStep#")))
     if len(step_ids):
@@ -94,13 +94,13 @@ def step_breakdown(table: EventTable, steps: list[Step]) -> list[dict[str, float
     is_dl = dl_names[table.name] if len(dl_names) else np.zeros(len(table), bool)
     is_step = step_names[table.name] if len(step_names) else np.zeros(len(table), bool)
     cat = table.cat
-    host = np.isin(cat, (Cat.CPU_OP, Cat.USER_ANNOTATION)) & ~is_step
+    host = in_categories(cat, (Cat.CPU_OP, Cat.USER_ANNOTATION)) & ~is_step
     masks = [
         (cat == Cat.KERNEL) & ~is_comm,
         cat == Cat.GPU_MEMCPY,
         cat == Cat.GPU_MEMSET,
         ((cat == Cat.KERNEL) & is_comm) | (host & is_comm),
-        np.isin(cat, (Cat.RUNTIME, Cat.DRIVER, Cat.SYNC)),
+        in_categories(cat, (Cat.RUNTIME, Cat.DRIVER, Cat.SYNC)),
         host & is_dl,
         host & ~is_dl & ~is_comm,
     ]

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from ..trace.table import Cat, EventTable
+from ..trace.table import Cat, EventTable, in_categories
 from .ops import Nesting
 
 _SYNC_CALLS = re.compile(r"(cuda|hip)(Stream|Device|Event)Synchronize|cuStreamSynchronize|"
@@ -29,7 +29,7 @@ def host_syncs(table: EventTable, nesting: Nesting, rows: np.ndarray) -> dict:
     sync_ids = table.names_matching(lambda s: bool(_SYNC_CALLS.search(s)))
     scalar_ids = table.names_matching(lambda s: s in _SCALAR_OPS)
     cat = table.cat[rows]
-    is_sync_call = (np.isin(cat, (Cat.RUNTIME, Cat.DRIVER)) & sync_ids[table.name[rows]]) | (cat == Cat.SYNC)
+    is_sync_call = (in_categories(cat, (Cat.RUNTIME, Cat.DRIVER)) & sync_ids[table.name[rows]]) | (cat == Cat.SYNC)
     is_scalar = (cat == Cat.CPU_OP) & scalar_ids[table.name[rows]]
     dtoh = (cat == Cat.GPU_MEMCPY) & table.names_matching(lambda s: "DtoH" in s)[table.name[rows]]
     sync_rows = rows[is_sync_call]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..sites import is_user_file
-from ..trace.table import Cat, MemoryTable, Trace
+from ..trace.table import Cat, MemoryTable, Trace, in_categories
 from .ops import Nesting
 from .python_stacks import Samples
 from .steps import Step
@@ -43,7 +43,7 @@ def step_timeline(trace: Trace, step: Step, nesting: Nesting | None = None,
     step's start: `lanes[i].events` are `[start, duration, name id, category, depth]`, names in
     `names`. Longest events are kept when there are more than `max_events`."""
     t = trace.events
-    cats = np.isin(t.cat, [int(c) for c in _TIMELINE_CATS])
+    cats = in_categories(t.cat, [int(c) for c in _TIMELINE_CATS])
     rows = np.flatnonzero(cats & (t.ts < step.end) & (t.end > step.start))
     dropped = 0
     if len(rows) > max_events:

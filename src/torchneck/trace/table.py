@@ -71,6 +71,14 @@ def normalise_category(cat: str) -> Cat:
 GPU_CATEGORIES = (Cat.KERNEL, Cat.GPU_MEMCPY, Cat.GPU_MEMSET)
 
 
+def in_categories(cat: np.ndarray, categories) -> np.ndarray:
+    """Boolean mask: which entries of a `cat` column are among `categories`. A lookup table
+    indexed by the code, ~10x faster than `np.isin` on millions of rows."""
+    lookup = np.zeros(len(Cat), dtype=bool)
+    lookup[[int(c) for c in categories]] = True
+    return lookup[cat]
+
+
 @dataclass
 class Threads:
     """One row per (pid, tid) pair seen in the trace; `EventTable.thread` indexes it."""
