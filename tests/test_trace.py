@@ -284,10 +284,12 @@ def _walk_nesting(table):
     return parent, self_time
 
 
+@pytest.mark.parametrize("epoch", [0.0, 1.6612e15])
 @pytest.mark.parametrize("seed", range(6))
-def test_vectorised_nesting_equals_the_stack_walk_on_messy_intervals(seed):
+def test_vectorised_nesting_equals_the_stack_walk_on_messy_intervals(seed, epoch):
     """Nested calls plus the mess real traces hold: equal starts, zero-length events, children
-    sticking out of their parent, siblings that overlap."""
+    sticking out of their parent, siblings that overlap; and timestamps in µs since 1970, where
+    float64 steps by 0.25 µs, so a 0.1 µs event ends where it starts."""
     rng = np.random.default_rng(seed)
     ts, dur = [], []
 
@@ -304,10 +306,12 @@ def test_vectorised_nesting_equals_the_stack_walk_on_messy_intervals(seed):
     for _ in range(200):
         call(t, float(rng.integers(1, 100)), 0)
         t += float(rng.choice([0.0, rng.integers(0, 120)]))  # 0: the next one starts at once
-    ts = np.round(np.array(ts), 1)
+    ts = np.round(np.array(ts), 1) + epoch
     dur = np.round(np.array(dur), 1)
     messy = rng.random(len(dur)) < 0.02  # ~2% stick out of their parent or overlap a sibling
     dur[messy] += rng.uniform(0, 30, int(messy.sum())).round(1)
+    tiny = rng.random(len(dur)) < 0.05
+    dur[tiny] = 0.1
     order = np.lexsort((-dur, ts))
     ts, dur = ts[order], dur[order]
     par, depth, child = _nest_thread(ts, dur, ts + dur)

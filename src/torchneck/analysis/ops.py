@@ -104,7 +104,7 @@ def _nest_thread(ts: np.ndarray, dur: np.ndarray, end: np.ndarray):
     n = len(ts)
     pos = np.arange(n)
     closed = np.searchsorted(np.sort(end), ts, side="right")  # events with end <= ts[i] ...
-    zero = dur == 0
+    zero = end <= ts  # zero-length as computed: at 1.7e15 µs (epoch clocks) a 0.1 µs event ends where it starts
     if zero.any():
         # ... less those at or after i in order: zero-length events starting at ts[i], the only
         # later ones that can end by then (they sort last among equal starts).
