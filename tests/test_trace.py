@@ -267,6 +267,48 @@ def test_start_order_is_start_then_longest_first_then_file_order():
         np.testing.assert_array_equal(_start_order(ts, dur, rows), rows[np.lexsort((-dur[rows], ts[rows]))])
 
 
+def test_every_phase_is_sorted_out_alike_by_the_typed_and_the_loose_decoder():
+    """The typed decoder picks a struct per phase (flows decode empty); the loose one reads `ph`
+    as data. Both must give the same columns, counts and side tables."""
+    from torchneck.trace.loader import events_to_columns
+    from torchneck.trace.schema import EVENT_LIST_DECODER, LOOSE_EVENT_LIST_DECODER
+
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "python"}},
+        {"ph": "M", "name": "thread_name", "pid": 7, "tid": 8, "args": {"name": "main"}},
+        {"name": "aten::mm", "ph": "X", "cat": "cpu_op", "pid": 7, "tid": 8, "ts": 1.5, "dur": 4,
+         "args": {"External id": 3, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 3, "dur": 2,
+         "args": {"correlation": 9, "device": 0, "stream": 7}},
+        {"ph": "i", "s": "t", "name": "[memory]", "pid": 7, "tid": 8, "ts": 2,
+         "args": {"Bytes": 48, "Total Allocated": 48, "Device Type": 0, "Addr": 99}},
+        {"ph": "I", "name": "marker", "pid": 7, "tid": 8, "ts": 2},
+        {"ph": "s", "id": 9, "pid": 7, "tid": 8, "ts": 2, "cat": "ac2g", "name": "ac2g"},
+        {"ph": "f", "id": 9, "pid": 0, "tid": 7, "ts": 3, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+        {"ph": "t", "id": 9, "pid": 0, "tid": 7, "ts": 3},
+        {"ph": "B", "name": "b", "pid": 7, "tid": 8, "ts": 1},
+        {"ph": "E", "pid": 7, "tid": 8, "ts": 2},
+        {"ph": "C", "name": "counter", "pid": 7, "ts": 2, "args": {"v": 1}},
+    ]
+    data = json.dumps(events).encode()
+    typed = events_to_columns(EVENT_LIST_DECODER.decode(data))
+    loose = events_to_columns(LOOSE_EVENT_LIST_DECODER.decode(data))
+    for chunk in (typed, loose):
+        assert chunk.flow_count == 3
+        assert chunk.unknown_phases == {"B": 1, "E": 1, "C": 1}
+        assert len(chunk.x["ts"]) == 2 and chunk.mem["nbytes"].tolist() == [48]
+        assert sorted(chunk.meta_events) == [("process_name", "7", "", "python"),
+                                             ("thread_name", "7", "8", "main")]
+    for key in typed.x:
+        got = [typed.strings[i] if i >= 0 else None for i in typed.x[key]] if key in ("name", "shapes", "types") \
+            else typed.x[key].tolist()
+        want = [loose.strings[i] if i >= 0 else None for i in loose.x[key]] if key in ("name", "shapes", "types") \
+            else loose.x[key].tolist()
+        if key not in ("pid", "tid", "extra"):
+            assert got == want, key
+    assert typed.strings[typed.x["shapes"][0]] == "[[2, 3], [3, 4]]"
+
+
 def _walk_nesting(table):
     """The reference: the call-stack walk over each thread's host events, one by one."""
     from torchneck.analysis.ops import HOST_CATEGORIES

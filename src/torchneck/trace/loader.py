@@ -290,8 +290,10 @@ _INT32_MAX = np.iinfo(np.int32).max
 _get_args = attrgetter("args")
 
 
-def events_to_columns(events: list) -> ChunkColumns:
-    """Turn decoded events into numpy columns; the only per-event Python work in the loader."""
+def events_to_columns(events: list, mixed: bool = False) -> ChunkColumns:
+    """Turn decoded events into numpy columns; the only per-event Python work in the loader.
+    `mixed`: the list may hold both typed and loosely typed events (pieces of a damaged region
+    decoded one by one), so the tolerant conversion is used."""
     strings = _Interner()
     xs: list = []
     mems: list = []
@@ -326,7 +328,7 @@ def events_to_columns(events: list) -> ChunkColumns:
                     key = str(ph)
                     unknown[key] = unknown.get(key, 0) + 1
 
-    if xs and type(xs[0]) is Event:
+    if xs and type(xs[0]) is Event and not mixed:
         x, negative = _strict_x(xs, strings)
     else:
         x, negative = _loose_x(xs, strings)
@@ -928,7 +930,7 @@ def _handle_salvage(piece: bytes, merger: _Merger, meta: TraceMeta) -> None:
     # Drop whatever follows the last complete object.
     good, bad = _decode_one_by_one(data)
     if good:
-        merger.add(events_to_columns(good))
+        merger.add(events_to_columns(good, mixed=True))
     if bad:
         meta.warnings.append(f"{bad} damaged event(s) at the end were dropped")
 
@@ -986,7 +988,7 @@ def _load_parallel(reader, meta, merger, workers, progress, size) -> None:
                     if fixed is None:
                         good, bad = _decode_one_by_one(joined)
                         if good:
-                            merger.add(events_to_columns(good))
+                            merger.add(events_to_columns(good, mixed=True))
                         if bad:
                             meta.warnings.append(f"{bad} damaged event(s) were dropped")
                         continue
@@ -1032,7 +1034,7 @@ def _load_parallel(reader, meta, merger, workers, progress, size) -> None:
         if carry:
             good, bad = _decode_one_by_one(carry)
             if good:
-                merger.add(events_to_columns(good))
+                merger.add(events_to_columns(good, mixed=True))
             if bad:
                 meta.warnings.append(f"{bad} damaged event(s) were dropped")
 
