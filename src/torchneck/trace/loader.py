@@ -68,15 +68,8 @@ def _is_gzip(path: Path) -> bool:
         return probe.read(2) == b"\x1f\x8b"
 
 
-def _is_plain(reader: _Reader) -> bool:
-    """An uncompressed file: one whose bytes can be read at any offset by another process."""
-    return not _is_gzip(reader.path)
-
-
 def _open_stream(path: Path):
-    with open(path, "rb") as probe:
-        magic = probe.read(2)
-    if magic == b"\x1f\x8b":
+    if _is_gzip(path):
         try:
             from isal import igzip
 
@@ -673,7 +666,7 @@ class _Merger:
         main, python = {}, {}
         for k in _X_DTYPES:
             col = x.cols[k]
-            if k in _NARROWABLE and len(col) and _fits_int32(col[:n]):
+            if k in _NARROWABLE and n and _fits_int32(col[:n]):
                 x.cols[k] = col = col[:n].astype(np.int32)
             python[k] = col[py_rows]
             main[k] = x.take(k, main_rows)
@@ -961,7 +954,7 @@ def _load_parallel(reader, meta, merger, workers, progress, size) -> None:
     import multiprocessing as mp
 
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    as_ranges = _is_plain(reader)
+    as_ranges = not _is_gzip(reader.path)  # other processes can read it at any offset
     gen = _slices(reader, meta, as_ranges=as_ranges)
     path = str(reader.path)
 
