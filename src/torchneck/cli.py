@@ -31,6 +31,13 @@ examples:
 """
 
 
+def _add_target(parser: argparse.ArgumentParser) -> None:
+    """What to run: `script [args...]` or `-m module [args...]`, as with python."""
+    parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like python -m")
+    parser.add_argument("script", nargs="?", help="the Python script to run")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+
+
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", help="run directory (default ./torchneck-runs/<time>-<script>/)")
     p.add_argument("--warmup", type=int, default=3, metavar="N",
@@ -59,9 +66,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     dist.add_argument("--rdzv-backend", metavar="NAME", help="torchrun --rdzv-backend")
     dist.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="torchrun --rdzv-endpoint")
     dist.add_argument("--rdzv-id", metavar="ID", help="torchrun --rdzv-id")
-    p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like python -m")
-    p.add_argument("script", nargs="?", help="the Python script to run")
-    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    _add_target(p)
 
 
 def _add_fail_on(p: argparse.ArgumentParser) -> None:
@@ -123,9 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     bis.add_argument("--out", metavar="DIR", help="output directory (default ./torchneck-runs/<time>-<script>/)")
     bis.add_argument("--json", metavar="FILE", help="also write the bisection JSON here ('-' for stdout)")
     bis.add_argument("--quiet", action="store_true", help="print no report (files are still written)")
-    bis.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like python -m")
-    bis.add_argument("script", nargs="?", help="the Python script to run")
-    bis.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    _add_target(bis)
     an = sub.add_parser("analyze", help="diagnose existing profiler traces (.json / .json.gz, or a directory)",
                         description="Diagnose torch.profiler / Kineto traces from any PyTorch since 1.8.")
     an.add_argument("paths", nargs="+", metavar="TRACE|DIR")
