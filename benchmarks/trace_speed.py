@@ -5,7 +5,9 @@ Generates traces of the requested sizes by replicating a real GPU trace
 `torchneck analyze --quiet` on each in a child process (OMP_NUM_THREADS=1), repeated, and prints
 wall time, MB/s and the child's peak RSS. With --hta, also loads the smallest file with Holistic
 Trace Analysis (installed into benchmarks/_out/hta-venv: HolisticTraceAnalysis, pandas<3, psutil)
-in the same run and prints the ratios. Targets: 1 GB in <= 2.5 s and <= 200 MB RSS.
+in the same run and prints the ratios. Each size is also timed with TORCHNECK_PURE_PYTHON=1 (the
+msgspec decoder, without the native scanner), interleaved, as the baseline of the scanner's gain.
+Targets: 1 GB in <= 2.5 s and <= 200 MB RSS.
 """
 
 from __future__ import annotations
@@ -57,9 +59,9 @@ def generate(size_mb: int, path: Path) -> None:
         f.write('\n], "traceName": "replicated"}\n')
 
 
-def measure(cmd: list[str]) -> tuple[float, float]:
+def measure(cmd: list[str], **extra_env: str) -> tuple[float, float]:
     """Wall seconds and peak RSS (MB) of one child process."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", **extra_env)
     t0 = time.perf_counter()
     proc = subprocess.Popen(["/usr/bin/time", "-f", "%M", *cmd], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
@@ -86,6 +88,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="100,1000", help="trace sizes in MB (default 100,1000; add 3000)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--hta", action="store_true", help="also time HTA on the smallest trace")
+    parser.add_argument("--no-pure", action="store_true",
+                        help="skip the interleaved baseline without the native scanner")
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -94,16 +98,29 @@ def main() -> None:
         path = OUT / f"replicated-{mb}MB.json"
         generate(mb, path)
         files[mb] = path
+    from torchneck.trace import loader
+
+    if loader._scan is None:
+        print("note: the native scanner (torchneck.trace._scan) is not built; both rows use msgspec")
     results = {}
     for mb, path in files.items():
-        runs = [measure([sys.executable, "-m", "torchneck", "analyze", "--quiet", str(path)])
-                for _ in range(args.repeat)]
+        cmd = [sys.executable, "-m", "torchneck", "analyze", "--quiet", str(path)]
+        runs, pure = [], []
+        for _ in range(args.repeat):  # interleaved: native scanner, then the msgspec decoder alone
+            runs.append(measure(cmd))
+            if not args.no_pure:
+                pure.append(measure(cmd, TORCHNECK_PURE_PYTHON="1"))
         wall = statistics.median(r[0] for r in runs)
         rss = max(r[1] for r in runs)
         real_mb = path.stat().st_size / 1e6
         results[mb] = (wall, rss)
         print(f"{real_mb:7.0f} MB  torchneck analyze  {wall:6.2f} s  {real_mb / wall:6.0f} MB/s  "
               f"peak RSS {rss:6.0f} MB", flush=True)
+        if pure:
+            pwall = statistics.median(r[0] for r in pure)
+            prss = max(r[1] for r in pure)
+            print(f"{real_mb:7.0f} MB  msgspec decoder only {pwall:6.2f} s  peak RSS {prss:6.0f} MB  "
+                  f"(native scanner x{pwall / wall:.2f} faster)", flush=True)
     if args.hta:
         mb = min(sizes)
         py = hta_python()

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import DATA, torchneck, validate_report
 
-from torchneck.analysis.intervals import claim_by_priority
+from torchneck.analysis.intervals import claim_by_priority, claim_by_priority_in_windows
 from torchneck.analysis.ops import _nest_by_stack, _nest_thread, host_nesting
 from torchneck.analysis.summary import analyze_trace
 from torchneck.errors import TraceError
@@ -389,6 +389,26 @@ def test_claim_by_priority_sums_to_span():
     s = [(np.array([0.0, 5.0]), np.array([4.0, 6.0])), (np.array([2.0]), np.array([8.0]))]
     parts = claim_by_priority(s, 0.0, 10.0)
     assert parts == [5.0, 3.0, 2.0]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_claims_in_all_windows_at_once_equal_one_window_at_a_time(seed):
+    """The step breakdown claims every step in one pass (`claim_by_priority_in_windows`); it must
+    give what `claim_by_priority` gives window by window: windows that overlap, touch, hold no
+    interval, or lie outside all of them; intervals of zero length, nested, or ending where
+    the next starts."""
+    rng = np.random.default_rng(seed)
+    spans = []
+    for _ in range(4):
+        n = int(rng.integers(0, 300))
+        starts = np.sort(np.round(rng.uniform(0, 1000, n), 1))
+        spans.append((starts, starts + np.round(rng.exponential(5, n) * (rng.random(n) > 0.1), 1)))
+    lo = np.concatenate([np.round(rng.uniform(-50, 1000, 40), 1), [0.0, 1000.0, 2000.0]])
+    hi = lo + np.concatenate([np.round(rng.exponential(60, 40), 1), [0.0, 500.0, 10.0]])
+    together = claim_by_priority_in_windows(spans, lo, hi)
+    for i in range(len(lo)):
+        one = claim_by_priority(spans, lo[i], hi[i])
+        np.testing.assert_allclose(together[i], one, atol=1e-6)
 
 
 def test_multi_rank_directory(tmp_path):

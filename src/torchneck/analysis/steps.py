@@ -9,7 +9,7 @@ import numpy as np
 
 from ..sites import LINE_PREFIX
 from ..trace.table import Cat, EventTable, in_categories
-from .intervals import claim_by_priority
+from .intervals import claim_by_priority_in_windows
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
@@ -109,18 +109,8 @@ def step_breakdown(table: EventTable, steps: list[Step]) -> list[dict[str, float
     lo_all = min(s.start for s in steps)
     hi_all = max(s.end for s in steps)
     near = (end >= lo_all) & (ts <= hi_all)
-    # Rows are sorted by start, so each step only scans the rows that can overlap it.
-    spans_all = [(ts[m & near], end[m & near]) for m in masks]
-    longest = [float((e - s).max()) if len(s) else 0.0 for s, e in spans_all]
-    out = []
-    for step in steps:
-        spans = []
-        for (s, e), longest_dur in zip(spans_all, longest):
-            i0 = int(np.searchsorted(s, step.start - longest_dur, side="left"))
-            i1 = int(np.searchsorted(s, step.end, side="left"))
-            ss, ee = s[i0:i1], e[i0:i1]
-            keep = ee > step.start
-            spans.append((ss[keep], ee[keep]))
-        parts = claim_by_priority(spans, step.start, step.end)
-        out.append(dict(zip(BREAKDOWN_CATEGORIES, parts)))
-    return out
+    spans = [(ts[m & near], end[m & near]) for m in masks]
+    starts = np.array([s.start for s in steps])
+    ends = np.array([s.end for s in steps])
+    parts = claim_by_priority_in_windows(spans, starts, ends)
+    return [dict(zip(BREAKDOWN_CATEGORIES, map(float, row))) for row in parts]

@@ -1,10 +1,12 @@
 """Stream a profiler trace (`.json` / `.json.gz`) into an `EventTable` in bounded memory.
 
 How: the file is read in blocks (gzip through python-isal). The `traceEvents` array is cut at
-event boundaries (`}` `,` `{` with only whitespace between), and each slice is decoded by msgspec
-into structs that declare only the fields torchneck reads, then turned into numpy columns. A cut
-that falls inside a string or a nested object makes that slice fail to decode, so it is merged with
-the next one and decoded again: a false boundary can cost time, never a wrong event.
+event boundaries (`}` `,` `{` with only whitespace between), and each slice is decoded into numpy
+columns: by the native scanner (`_scan.c`, built by `pip install` where a C compiler exists) when
+the slice is ordinary, otherwise by msgspec into structs that declare only the fields torchneck
+reads, then turned into columns. Both give the same columns (tests/test_scan.py). A cut that falls
+inside a string or a nested object makes that slice fail to decode, so it is merged with the next
+one and decoded again: a false boundary can cost time, never a wrong event.
 
 Only the current slices' Python objects exist at any time; columns are copied into one growing
 buffer each, and the finished table holds ~50 bytes a complete event. Large files are decoded by
@@ -40,6 +42,13 @@ from .table import (
     in_categories,
     normalise_category,
 )
+
+try:  # the optional C accelerator (setup.py); without it the msgspec path gives the same columns
+    from . import _scan
+except ImportError:  # pragma: no cover - built without a C compiler
+    _scan = None
+if os.environ.get("TORCHNECK_PURE_PYTHON"):  # to compare the two, or to sidestep the scanner
+    _scan = None
 
 BLOCK_BYTES = 8 << 20
 """Bytes decoded at once. 8 MB is ~30k events: large enough that per-call overhead vanishes,
@@ -219,8 +228,8 @@ def _int_column(values: list, default: int, dtype) -> np.ndarray:
         arr = np.array(values, dtype=np.float64)  # None -> nan
     except (TypeError, ValueError):
         return np.array([_num(v, default) for v in values], dtype=np.int64).astype(dtype)
-    arr[np.isnan(arr)] = default
-    return arr.astype(dtype)
+    arr[~(np.abs(arr) < 2.0**63)] = default  # absent (nan), or beyond int64
+    return arr.astype(np.int64).astype(dtype, copy=False)
 
 
 def _float_column(values: list, default: float) -> np.ndarray:
@@ -288,6 +297,18 @@ def events_to_columns(events: list, mixed: bool = False) -> ChunkColumns:
     `mixed`: the list may hold both typed and loosely typed events (pieces of a damaged region
     decoded one by one), so the tolerant conversion is used."""
     strings = _Interner()
+    xs, mems, meta_events, flows, unknown = _split_phases(events)
+    if xs and type(xs[0]) is Event and not mixed:
+        x, negative = _strict_x(xs, strings)
+    else:
+        x, negative = _loose_x(xs, strings)
+    return ChunkColumns(strings.strings, x, _memory_columns(mems, strings), meta_events, flows, unknown,
+                        negative)
+
+
+def _split_phases(events: list) -> tuple[list, list, list, int, dict[str, int]]:
+    """(complete events, `[memory]` instant events, metadata as (kind, pid, tid, value), the
+    number of flow events, counts of other phases)."""
     xs: list = []
     mems: list = []
     meta_events: list[tuple[str, str, str, object]] = []
@@ -296,37 +317,35 @@ def events_to_columns(events: list, mixed: bool = False) -> ChunkColumns:
     phases = list(map(_get_ph, events))
     x_count = phases.count("X")
     if x_count == len(phases):
-        xs = events
-    else:
-        xs = [e for e in events if e.ph == "X"] if x_count else []
-        flows = phases.count("s") + phases.count("f") + phases.count("t")
-        if x_count + flows < len(phases):  # the few others, one by one
-            for e in events:
-                ph = e.ph
-                if ph == "X" or ph == "s" or ph == "f" or ph == "t":
-                    continue
-                if ph == "i" or ph == "I":
-                    if e.name == "[memory]" and e.args is not None:
-                        mems.append(e)
-                elif ph == "M":
-                    a = e.args
-                    if a is not None:
-                        if e.name == "process_name":
-                            meta_events.append(("process_name", str(e.pid), "", a.name))
-                        elif e.name == "thread_name":
-                            meta_events.append(("thread_name", str(e.pid), str(e.tid), a.name))
-                        elif e.name == "process_labels":
-                            meta_events.append(("process_labels", str(e.pid), "", a.labels))
-                else:
-                    key = str(ph)
-                    unknown[key] = unknown.get(key, 0) + 1
+        return events, mems, meta_events, flows, unknown
+    xs = [e for e in events if e.ph == "X"] if x_count else []
+    flows = phases.count("s") + phases.count("f") + phases.count("t")
+    if x_count + flows < len(phases):  # the few others, one by one
+        for e in events:
+            ph = e.ph
+            if ph == "X" or ph == "s" or ph == "f" or ph == "t":
+                continue
+            if ph == "i" or ph == "I":
+                if e.name == "[memory]" and e.args is not None:
+                    mems.append(e)
+            elif ph == "M":
+                a = e.args
+                if a is not None:
+                    if e.name == "process_name":
+                        meta_events.append(("process_name", str(e.pid), "", a.name))
+                    elif e.name == "thread_name":
+                        meta_events.append(("thread_name", str(e.pid), str(e.tid), a.name))
+                    elif e.name == "process_labels":
+                        meta_events.append(("process_labels", str(e.pid), "", a.labels))
+            else:
+                key = str(ph)
+                unknown[key] = unknown.get(key, 0) + 1
+    return xs, mems, meta_events, flows, unknown
 
-    if xs and type(xs[0]) is Event and not mixed:
-        x, negative = _strict_x(xs, strings)
-    else:
-        x, negative = _loose_x(xs, strings)
+
+def _memory_columns(mems: list, strings: _Interner) -> dict[str, np.ndarray]:
     margs = [e.args for e in mems]
-    mem = {
+    return {
         "ts": _float_column([e.ts for e in mems], float("nan")),
         "pid": strings.ids([e.pid for e in mems]),
         "tid": strings.ids([e.tid for e in mems]),
@@ -337,9 +356,94 @@ def events_to_columns(events: list, mixed: bool = False) -> ChunkColumns:
         "device_id": _int_column([a.device_id for a in margs], -1, np.int16),
         "addr": _int_column([a.addr for a in margs], 0, np.int64),
     }
-    return ChunkColumns(strings.strings, x, mem, meta_events, flows, unknown, negative)
 
 
+# ---------------------------------------------------------------------------------------------
+# The native scanner (`_scan.c`): the same columns without a Python object per event
+
+_KIND_JSON, _KIND_RAW, _KIND_ZERO, _KIND_EMPTY = range(4)
+_GPU_CATS = (Cat.KERNEL, Cat.GPU_MEMCPY, Cat.GPU_MEMSET, Cat.GPU_USER_ANNOTATION)
+
+
+def _scanned_strings(data: bytes, entries: np.ndarray) -> list[str] | None:
+    """The scanner's string table as text: JSON string contents are unescaped, raw JSON text
+    (numeric pids, `Input Dims`) is taken as it is. None if a string is not valid UTF-8 (the
+    Python decoder then reports it as before)."""
+    out: list[str] = []
+    append = out.append
+    try:
+        for off, length, kind in entries.tolist():
+            raw = data[off:off + length]
+            if kind == _KIND_JSON:
+                append(raw.decode() if b"\\" not in raw else msgspec.json.decode(b'"' + raw + b'"'))
+            elif kind == _KIND_RAW:
+                append(raw.decode("utf-8", "replace"))
+            else:
+                append("0" if kind == _KIND_ZERO else "")
+    except (UnicodeDecodeError, msgspec.DecodeError):
+        return None
+    return out
+
+
+def _scan_columns(data: bytes) -> ChunkColumns | None:
+    """Columns of one slice by the native scanner; None when it declines the slice (unusual
+    types, malformed JSON: the Python decoder then decides) or is not built."""
+    found = _scan.scan(data)
+    if found is None:
+        return None
+    n, raw, entries, spans, flows = found
+    strings = _Interner()
+    decoded = _scanned_strings(data, np.frombuffer(entries, dtype=np.int64).reshape(-1, 3))
+    if decoded is None:
+        return None
+    strings.strings = decoded
+    mems: list = []
+    meta_events: list = []
+    unknown: dict[str, int] = {}
+    if spans:
+        pairs = np.frombuffer(spans, dtype=np.int64).reshape(-1, 2).tolist()
+        try:
+            others = EVENT_LIST_DECODER.decode(b"".join((b"[", b",".join(data[a:b] for a, b in pairs), b"]")))
+        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+            return None
+        _, mems, meta_events, _, unknown = _split_phases(others)
+    x, negative = _native_x({k: np.frombuffer(v, dtype=_SCANNED_DTYPES[k]) for k, v in raw.items()}, strings)
+    return ChunkColumns(strings.strings, x, _memory_columns(mems, strings), meta_events, flows, unknown,
+                        negative)
+
+
+_SCANNED_DTYPES = {**dict.fromkeys(("cat", "name", "pid", "tid", "dims", "types", "stack", "coll"), np.int32),
+                   "ts": np.float64, "dur": np.float64, "external_id": np.int64, "correlation": np.int64,
+                   "device": np.int64, "stream": np.int64, "nbytes": np.int64}
+
+
+def _native_x(cols: dict[str, np.ndarray], strings: _Interner) -> tuple[dict, int]:
+    """The scanner's raw columns -> the same columns `_strict_x` makes: categories coded, args
+    kept only on the rows that carry them (device/stream/bytes on GPU events, shapes and
+    stacks on host ops)."""
+    table = strings.strings
+    cat_ids = cols["cat"]
+    lookup = np.zeros(len(table), dtype=np.int8)
+    for i in np.unique(cat_ids).tolist():
+        lookup[i] = normalise_category(table[i])
+    cats = lookup[cat_ids]
+    dur = cols["dur"].astype(np.float32)
+    negative = int(np.count_nonzero(dur < 0))
+    if negative:
+        dur[dur < 0] = 0.0
+    gpu = in_categories(cats, _GPU_CATS)
+    device = np.where(gpu, cols["device"], -1)
+    stream = np.where(gpu, cols["stream"], -1)
+    nbytes = np.where(gpu, cols["nbytes"], 0)
+    ops = ~gpu & (cats != Cat.RUNTIME) & (cats != Cat.DRIVER)
+    shapes = np.where(ops, cols["dims"], -1).astype(np.int32)
+    types = np.where(ops, cols["types"], -1).astype(np.int32)
+    stack = cols["stack"]
+    extra = np.where(ops, np.where(stack >= 0, stack, cols["coll"]), -1).astype(np.int32)
+    pid, tid = cols["pid"], cols["tid"]
+    device, stream = _gpu_placement(cats, device, stream, pid, tid, strings)
+    return _x_dict(cols["ts"], dur, cats, cols["name"], pid, tid, cols["external_id"], cols["correlation"],
+                   device, stream, shapes, types, nbytes, extra), negative
 
 
 def _strict_x(xs: list, strings: _Interner) -> tuple[dict, int]:
@@ -480,11 +584,15 @@ def _loose_x(xs: list, strings: _Interner) -> tuple[dict, int]:
 
 
 def decode_to_columns(data: bytes) -> ChunkColumns | None:
-    """Worker entry point: decode one slice; None if it does not decode (caller merges)."""
-    events = _decode_slice(data)
-    if events is None:
-        return None
-    chunk = events_to_columns(events)
+    """Worker entry point: decode one slice; None if it does not decode (caller merges).
+    The native scanner takes the slice when it is built and the slice is ordinary; the typed
+    msgspec decoder otherwise (same columns)."""
+    chunk = _scan_columns(bytes(data)) if _scan is not None else None
+    if chunk is None:
+        events = _decode_slice(data)
+        if events is None:
+            return None
+        chunk = events_to_columns(events)
     chunk.source_bytes = len(data)
     return chunk
 
