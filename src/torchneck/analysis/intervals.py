@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 
 def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals as sorted, disjoint (starts, ends)."""
+    """Union of intervals as sorted, disjoint (starts, ends). Intervals taken from the event
+    table come sorted by start already: then no sort and no reordered copies are made."""
     if len(starts) == 0:
         return np.empty(0), np.empty(0)
-    order = np.argsort(starts, kind="stable")
-    s = np.asarray(starts, dtype=np.float64)[order]
-    e = np.asarray(ends, dtype=np.float64)[order]
+    s = np.asarray(starts, dtype=np.float64)
+    e = np.asarray(ends, dtype=np.float64)
+    if not (s[1:] >= s[:-1]).all():
+        order = np.argsort(s, kind="stable")
+        s = s[order]
+        e = e[order]
     running_end = np.maximum.accumulate(e)
     # A new group starts where the start is past every earlier end.
     new_group = np.empty(len(s), dtype=bool)
     new_group[0] = True
-    new_group[1:] = s[1:] > running_end[:-1]
+    np.greater(s[1:], running_end[:-1], out=new_group[1:])
+    del running_end
     first = np.flatnonzero(new_group)
     return s[first], np.maximum.reduceat(e, first)
 
@@ -72,21 +79,25 @@ def covered_in_windows(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi:
 
 
 def claim_by_priority_in_windows(
-    spans: list[tuple[np.ndarray, np.ndarray]], lo: np.ndarray, hi: np.ndarray
+    spans: Iterable[tuple[np.ndarray, np.ndarray]], lo: np.ndarray, hi: np.ndarray, count: int | None = None
 ) -> np.ndarray:
     """`claim_by_priority` for many windows at once: rows are windows, columns the sets in
     priority order plus, last, the unclaimed length. Set k claims what the union of sets 0..k
-    covers of the window minus what the union of sets 0..k-1 covers."""
+    covers of the window minus what the union of sets 0..k-1 covers. `spans` may be a
+    generator (then `count` says how many sets it yields), so only one set is held at a time."""
+    if count is None:
+        spans = list(spans)
+        count = len(spans)
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
-    out = np.zeros((len(lo), len(spans) + 1))
+    out = np.zeros((len(lo), count + 1))
     union_s, union_e = np.empty(0), np.empty(0)
     before = np.zeros(len(lo))
     for k, (s, e) in enumerate(spans):
-        keep = np.asarray(e) > np.asarray(s)
+        own_s, own_e = merge(s, e)  # on its own first: nested host ops shrink to a few spans
+        keep = own_e > own_s
         if keep.any():
-            union_s, union_e = merge(np.concatenate([union_s, np.asarray(s, dtype=np.float64)[keep]]),
-                                     np.concatenate([union_e, np.asarray(e, dtype=np.float64)[keep]]))
+            union_s, union_e = merge(np.concatenate([union_s, own_s[keep]]), np.concatenate([union_e, own_e[keep]]))
         now = covered_in_windows(union_s, union_e, lo, hi) if len(union_s) else np.zeros(len(lo))
         out[:, k] = np.maximum(now - before, 0.0)
         before = now

@@ -105,12 +105,17 @@ def step_breakdown(table: EventTable, steps: list[Step]) -> list[dict[str, float
         host & ~is_dl & ~is_comm,
     ]
     ts = table.ts
-    end = table.ts + table.dur
     lo_all = min(s.start for s in steps)
     hi_all = max(s.end for s in steps)
-    near = (end >= lo_all) & (ts <= hi_all)
-    spans = [(ts[m & near], end[m & near]) for m in masks]
+    near = (ts <= hi_all) & (ts + table.dur >= lo_all)
+
+    def spans():  # one category's spans at a time, in priority order
+        for m in masks:
+            rows = np.flatnonzero(m & near)
+            start = ts[rows]
+            yield start, start + table.dur[rows]
+
     starts = np.array([s.start for s in steps])
     ends = np.array([s.end for s in steps])
-    parts = claim_by_priority_in_windows(spans, starts, ends)
+    parts = claim_by_priority_in_windows(spans(), starts, ends, len(masks))
     return [dict(zip(BREAKDOWN_CATEGORIES, map(float, row))) for row in parts]

@@ -191,8 +191,18 @@ static inline void skip_ws(Scan *s) {
     while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t')) s->p++;
 }
 
-static inline int is_hex(unsigned char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+/* The value of four hex digits at p, or -1. */
+static inline int hex4(const unsigned char *p, const unsigned char *end) {
+    if (end - p < 4) return -1;
+    int v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char c = p[i];
+        int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+              : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
 }
 
 /* A string at s->p (which is '"'): sets the content's offset and length, and whether it holds
@@ -232,8 +242,13 @@ static int parse_string(Scan *s, int64_t *off, int64_t *len, int *escaped) {
             if (p + 1 >= end) return -1;
             unsigned char e = p[1];
             if (e == 'u') {
-                if (p + 5 >= end || !is_hex(p[2]) || !is_hex(p[3]) || !is_hex(p[4]) || !is_hex(p[5]))
-                    return -1;
+                int unit = hex4(p + 2, end);
+                if (unit < 0 || (unit >= 0xDC00 && unit <= 0xDFFF)) return -1; /* a lone low surrogate */
+                if (unit >= 0xD800 && unit <= 0xDBFF) { /* must pair with a low one, as msgspec checks */
+                    int low = (p + 7 < end && p[6] == '\\' && p[7] == 'u') ? hex4(p + 8, end) : -1;
+                    if (low < 0xDC00 || low > 0xDFFF) return -1;
+                    p += 6;
+                }
                 p += 6;
                 continue;
             }
