@@ -171,8 +171,10 @@ def launch_statistics(table: EventTable, kernels: np.ndarray) -> dict:
     """Kernel launches: how long the CPU spends launching vs how long kernels run.
 
     launch_delay: kernel start minus the start of the runtime call that launched it (queueing);
-    cpu_launch_us: duration of those runtime calls. `short_share` is the fraction of kernels
-    shorter than `SHORT_KERNEL_US`.
+    cpu_launch_mean_us: mean duration of those runtime calls, each call counted once;
+    kernels_per_launch: linked kernels per distinct launching call (1 for plain launches, the
+    graph's size for CUDA-graph replays, whose one cudaGraphLaunch starts every kernel).
+    `short_share` is the fraction of kernels shorter than `SHORT_KERNEL_US`.
     """
     if not len(kernels):
         return {"kernels": 0}
@@ -192,7 +194,10 @@ def launch_statistics(table: EventTable, kernels: np.ndarray) -> dict:
         delay = table.ts[kernels[linked]] - table.ts[lr]
         out["launch_delay_median_us"] = float(np.median(delay))
         out["launch_delay_p90_us"] = float(np.percentile(delay, 90))
-        out["cpu_launch_mean_us"] = float(table.dur[lr].astype(np.float64).mean())
+        calls = np.unique(lr)
+        out["cpu_launch_mean_us"] = float(table.dur[calls].astype(np.float64).mean())
+        out["launch_calls"] = int(len(calls))
+        out["kernels_per_launch"] = float(len(lr) / len(calls))
     return out
 
 

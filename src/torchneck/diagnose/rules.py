@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ..analysis.run import PROFILING_SLOWDOWN_WARN
 from .compile_rules import COMPILE_RULES
 from .findings import Finding, Where, rank_findings, where_of
 from .gpu_rules import GPU_RULES
@@ -57,11 +58,12 @@ class Evidence:
     def steps(self) -> int:
         return self.analysis["steps"]["count"] if self.analysis else 0
 
-    def lines_for_ops(self, names: set[str], limit: int = 3) -> list[Where]:
-        """User lines under which these ops spent most self time."""
+    def lines_for_ops(self, names: set[str] | None, limit: int = 3) -> list[Where]:
+        """User lines under which these ops (None: all ops together) spent most self time. With
+        all ops, these are the lines where the CPU issues the work, and the kernel launches."""
         acc: dict[tuple, float] = {}
         for e in self.ops_by_line:
-            if e["op"] in names and e.get("file"):
+            if (names is None or e["op"] in names) and e.get("file"):
                 k = (e["file"], e["line"], e["function"])
                 acc[k] = acc.get(k, 0.0) + e["self_us"]
         best = sorted(acc.items(), key=lambda kv: -kv[1])[:limit]
@@ -283,6 +285,11 @@ class GpuIdle:
     """A GPU busy less than 60 % of the window is waiting on something; below that it pays to
     find out what."""
     LAUNCH_BOUND_SHORT_SHARE = 0.5
+    """Launch-bound: most kernels are short (the launch costs more than the kernel) and most
+    idle time is the GPU waiting for the CPU, not for syncs or dependencies ('other')."""
+    GRAPH_KERNELS_PER_LAUNCH = 2.0
+    """A step whose launches start this many kernels each on average is already replayed as a
+    CUDA graph: its advice is not "use CUDA graphs"."""
 
     def check(self, ev: Evidence) -> list[Finding]:
         a = ev.analysis
@@ -291,26 +298,54 @@ class GpuIdle:
         out = []
         launch = a["gpu"]["launch"]
         for dev in a["gpu"]["devices"]:
-            if dev["busy_pct"] >= self.MAX_BUSY_PCT:
+            busy_pct, idle_s, note = self.unprofiled_busy(ev, dev)
+            if busy_pct >= self.MAX_BUSY_PCT:
                 continue
             idle = dev["idle_breakdown"]
-            idle_s = dev["idle_us"] / 1e6
-            host = idle["host_wait_us"] + idle["kernel_wait_us"]
+            # Idle at the window's edges is the GPU with nothing queued yet (or any more): the
+            # host's side too, as are gaps waiting for a launch and launch-latency gaps.
+            host = idle["host_wait_us"] + idle["kernel_wait_us"] + idle.get("edges_us", 0.0)
             launch_bound = (launch.get("short_share", 0) >= self.LAUNCH_BOUND_SHORT_SHARE
                             and host >= 0.5 * dev["idle_us"])
+            graphs = launch.get("kernels_per_launch", 1.0) >= self.GRAPH_KERNELS_PER_LAUNCH
             kind = "launch_bound" if launch_bound else self.kind
-            fix = ("The CPU cannot launch kernels fast enough: capture the step with CUDA graphs "
-                   "(torch.compile(mode='reduce-overhead')), fuse small ops, or raise the batch size."
-                   if launch_bound else
-                   "Find what the GPU waits for in the idle breakdown: host wait means the CPU side "
-                   "(data loading, Python) is slow; 'other' means syncs or dependencies.")
+            if launch_bound and graphs:
+                fix = (f"The step already replays CUDA graphs ({launch['kernels_per_launch']:.0f} kernels a "
+                       "launch), and the GPU still waits for the CPU: the time goes to the Python and "
+                       "framework work between replays. Do more work per step (a larger batch), move the "
+                       "rest of the step (optimizer, loss, data) into the compiled region, or overlap it.")
+            elif launch_bound:
+                fix = ("The CPU cannot launch kernels fast enough: capture the step with CUDA graphs "
+                       "(torch.compile(mode='reduce-overhead')), fuse small ops, or raise the batch size.")
+            else:
+                fix = ("Find what the GPU waits for in the idle breakdown: host wait means the CPU side "
+                       "(data loading, Python) is slow; 'other' means syncs or dependencies.")
             out.append(Finding(
                 kind=kind,
-                title=f"GPU {dev['device']} is idle {100 - dev['busy_pct']:.0f}% of the time",
-                time_lost_s=idle_s, time_lost_pct=_pct(idle_s, ev),
-                evidence={"busy_pct": dev["busy_pct"], "idle_breakdown_us": idle, "launch": launch},
+                title=f"GPU {dev['device']} is idle {100 - busy_pct:.0f}% of the time{note}",
+                time_lost_s=idle_s, time_lost_pct=100.0 - busy_pct if note else _pct(idle_s, ev),
+                where=ev.lines_for_ops(None) if host >= 0.5 * dev["idle_us"] else [],
+                evidence={"busy_pct": dev["busy_pct"], "unprofiled_busy_pct": busy_pct, "idle_breakdown_us": idle,
+                          "launch": launch},
                 fix=fix, docs=DOCS["cuda_graphs"] if launch_bound else DOCS["profiler"]))
         return out
+
+    @staticmethod
+    def unprofiled_busy(ev: Evidence, dev: dict) -> tuple[float, float, str]:
+        """(busy %, idle seconds in the window, a note for the title) of a device. On a live run
+        whose profiled steps ran markedly slower than its unprofiled ones, the profiler's per-op
+        cost lengthened the CPU side only (kernels run as fast): the GPU then looks idle because
+        of the profiler. Busy % is then the GPU time per step over the unprofiled step time."""
+        busy_pct, idle_s = dev["busy_pct"], dev["idle_us"] / 1e6
+        phases = ev.phases or {}
+        slow, unprofiled = phases.get("profiling_slowdown"), phases.get("unprofiled_step_s")
+        if not (slow and slow >= PROFILING_SLOWDOWN_WARN and unprofiled and ev.steps):
+            return busy_pct, idle_s, ""
+        gpu_per_step_s = dev["busy_us"] / 1e6 / ev.steps
+        real_pct = min(100.0, 100.0 * gpu_per_step_s / unprofiled)
+        real_idle_s = ev.steps * max(unprofiled - gpu_per_step_s, 0.0)
+        return real_pct, min(real_idle_s, idle_s), (
+            f" without the profiler ({100 - busy_pct:.0f}% under it: it slowed the steps {slow:.1f}x)")
 
 
 class CompiledRegions:
