@@ -208,3 +208,36 @@ def test_a_gpu_idle_made_by_the_profiler_is_not_reported(tmp_path):
     assert any("slower than unprofiled" in w for w in report["warnings"])
     f64 = next(f for f in report["findings"] if f["kind"] == "dtype_float64")
     assert f64["where"][0] == {"file": "tests/scripts/gpu_float64_mask.py", "line": 11, "function": "<module>"}
+
+
+def test_torchneck_frames_of_a_run_recorded_elsewhere_are_not_user_code():
+    """Run directories name the recording machine's files: torchneck's own there (another
+    checkout, or site-packages) must not be taken for the user's code here."""
+    from torchneck.sites import is_hook_file, is_marker_file, is_user_file, torchneck_relpath
+
+    for root in ("/some/other/checkout/src/torchneck", "/opt/venv/lib/python3.12/site-packages/torchneck"):
+        assert torchneck_relpath(f"{root}/capture/lines.py") == "capture/lines.py"
+        assert not is_user_file(f"{root}/capture/lines.py") and is_marker_file(f"{root}/capture/lines.py")
+        assert is_hook_file(f"{root}/capture/session.py") and not is_user_file(f"{root}/capture/session.py")
+    assert torchneck_relpath("/home/me/torchneck/train.py") is None  # a user's folder that is so named
+    assert is_user_file("/home/me/project/train.py") and not is_marker_file("/home/me/project/train.py")
+
+
+def test_a_virtualenv_under_a_torch_folder_does_not_hide_python_hotspots(tmp_path):
+    """benchmarks/zoo/numpy_roundtrip.py run on the H100 machine, whose Python lives in
+    /opt/torch/.venv: NumPy's files there have '/torch/' in their path. The line's NumPy time
+    must still count as Python outside torch ops (it was taken for torch's own, and the planted
+    hotspot went unreported there)."""
+    from torchneck.analysis.python_stacks import _is_torch_file
+
+    assert not _is_torch_file("/opt/torch/.venv/lib/python3.12/site-packages/numpy/_core/numeric.py")
+    assert _is_torch_file("/opt/torch/.venv/lib/python3.12/site-packages/torch/nn/modules/module.py")
+    import torch.nn.modules.module as module
+
+    assert _is_torch_file(module.__file__)
+    run_dir = tmp_path / "run"
+    shutil.copytree(DATA / "h100_run__numpy_roundtrip", run_dir)
+    report = json.loads(torchneck("report", str(run_dir), "--json", "-").stdout)
+    top = report["findings"][0]
+    assert top["kind"] == "python_hotspot" and top["severity"] == "high"
+    assert (top["where"][0]["line"], top["where"][0]["file"].endswith("zoo/numpy_roundtrip.py")) == (11, True)

@@ -30,33 +30,51 @@ def _realpath(path: str) -> str:
     return os.path.realpath(path)
 
 
+@functools.lru_cache(maxsize=65536)
+def torchneck_relpath(path: str) -> str | None:
+    """The path of a torchneck source file relative to the package ("capture/lines.py"), or None
+    for any other file. Also for files of a torchneck installed elsewhere: a run directory
+    recorded on another machine names that machine's copy, which is still torchneck's code when
+    the same file exists in this package."""
+    if not path or path.startswith("<"):
+        return None
+    real = _realpath(path)
+    if real.startswith(TORCHNECK_ROOT):
+        return real[len(TORCHNECK_ROOT):].replace(os.sep, "/")
+    parts = path.replace("\\", "/").split("/")
+    if "torchneck" not in parts:
+        return None
+    rel = parts[len(parts) - 1 - parts[::-1].index("torchneck") + 1:]
+    return "/".join(rel) if rel and os.path.isfile(os.path.join(TORCHNECK_ROOT, *rel)) else None
+
+
 def is_user_file(path: str) -> bool:
     """True for the user's own source files (not stdlib, site-packages, torchneck, `<frozen>`)."""
     if not path or path.startswith("<"):
         return False
     if "site-packages" in path or "dist-packages" in path or _GENERATED_MARK.search(path):
         return False
-    real = _realpath(path)
-    if real.startswith(TORCHNECK_ROOT):
+    if torchneck_relpath(path) is not None:
         return False
-    return not real.startswith(_LIB_ROOTS)
+    return not _realpath(path).startswith(_LIB_ROOTS)
 
 
 def is_torchneck_file(path: str) -> bool:
-    return bool(path) and _realpath(path).startswith(TORCHNECK_ROOT)
+    return torchneck_relpath(path) is not None
 
 
-_MARKER_FILE = os.path.realpath(os.path.join(TORCHNECK_ROOT, "capture", "lines.py"))
+_MARKER_FILE = "capture/lines.py"
 
 
 def is_hook_file(path: str) -> bool:
     """torchneck's own hooks (step clocks, profiler steps): time in them is torchneck's, not the
     user's. The line marker (capture/lines.py) is excluded: part of its time is the user's call."""
-    return is_torchneck_file(path) and _realpath(path) != _MARKER_FILE
+    rel = torchneck_relpath(path)
+    return rel is not None and rel != _MARKER_FILE
 
 
 def is_marker_file(path: str) -> bool:
-    return bool(path) and _realpath(path) == _MARKER_FILE
+    return torchneck_relpath(path) == _MARKER_FILE
 
 
 MARKER_CALL_FUNCTION = "call_marked"

@@ -7,7 +7,10 @@ whatever the sample was doing (its own Python, or the library call it made).
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -178,8 +181,32 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
     }
 
 
+_TORCH_PACKAGE = re.compile(r"/(?:site|dist)-packages/torch/")
+
+
+@functools.lru_cache(maxsize=1)
+def _local_torch_dir() -> str | None:
+    """This machine's torch package folder, located without importing torch."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    return os.path.realpath(os.path.dirname(spec.origin)) + os.sep
+
+
+@functools.lru_cache(maxsize=65536)
 def _is_torch_file(path: str) -> bool:
-    return bool(path) and "/torch/" in path.replace(os.sep, "/") and not is_user_file(path)
+    """A file of the torch package: under an installed `.../site-packages/torch/`, or under this
+    machine's torch (a source build). Not any path with a `torch` folder in it: a virtualenv at
+    /opt/torch/.venv holds numpy too."""
+    if not path or is_user_file(path):
+        return False
+    if _TORCH_PACKAGE.search(path.replace(os.sep, "/")):
+        return True
+    local = _local_torch_dir()
+    return bool(local) and os.path.realpath(path).startswith(local)
 
 
 def _library_callee(s: Samples, user_fid: int, win: np.ndarray) -> tuple[str, str]:
