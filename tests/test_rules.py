@@ -229,3 +229,21 @@ def test_torch_pattern_matcher_gpu_patterns_unaligned_half_matmul_and_filled_cop
     assert by_kind["tensor_cores"]["severity"] == "medium" and "multiples of 8" in by_kind["tensor_cores"]["title"]
     copy = by_kind["memcpy"]
     assert "device='cuda'" in copy["fix"] and abs(copy["time_lost_s"] - 300e-6) < 1e-12
+
+
+def test_autograd_in_inference_names_the_model_call_even_without_samples_in_the_window():
+    """On a fast machine (the H100 box) the whole window can pass between two sampler ticks: the
+    line comes from the exact line spans then."""
+    from torchneck.diagnose.rules import AutogradInInference
+
+    clock = {"kind": "module", "top_module_calls": 200, "top_module_outputs_with_grad": 200}
+    by_line = [{"op": "aten::addmm", "file": "/x/infer.py", "line": 8, "function": "<module>", "self_us": 900.0},
+               {"op": "aten::randn", "file": "/x/infer.py", "line": 8, "function": "<module>", "self_us": 50.0},
+               {"op": "aten::gelu", "file": "/x/other.py", "line": 3, "function": "f", "self_us": 100.0}]
+    a = analysis(by_name=[{"name": "aten::addmm"}])
+    sampled = Evidence(analysis=a, clock=clock, ops_by_line=by_line,
+                       python={"window": {"lines": [{"file": "/x/infer.py", "line": 9, "function": "<module>"}]}})
+    unsampled = Evidence(analysis=a, clock=clock, ops_by_line=by_line, python={"window": {"lines": []}})
+    assert AutogradInInference().check(sampled)[0].where[0].line == 9  # the sampler's line when it has one
+    (f,) = AutogradInInference().check(unsampled)
+    assert (f.where[0].file, f.where[0].line) == ("/x/infer.py", 8)

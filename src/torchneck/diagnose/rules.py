@@ -455,11 +455,14 @@ class AutogradInInference:
             return []  # a backward ran: this is training
         lost = ev.window_s * self.AUTOGRAD_OVERHEAD
         lines = [ln for ln in (ev.python or {}).get("window", {}).get("lines", [])][:1]
+        # A fast machine can finish the window between two samples: then the line that ran the
+        # most ops (exact, from the line spans) is the model call.
+        where = where_of(lines) or ev.lines_for_ops(None, limit=1)
         return [Finding(
             kind=self.kind,
             title=f"{with_grad} of {calls} model calls built an autograd graph that no backward used",
             time_lost_s=lost, time_lost_pct=_pct(lost, ev),
-            where=where_of(lines),
+            where=where,
             evidence={"model_calls": calls, "outputs_with_grad": with_grad, "backward_in_trace": False,
                       "estimated_overhead": self.AUTOGRAD_OVERHEAD},
             fix="Run inference under `with torch.inference_mode():` (or torch.no_grad()); model.eval() "
