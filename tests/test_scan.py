@@ -68,6 +68,14 @@ def both_ways(data: bytes, monkeypatch) -> tuple[object, object, bool]:
     return native, python, accepted
 
 
+def load_both(path, monkeypatch):
+    """The trace loaded with the native scanner, and with msgspec alone."""
+    native = load_trace(path, workers=1)
+    with monkeypatch.context() as m:
+        _python_only(m)
+        return native, load_trace(path, workers=1)
+
+
 def _tables_equal(a, b):
     for col in ("ts", "dur", "cat", "external_id", "correlation", "device", "stream", "nbytes"):
         np.testing.assert_array_equal(getattr(a, col), getattr(b, col), err_msg=col)
@@ -83,10 +91,7 @@ def test_native_tables_equal_the_python_decoders_on_real_traces(path, monkeypatc
     accepted = []
     real = loader._scan_columns
     monkeypatch.setattr(loader, "_scan_columns", lambda d: accepted.append(real(d)) or accepted[-1])
-    native = load_trace(path, workers=1)
-    with monkeypatch.context() as m:
-        _python_only(m)
-        python = load_trace(path, workers=1)
+    native, python = load_both(path, monkeypatch)
     _tables_equal(native.events, python.events)
     _tables_equal(native.python, python.python)
     for col in ("ts", "nbytes", "total_allocated", "total_reserved", "device_type", "device_id", "addr"):
@@ -110,10 +115,7 @@ def test_native_tables_equal_on_a_torch_cpu_trace_with_memory_shapes_and_stacks(
             model(torch.randn(4, 8)).sum().backward()
             prof.step()
     prof.export_chrome_trace(str(path))
-    native = load_trace(path, workers=1)
-    with monkeypatch.context() as m:
-        _python_only(m)
-        python = load_trace(path, workers=1)
+    native, python = load_both(path, monkeypatch)
     _tables_equal(native.events, python.events)
     _tables_equal(native.python, python.python)
     assert len(native.memory) == len(python.memory) > 0

@@ -184,6 +184,16 @@ static int32_t intern(Scan *s, int64_t off, int64_t len, int64_t kind) {
     return id;
 }
 
+/* intern(), with out-of-memory recorded for the caller: 0, or -1 to stop the scan. */
+static int intern_id(Scan *s, int64_t off, int64_t len, int64_t kind, int32_t *id) {
+    *id = intern(s, off, len, kind);
+    if (*id < 0) {
+        s->failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* JSON syntax. Every function returns 0 on success, -1 when the slice must go the Python way. */
 
@@ -407,40 +417,60 @@ static int number_to_int64(Scan *s, const Number *num, int64_t *out) {
     return 0;
 }
 
-static int skip_value(Scan *s, int depth);
+/* An object's key and its colon: the key's content (off, len) and whether it was escaped;
+   s->p is left on the value. */
+static int read_key(Scan *s, int64_t *off, int64_t *len, int *escaped) {
+    if (s->p >= s->end || *s->p != '"' || parse_string(s, off, len, escaped) < 0) return -1;
+    skip_ws(s);
+    if (s->p >= s->end || *s->p != ':') return -1;
+    s->p++;
+    skip_ws(s);
+    return s->p < s->end ? 0 : -1;
+}
 
-static int skip_container(Scan *s, int depth, unsigned char close) {
-    if (depth >= MAX_DEPTH) return -1;
-    s->p++; /* the opening bracket */
+/* After a member of a container: 1 if another follows (past the comma), 0 if `close` ended the
+   container, -1 otherwise. */
+static int next_member(Scan *s, unsigned char close) {
+    skip_ws(s);
+    if (s->p >= s->end) return -1;
+    if (*s->p == ',') {
+        s->p++;
+        skip_ws(s);
+        return 1;
+    }
+    if (*s->p == close) {
+        s->p++;
+        return 0;
+    }
+    return -1;
+}
+
+/* Past the opening bracket: 1 if the container has members, 0 if it is empty (and skipped). */
+static int open_container(Scan *s, unsigned char close) {
+    s->p++;
     skip_ws(s);
     if (s->p < s->end && *s->p == close) {
         s->p++;
         return 0;
     }
-    for (;;) {
+    return 1;
+}
+
+static int skip_value(Scan *s, int depth);
+
+static int skip_container(Scan *s, int depth, unsigned char close) {
+    if (depth >= MAX_DEPTH) return -1;
+    int more = open_container(s, close);
+    while (more > 0) {
         if (close == '}') {
             int64_t off, len;
             int esc;
-            if (s->p >= s->end || *s->p != '"' || parse_string(s, &off, &len, &esc) < 0) return -1;
-            skip_ws(s);
-            if (s->p >= s->end || *s->p != ':') return -1;
-            s->p++;
-            skip_ws(s);
+            if (read_key(s, &off, &len, &esc) < 0) return -1;
         }
         if (skip_value(s, depth + 1) < 0) return -1;
-        skip_ws(s);
-        if (s->p >= s->end) return -1;
-        if (*s->p == ',') {
-            s->p++;
-            skip_ws(s);
-            continue;
-        }
-        if (*s->p == close) {
-            s->p++;
-            return 0;
-        }
-        return -1;
+        more = next_member(s, close);
     }
+    return more;
 }
 
 static int match_literal(Scan *s, const char *lit, size_t n) {
@@ -563,22 +593,12 @@ static inline void clear_args(Args *a) {
 
 static int parse_args(Scan *s, Args *a, int depth) {
     /* s->p is at '{' */
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == '}') {
-        s->p++;
-        return 0;
-    }
-    for (;;) {
+    int more = open_container(s, '}');
+    while (more > 0) {
         int64_t koff, klen;
         int kesc;
-        if (s->p >= s->end || *s->p != '"' || parse_string(s, &koff, &klen, &kesc) < 0) return -1;
+        if (read_key(s, &koff, &klen, &kesc) < 0) return -1;
         if (kesc) return -1; /* an escaped key might spell a declared one */
-        skip_ws(s);
-        if (s->p >= s->end || *s->p != ':') return -1;
-        s->p++;
-        skip_ws(s);
-        if (s->p >= s->end) return -1;
         int which = args_key(s->base + koff, klen);
         if (which < 0) {
             if (skip_value(s, depth + 1) < 0) return -1;
@@ -606,19 +626,9 @@ static int parse_args(Scan *s, Args *a, int depth) {
                 break;
             }
         }
-        skip_ws(s);
-        if (s->p >= s->end) return -1;
-        if (*s->p == ',') {
-            s->p++;
-            skip_ws(s);
-            continue;
-        }
-        if (*s->p == '}') {
-            s->p++;
-            return 0;
-        }
-        return -1;
+        more = next_member(s, '}');
     }
+    return more;
 }
 
 enum { E_PH, E_NAME, E_CAT, E_PID, E_TID, E_TS, E_DUR, E_COUNT };
@@ -644,20 +654,13 @@ static int thread_part_id(Scan *s, const Field *f, int32_t *id) {
         *id = 0; /* the reserved KIND_ZERO entry */
         return 0;
     }
-    if (f->type == STRING) {
-        *id = intern(s, f->off, f->len, KIND_JSON);
-    } else if (f->type == NUMBER && f->num.is_int) {
+    if (f->type == STRING) return intern_id(s, f->off, f->len, KIND_JSON, id);
+    if (f->type == NUMBER && f->num.is_int) {
         const unsigned char *t = s->base + f->off;
         if (f->len >= 2 && t[0] == '-' && t[1] == '0') return -1; /* -0: str(int) is "0" */
-        *id = intern(s, f->off, f->len, KIND_RAW);
-    } else {
-        return -1;
+        return intern_id(s, f->off, f->len, KIND_RAW, id);
     }
-    if (*id < 0) {
-        s->failed = 1;
-        return -1;
-    }
-    return 0;
+    return -1;
 }
 
 static int string_id(Scan *s, const Field *f, int32_t absent, int32_t *id) {
@@ -670,12 +673,7 @@ static int string_id(Scan *s, const Field *f, int32_t absent, int32_t *id) {
         *id = -1;
         return 0;
     }
-    *id = intern(s, f->off, f->len, KIND_JSON);
-    if (*id < 0) {
-        s->failed = 1;
-        return -1;
-    }
-    return 0;
+    return intern_id(s, f->off, f->len, KIND_JSON, id);
 }
 
 static int int_arg(Scan *s, const Field *f, int64_t absent, int64_t *out) {
@@ -718,13 +716,7 @@ static int emit_x(Scan *s, Field *ev, Args *a) {
     for (int k = A_DIMS; k <= A_TYPES; k++) {
         const Field *f = &a->f[k];
         int32_t id = -1;
-        if (f->type != ABSENT) {
-            id = intern(s, f->off, f->len, KIND_RAW);
-            if (id < 0) {
-                s->failed = 1;
-                return -1;
-            }
-        }
+        if (f->type != ABSENT && intern_id(s, f->off, f->len, KIND_RAW, &id) < 0) return -1;
         if (k == A_DIMS) x->dims[i] = id;
         else x->types[i] = id;
     }
@@ -741,26 +733,19 @@ static int parse_event(Scan *s) {
     /* Only the types need clearing (the structs are large, and this runs once an event). */
     for (int i = 0; i < E_COUNT; i++) ev[i].type = ABSENT;
     clear_args(&a);
-    int have_args = 0, args_bad = 0;
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == '}') return -1; /* no "ph": the Python decoder says what it is */
-    for (;;) {
+    int args_bad = 0;
+    int more = open_container(s, '}');
+    if (more == 0) return -1; /* {}: no "ph", the Python decoder says what it is */
+    while (more > 0) {
         int64_t koff, klen;
         int kesc;
-        if (s->p >= s->end || *s->p != '"' || parse_string(s, &koff, &klen, &kesc) < 0) return -1;
+        if (read_key(s, &koff, &klen, &kesc) < 0) return -1;
         if (kesc) return -1;
-        skip_ws(s);
-        if (s->p >= s->end || *s->p != ':') return -1;
-        s->p++;
-        skip_ws(s);
-        if (s->p >= s->end) return -1;
         int which = event_key(s->base + koff, klen);
         if (which == 100) {
             if (*s->p == '{') {
                 clear_args(&a);
                 if (parse_args(s, &a, 1) < 0) return -1;
-                have_args = 1;
                 args_bad = 0;
             } else {
                 if (skip_value(s, 1) < 0) return -1;
@@ -772,20 +757,9 @@ static int parse_event(Scan *s) {
         } else {
             if (skip_value(s, 1) < 0) return -1;
         }
-        skip_ws(s);
-        if (s->p >= s->end) return -1;
-        if (*s->p == ',') {
-            s->p++;
-            skip_ws(s);
-            continue;
-        }
-        if (*s->p == '}') {
-            s->p++;
-            break;
-        }
-        return -1;
+        more = next_member(s, '}');
     }
-    (void)have_args;
+    if (more < 0) return -1;
     Field *ph = &ev[E_PH];
     if (ph->type != STRING || ph->escaped) return -1;
     const unsigned char *t = s->base + ph->off;
