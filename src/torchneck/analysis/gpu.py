@@ -140,7 +140,7 @@ def idle_breakdown(table: EventTable, rows: np.ndarray, lo: float, hi: float) ->
     nxt = order[idx + 1]
     launcher = launching_rows(table, nxt)
     launched = np.where(launcher >= 0, table.ts[np.maximum(launcher, 0)], np.nan)
-    hw = launched >= run_end[idx]
+    hw = launched > run_end[idx]  # launched after the device went idle (as HTA: strictly after)
     kw = ~hw & (gap < KERNEL_WAIT_US)
     return {
         "host_wait_us": float(gap[hw].sum()),
