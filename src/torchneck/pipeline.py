@@ -27,12 +27,17 @@ from .trace.loader import find_trace_files, load_trace
 SCHEMA_VERSION = 1
 
 
+GPU_TAIL_NOTE_SHARE = 0.2
+"""Say that the CPU runs ahead when the GPU finishes the steps' work this long (as a share of
+their CPU span) after them: then the CPU step times understate the steps."""
+
+
 def verdict(analysis: dict | None, phases: dict | None, findings: list) -> str:
     """One paragraph: where the steady-state step time goes, and the top finding."""
     parts = []
     if analysis:
         st = analysis["steps"]
-        total = st["window_us"] or 1.0
+        total = sum(st["breakdown_total_us"].values()) or 1.0  # the steps' own spans
         shares = sorted(((v / total, k) for k, v in st["breakdown_total_us"].items()), reverse=True)
         described = ", ".join(f"{k.replace('_', ' ')} {100 * s:.0f}%" for s, k in shares if s >= 0.05)
         parts.append(f"{st['count']} step(s) profiled, median {st['median_us'] / 1e3:.1f} ms per step; "
@@ -41,6 +46,10 @@ def verdict(analysis: dict | None, phases: dict | None, findings: list) -> str:
         if gpu.get("present"):
             busy = ", ".join(f"GPU {d['device']} busy {d['busy_pct']:.0f}%" for d in gpu["devices"])
             parts.append(busy + ".")
+            tail = st.get("gpu_tail_us", 0.0)
+            if tail > GPU_TAIL_NOTE_SHARE * (st["window_us"] - tail):
+                parts.append(f"The GPU finished these steps' work {tail / 1e3:.1f} ms after their CPU side "
+                             "ended: the CPU runs ahead, the steps are bound by the GPU.")
         else:
             parts.append("No GPU activity in the trace (CPU run).")
     if phases:

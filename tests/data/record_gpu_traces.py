@@ -11,7 +11,11 @@ Each scenario is a known workload, so the GPU analyses can be checked against wh
 - gpu_cuda_graph: the launch-bound model's step captured once in a CUDA graph and replayed
   (cudaGraphLaunch instead of one launch per kernel);
 - gpu_host_sync: the eager model with `loss.item()` and a `.cpu()` copy every step (device-to-host
-  syncs).
+  syncs);
+- gpu_two_streams: matmuls on the default stream while a side stream copies the next batch from
+  pinned memory and runs its own matmuls (work overlapping on two streams of one device).
+
+`--only NAME` records one scenario (its manifest is then `gpu_manifest_NAME.json`).
 
 Every trace has 3 profiled steps (`ProfilerStep#N`) after 1 wait and 1 warm-up step.
 """
@@ -67,11 +71,39 @@ def train_step(model, opt, x, y, sync: bool = False):
     return step
 
 
+def two_streams_step():
+    """Default stream: a 4096^2 matmul chain. Side stream: copy the next batch in from pinned
+    memory (non-blocking) and multiply it; the default stream waits for the side stream's event
+    before using its result."""
+    a = torch.randn(4096, 4096, device="cuda")
+    host = torch.randn(4096, 4096).pin_memory()
+    side = torch.cuda.Stream()
+
+    def step():
+        done = torch.cuda.Event()
+        with torch.cuda.stream(side):
+            b = host.to("cuda", non_blocking=True)
+            c = b @ b
+            done.record(side)
+        x = a
+        for _ in range(3):
+            x = torch.tanh(x @ a)
+        torch.cuda.current_stream().wait_event(done)
+        step.out = (x + c).sum()
+    return step
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     manifest = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "traces": {}}
+    if "--only" in sys.argv:
+        name = sys.argv[sys.argv.index("--only") + 1]
+        manifest["traces"][name] = profile(out, name, {"gpu_two_streams": two_streams_step}[name]())
+        (out / f"gpu_manifest_{name}.json").write_text(json.dumps(manifest, indent=2))
+        print(json.dumps(manifest, indent=2))
+        return
 
     big = mlp(2048, 4)
     opt = torch.optim.SGD(big.parameters(), lr=1e-3)
@@ -116,6 +148,7 @@ def main() -> None:
     manifest["compile_s"] = round(time.time() - t0, 1)
     manifest["traces"]["gpu_compiled_train"] = profile(out, "gpu_compiled_train", warm)
 
+    manifest["traces"]["gpu_two_streams"] = profile(out, "gpu_two_streams", two_streams_step())
     (out / "gpu_manifest.json").write_text(json.dumps(manifest, indent=2))
     print(json.dumps(manifest, indent=2))
 

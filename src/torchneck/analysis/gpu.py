@@ -150,6 +150,24 @@ def idle_breakdown(table: EventTable, rows: np.ndarray, lo: float, hi: float) ->
     }
 
 
+def end_of_launched_work(table: EventTable, lo: float, hi: float) -> float:
+    """When the work launched in [lo, hi) is done: `hi`, or later when GPU events launched by
+    runtime calls in that span end after it. A GPU-bound program's CPU runs ahead of its GPU
+    (by up to ~1000 queued launches), so its profiled steps end on the CPU long before the
+    GPU has run them; measured on the CPU's span alone, such a GPU would look mostly idle."""
+    gpu = np.flatnonzero(in_categories(table.cat, GPU_CATEGORIES))
+    if not len(gpu):
+        return hi
+    launcher = launching_rows(table, gpu)
+    linked = launcher >= 0
+    gpu, launcher = gpu[linked], launcher[linked]
+    inside = (table.ts[launcher] >= lo) & (table.ts[launcher] < hi)
+    if not inside.any():
+        return hi
+    rows = gpu[inside]
+    return max(hi, float((table.ts[rows] + table.dur[rows]).max()))
+
+
 def launching_rows(table: EventTable, rows: np.ndarray) -> np.ndarray:
     """For GPU events `rows`: the runtime/driver call that launched each (same correlation id;
     the last such call if an id repeats), or -1."""

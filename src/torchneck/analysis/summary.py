@@ -7,7 +7,7 @@ import numpy as np
 from ..trace.table import Cat, Trace
 from .compiled import compiled_summary
 from .distributed import collectives
-from .gpu import gpu_summary
+from .gpu import end_of_launched_work, gpu_summary
 from .memory import memory_summary
 from .ops import (
     Nesting,
@@ -31,12 +31,13 @@ def analyze_trace(trace: Trace, nesting: Nesting | None = None) -> dict:
     t = trace.events
     steps = find_steps(t)
     lo = min(s.start for s in steps)
-    hi = max(s.end for s in steps)
+    cpu_hi = max(s.end for s in steps)
+    hi = end_of_launched_work(t, lo, cpu_hi)  # the steps' GPU work may finish after their CPU side
     span = hi - lo
     breakdown = step_breakdown(t, steps)
     if nesting is None:
         nesting = host_nesting(t)
-    rows = np.flatnonzero(in_windows(t, [(lo, hi)]))
+    rows = np.flatnonzero(in_windows(t, [(lo, cpu_hi)]))  # host events of the profiled steps
     durations = np.array([s.duration for s in steps])
     totals = {k: float(sum(b[k] for b in breakdown)) for k in BREAKDOWN_CATEGORIES}
     main_thread = _busiest_cpu_thread(t, rows)
@@ -58,6 +59,7 @@ def analyze_trace(trace: Trace, nesting: Nesting | None = None) -> dict:
             "source": steps[0].source,
             "count": len(steps),
             "window_us": span,
+            "gpu_tail_us": hi - cpu_hi,
             "mean_us": float(durations.mean()),
             "median_us": float(np.median(durations)),
             "min_us": float(durations.min()),
@@ -82,7 +84,7 @@ def analyze_trace(trace: Trace, nesting: Nesting | None = None) -> dict:
         "gpu": gpu_summary(t, lo, hi),
         "syncs": host_syncs(t, nesting, rows),
         "memory": memory_summary(t, trace.memory, lo, hi, nesting, sites=enclosing_sites(t, nesting)),
-        "compiled": compiled_summary(t, nesting, rows, lo, hi),
+        "compiled": compiled_summary(t, nesting, rows, lo, cpu_hi),
         "comm": collectives(t, steps),
     }
 

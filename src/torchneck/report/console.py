@@ -292,7 +292,7 @@ class ConsoleRenderer:
 
     def _steps(self, a: dict) -> None:
         st = a["steps"]
-        total = st["window_us"] or 1.0
+        total = sum(st["breakdown_total_us"].values()) or 1.0
         t = Table(title=f"Step time breakdown ({st['count']} steps from {st['source']}, "
                         f"median {_ms(st['median_us'])} ms)", box=box.SIMPLE, title_justify="left",
                   pad_edge=False)
