@@ -303,6 +303,8 @@ def test_a_cpu_running_ahead_of_a_busy_gpu(analyses):
     r = torchneck("analyze", str(GPU["two_streams"]), "--json", "-")
     report = json.loads(r.stdout)
     assert "the CPU runs ahead" in report["verdict"]
+    per_step_ms = a["steps"]["window_us"] / 3 / 1e3  # ~14 ms: the GPU's time per step
+    assert per_step_ms > 10 and f"({per_step_ms:.1f} ms a step counting it)" in report["verdict"]
     kinds = {f["kind"]: f for f in report["findings"]}
     assert "gpu_idle" not in kinds and "launch_bound" not in kinds
     assert kinds["tensor_cores"]["evidence"]["share"] <= 1.0

@@ -49,7 +49,8 @@ def verdict(analysis: dict | None, phases: dict | None, findings: list) -> str:
             tail = st.get("gpu_tail_us", 0.0)
             if tail > GPU_TAIL_NOTE_SHARE * (st["window_us"] - tail):
                 parts.append(f"The GPU finished these steps' work {tail / 1e3:.1f} ms after their CPU side "
-                             "ended: the CPU runs ahead, the steps are bound by the GPU.")
+                             f"ended ({st['window_us'] / st['count'] / 1e3:.1f} ms a step counting it): the CPU "
+                             "runs ahead, the steps are bound by the GPU.")
         else:
             parts.append("No GPU activity in the trace (CPU run).")
     if phases:
