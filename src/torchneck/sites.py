@@ -44,7 +44,8 @@ def torchneck_relpath(path: str) -> str | None:
     parts = path.replace("\\", "/").split("/")
     if "torchneck" not in parts:
         return None
-    rel = parts[len(parts) - 1 - parts[::-1].index("torchneck") + 1:]
+    last = len(parts) - 1 - parts[::-1].index("torchneck")  # the innermost folder so named
+    rel = parts[last + 1:]
     return "/".join(rel) if rel and os.path.isfile(os.path.join(TORCHNECK_ROOT, *rel)) else None
 
 

@@ -292,6 +292,13 @@ _INT32_MAX = np.iinfo(np.int32).max
 _get_args = attrgetter("args")
 
 
+def _rows_with_args(cats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(GPU events, host ops): the rows whose device/stream/bytes args, and whose shapes and
+    stacks, are kept; runtime and driver calls carry neither."""
+    gpu = in_categories(cats, (Cat.KERNEL, Cat.GPU_MEMCPY, Cat.GPU_MEMSET, Cat.GPU_USER_ANNOTATION))
+    return gpu, ~gpu & (cats != Cat.RUNTIME) & (cats != Cat.DRIVER)
+
+
 def events_to_columns(events: list, mixed: bool = False) -> ChunkColumns:
     """Turn decoded events into numpy columns; the only per-event Python work in the loader.
     `mixed`: the list may hold both typed and loosely typed events (pieces of a damaged region
@@ -362,7 +369,6 @@ def _memory_columns(mems: list, strings: _Interner) -> dict[str, np.ndarray]:
 # The native scanner (`_scan.c`): the same columns without a Python object per event
 
 _KIND_JSON, _KIND_RAW, _KIND_ZERO, _KIND_EMPTY = range(4)
-_GPU_CATS = (Cat.KERNEL, Cat.GPU_MEMCPY, Cat.GPU_MEMSET, Cat.GPU_USER_ANNOTATION)
 
 
 def _scanned_strings(data: bytes, entries: np.ndarray) -> list[str] | None:
@@ -431,17 +437,16 @@ def _native_x(cols: dict[str, np.ndarray], strings: _Interner) -> tuple[dict, in
     negative = int(np.count_nonzero(dur < 0))
     if negative:
         dur[dur < 0] = 0.0
-    gpu = in_categories(cats, _GPU_CATS)
+    gpu, ops = _rows_with_args(cats)
     device = np.where(gpu, cols["device"], -1)
     stream = np.where(gpu, cols["stream"], -1)
     nbytes = np.where(gpu, cols["nbytes"], 0)
-    ops = ~gpu & (cats != Cat.RUNTIME) & (cats != Cat.DRIVER)
     shapes = np.where(ops, cols["dims"], -1).astype(np.int32)
     types = np.where(ops, cols["types"], -1).astype(np.int32)
     stack = cols["stack"]
     extra = np.where(ops, np.where(stack >= 0, stack, cols["coll"]), -1).astype(np.int32)
     pid, tid = cols["pid"], cols["tid"]
-    device, stream = _gpu_placement(cats, device, stream, pid, tid, strings)
+    device, stream = _gpu_placement(gpu, device, stream, pid, tid, strings)
     return _x_dict(cols["ts"], dur, cats, cols["name"], pid, tid, cols["external_id"], cols["correlation"],
                    device, stream, shapes, types, nbytes, extra), negative
 
@@ -469,7 +474,7 @@ def _strict_x(xs: list, strings: _Interner) -> tuple[dict, int]:
     device = np.full(n, -1, dtype=np.int64)
     stream = np.full(n, -1, dtype=np.int64)
     nbytes = np.zeros(n, dtype=np.int64)
-    gpu = in_categories(cats, (Cat.KERNEL, Cat.GPU_MEMCPY, Cat.GPU_MEMSET, Cat.GPU_USER_ANNOTATION))
+    gpu, ops = _rows_with_args(cats)
     if gpu.any():
         where = np.flatnonzero(gpu)
         gargs = list(compress(args, gpu.tolist()))
@@ -479,7 +484,6 @@ def _strict_x(xs: list, strings: _Interner) -> tuple[dict, int]:
     shapes = np.full(n, -1, dtype=np.int32)
     types = np.full(n, -1, dtype=np.int32)
     extra = np.full(n, -1, dtype=np.int32)
-    ops = ~gpu & (cats != Cat.RUNTIME) & (cats != Cat.DRIVER)
     if ops.any():
         where = np.flatnonzero(ops)
         oargs = list(compress(args, ops.tolist()))
@@ -491,7 +495,7 @@ def _strict_x(xs: list, strings: _Interner) -> tuple[dict, int]:
             ids = strings.ids([st or co or None for st, co in zip(stacks, colls)])
             ids[ids == strings.index.get(None, -2)] = -1
             extra[where] = ids
-    device, stream = _gpu_placement(cats, device, stream, pid_arr, tid_arr, strings)
+    device, stream = _gpu_placement(gpu, device, stream, pid_arr, tid_arr, strings)
     return _x_dict(ts, dur, cats, name, pid_arr, tid_arr, ext, corr, device, stream, shapes, types,
                    nbytes, extra), negative
 
@@ -504,10 +508,9 @@ _get_dims, _get_types, _get_stack, _get_coll = map(attrgetter, ("input_dims", "i
                                                                 "collective_name"))
 
 
-def _gpu_placement(cats, device, stream, pid_arr, tid_arr, strings) -> tuple[np.ndarray, np.ndarray]:
-    """GPU events: kineto puts the device in pid and the stream in tid when args lack them.
-    Host events get -1 in both."""
-    gpu = in_categories(cats, (Cat.KERNEL, Cat.GPU_MEMCPY, Cat.GPU_MEMSET, Cat.GPU_USER_ANNOTATION))
+def _gpu_placement(gpu, device, stream, pid_arr, tid_arr, strings) -> tuple[np.ndarray, np.ndarray]:
+    """GPU events (`gpu`, a row mask): kineto puts the device in pid and the stream in tid when
+    args lack them. Host events get -1 in both."""
     if gpu.any():
         table = strings.strings
 
@@ -577,7 +580,7 @@ def _loose_x(xs: list, strings: _Interner) -> tuple[dict, int]:
     colls = list(map(attrgetter("collective_name"), args))
     extra = strings.ids([st or co or None for st, co in zip(stacks, colls)])
     extra[extra == strings.index.get(None, -2)] = -1
-    device, stream = _gpu_placement(cats, device, stream, pid_arr, tid_arr, strings)
+    device, stream = _gpu_placement(_rows_with_args(cats)[0], device, stream, pid_arr, tid_arr, strings)
     x = _x_dict(ts, dur, cats, name, pid_arr, tid_arr, ext, corr, device, stream, shapes, types, nbytes,
                 extra)
     return x, negative
