@@ -247,3 +247,25 @@ def test_autograd_in_inference_names_the_model_call_even_without_samples_in_the_
     assert AutogradInInference().check(sampled)[0].where[0].line == 9  # the sampler's line when it has one
     (f,) = AutogradInInference().check(unsampled)
     assert (f.where[0].file, f.where[0].line) == ("/x/infer.py", 8)
+
+
+def test_ops_by_line_leaves_out_ops_that_nothing_places(tmp_path):
+    """An op outside every `torchneck@` span with no Python sample at its moment has no line:
+    it is left out (it used to appear without `file`/`line`, breaking the report schema)."""
+    from torchneck.analysis.python_stacks import load_samples
+    from torchneck.analysis.run import ops_by_user_line
+    from torchneck.sites import site_name
+    from torchneck.trace.loader import load_trace
+
+    def ev(name, ts, dur, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    events = [ev("ProfilerStep#1", 0, 1000, "user_annotation"),
+              ev(site_name("train", 12, "/home/u/train.py"), 10, 100, "user_annotation"),
+              ev("aten::mm", 20, 80),
+              ev("aten::sum", 500, 300)]  # the bigger op, placed by nothing
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    rows = ops_by_user_line(load_trace(p), load_samples({}), offset_us=None)
+    assert rows == [{"op": "aten::mm", "self_us": 80.0, "count": 1, "file": "/home/u/train.py", "line": 12,
+                     "function": "train", "source": "trace"}]

@@ -142,6 +142,64 @@ def test_parallel_ranges_survive_cuts_inside_strings(tmp_path, monkeypatch):
     assert [json.loads(t.strings[i])[0][1] for i in t.shapes] == list(range(3000))
 
 
+def _pools_used(monkeypatch):
+    """Record which kind of worker pool `_load_parallel` starts."""
+    import multiprocessing.pool as mp_pool
+
+    used = []
+    real_threads = mp_pool.ThreadPool
+
+    def threads(*args, **kwargs):
+        used.append("threads")
+        return real_threads(*args, **kwargs)
+
+    monkeypatch.setattr(mp_pool, "ThreadPool", threads)
+    return used
+
+
+def _numbered_events(n, pid=1):
+    return [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": pid, "tid": 1,
+             "ts": 10.0 + i, "dur": 0.5, "args": {"External id": i}} for i in range(n)]
+
+
+def test_parallel_native_slices_use_threads_and_declined_ones_still_decode(tmp_path, monkeypatch):
+    """The scanner takes the first slice, so threads decode the rest; a slice it declines
+    midway (a float pid: msgspec's to judge) is decoded by msgspec in its thread, in order."""
+    import torchneck.trace.loader as loader
+
+    if loader._scan is None:
+        pytest.skip("the native scanner is not built")
+    events = _numbered_events(6000)
+    events[3000]["pid"] = 1.5  # the scanner declines the slice holding this one
+    p = tmp_path / "mixed.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    monkeypatch.setattr(loader, "BLOCK_BYTES", 16 << 10)
+    monkeypatch.setattr(loader, "_PROBE_BYTES", 2 << 10)
+    used = _pools_used(monkeypatch)
+    t = load_trace(p, workers=2).events
+    assert used == ["threads"]
+    assert len(t) == 6000
+    np.testing.assert_array_equal(t.external_id, np.arange(6000))
+    assert t.threads.pid[t.thread[3000]] == "1.5"
+
+
+def test_parallel_declined_first_slice_uses_processes(tmp_path, monkeypatch):
+    """A trace whose first slice the scanner declines (ROCm's string fields, odd types) is
+    decoded by msgspec in worker processes, as fast as before the scanner existed."""
+    import torchneck.trace.loader as loader
+
+    events = _numbered_events(6000, pid="rocm")
+    p = tmp_path / "strings.json"
+    p.write_text(json.dumps({"traceEvents": [{**events[0], "pid": 2.5}, *events[1:]]}))
+    monkeypatch.setattr(loader, "BLOCK_BYTES", 16 << 10)
+    monkeypatch.setattr(loader, "_PROBE_BYTES", 2 << 10)
+    used = _pools_used(monkeypatch)
+    t = load_trace(p, workers=2).events
+    assert used == []
+    assert len(t) == 6000
+    np.testing.assert_array_equal(t.external_id, np.arange(6000))
+
+
 def test_gpu_busy_equals_independent_interval_union():
     path = DATA / "trace_diff__control__control.json.gz"
     a = analyze_trace(load_trace(path))
@@ -239,7 +297,7 @@ def test_negative_duration_and_unknown_phase_are_tolerated(tmp_path):
 
 
 @pytest.mark.parametrize("big", [False, True])
-def test_ids_are_narrowed_only_when_every_value_fits(tmp_path, big):
+def test_ids_are_stored_in_the_narrowest_type_that_holds_every_value(tmp_path, big):
     base = 2**40 if big else 7
     events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 1,
                "args": {"External id": base + i, "correlation": base + 2 * i, "device": 0, "stream": 7}}
@@ -249,22 +307,43 @@ def test_ids_are_narrowed_only_when_every_value_fits(tmp_path, big):
     p = tmp_path / "ids.json"
     p.write_text(json.dumps({"traceEvents": events}))
     t = load_trace(p).events
-    wide = np.dtype(np.int64 if big else np.int32)
-    assert t.external_id.dtype == t.correlation.dtype == t.nbytes.dtype == wide
+    assert t.external_id.dtype == t.correlation.dtype == np.dtype(np.int64 if big else np.int8)
+    assert t.nbytes.dtype == np.dtype(np.int64 if big else np.int8)
+    assert t.stream.dtype == t.device.dtype == t.thread.dtype == np.int8
     assert t.external_id[:3].tolist() == [base, base + 1, base + 2]
     assert t.correlation[:3].tolist() == [base, base + 2, base + 4]
     assert t.nbytes[3] == (3 * 2**31 if big else 64)
 
 
-def test_start_order_is_start_then_longest_first_then_file_order():
+def test_narrow_columns_widen_when_a_later_slice_needs_it(tmp_path, monkeypatch):
+    """Columns start as int8 and widen as slices bring bigger values; earlier values survive."""
+    import torchneck.trace.loader as loader
+
+    values = [i if i < 2500 else 2**20 + i for i in range(3000)] + [2**40, -5]
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 1,
+               "args": {"External id": v, "correlation": i, "device": 0, "stream": 7 + i % 300}}
+              for i, v in enumerate(values)]
+    p = tmp_path / "widening.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    monkeypatch.setattr(loader, "BLOCK_BYTES", 16 << 10)
+    t = load_trace(p, workers=1).events
+    assert t.external_id.dtype == np.int64 and t.external_id.tolist() == values
+    assert t.correlation.dtype == np.int16 and t.correlation.tolist() == list(range(len(values)))
+    assert t.stream.dtype == np.int16 and t.stream.tolist() == [7 + i % 300 for i in range(len(values))]
+
+
+def test_start_order_is_start_then_longest_first_then_file_order(monkeypatch):
+    import torchneck.trace.loader as loader
     from torchneck.trace.loader import _start_order
 
+    monkeypatch.setattr(loader, "ORDER_BLOCK", 64)  # ties across the blocks of the tie search
     rng = np.random.default_rng(0)
     for _ in range(20):
         ts = rng.integers(0, 300, 5000).astype(np.float64)  # many equal starts
         dur = rng.integers(0, 5, 5000).astype(np.float32)
         rows = np.flatnonzero(rng.random(5000) < 0.7)
         np.testing.assert_array_equal(_start_order(ts, dur, rows), rows[np.lexsort((-dur[rows], ts[rows]))])
+        np.testing.assert_array_equal(_start_order(ts, dur), np.lexsort((-dur, ts)))
 
 
 def test_every_phase_is_sorted_out_alike_by_the_typed_and_the_loose_decoder():
@@ -458,3 +537,64 @@ def test_sampler_survives_a_handler_slower_than_its_interval():
         sampler.stop()
     assert len(sampler.samples) > 50
     assert sampler.method == "wall-timer"
+
+
+@pytest.mark.parametrize("block", [7, 1 << 18])
+def test_grouped_totals_in_blocks_equal_one_unique_over_all_rows(block, monkeypatch):
+    import torchneck.analysis.groups as groups
+
+    monkeypatch.setattr(groups, "ROW_BLOCK", block)
+    rng = np.random.default_rng(1)
+    rows = np.sort(rng.choice(10_000, 3000, replace=False)).astype(np.int32)
+    key_col = rng.integers(0, 40, 10_000)
+    weight = rng.random(10_000).astype(np.float32)
+    g = groups.grouped_totals(rows, lambda r: key_col[r], [lambda r: weight[r]])
+    uniq, inverse = np.unique(key_col[rows], return_inverse=True)
+    np.testing.assert_array_equal(g.keys, uniq)
+    np.testing.assert_array_equal(g.count, np.bincount(inverse))
+    np.testing.assert_allclose(g.sums[0], np.bincount(inverse, weights=weight[rows]), rtol=1e-12)
+    np.testing.assert_array_equal(g.first_row, [rows[np.argmax(key_col[rows] == k)] for k in uniq])
+    empty = groups.grouped_totals(rows[:0], lambda r: key_col[r], [lambda r: weight[r]])
+    assert len(empty.keys) == 0 and len(empty.sums[0]) == 0
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_blocked_row_helpers_equal_whole_column_numpy(strict, monkeypatch):
+    import torchneck.analysis.intervals as iv
+
+    monkeypatch.setattr(iv, "ROW_BLOCK", 37)
+    rng = np.random.default_rng(2)
+    ts = np.sort(rng.integers(0, 2000, 1000)).astype(np.float64)
+    dur = rng.integers(0, 60, 1000).astype(np.float32)
+    mask = rng.random(1000) < 0.6
+    lo, hi = 400.0, 1500.0
+    end = ts + dur
+    want = (ts < hi) & (end > lo) if strict else (ts <= hi) & (end >= lo)
+    np.testing.assert_array_equal(iv.overlapping_rows(ts, dur, lo, hi, strict), np.flatnonzero(want))
+    np.testing.assert_array_equal(iv.overlapping_rows(ts, dur, lo, hi, strict, mask), np.flatnonzero(want & mask))
+    rows = np.flatnonzero(mask)
+    got, ref = iv.union_of_rows(ts, dur, rows), iv.merge(ts[rows], ts[rows] + dur[rows])
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_array_equal(got[1], ref[1])
+
+
+@pytest.mark.parametrize("name", ["trace_diff__control__control.json.gz", "gpu_h100__launch_bound.json.gz",
+                                  "gpu_h100__two_streams.json.gz"])
+def test_step_breakdown_in_small_batches_equals_one_batch(name, monkeypatch):
+    """Batches of steps carry the events still open into the next batch: the same numbers as
+    claiming every step at once, for batches of a step or two."""
+    import torchneck.analysis.steps as steps_mod
+
+    table = load_trace(DATA / name).events
+    steps = steps_mod.find_steps(table)
+    assert len(steps) >= 3
+    whole = steps_mod.step_breakdown(table, steps)
+    batches = []
+    real = steps_mod._step_batches
+    monkeypatch.setattr(steps_mod, "_step_batches", lambda *a: (batches.append(b) or b for b in real(*a)))
+    monkeypatch.setattr(steps_mod, "STEP_BATCH_ROWS", 50)
+    small = steps_mod.step_breakdown(table, steps)
+    assert len(batches) >= len(steps) // 2
+    for w, s in zip(whole, small):
+        assert w.keys() == s.keys()
+        np.testing.assert_allclose(list(s.values()), list(w.values()), rtol=1e-9, atol=1e-6)

@@ -432,6 +432,9 @@ def main(argv: list[str] | None = None) -> int:
     if ns.command is None:
         parser.print_help()
         return 2
+    from .trace.loader import return_large_frees_promptly
+
+    return_large_frees_promptly()
     try:
         if ns.command == "run":
             return cmd_run(ns)

@@ -6,6 +6,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
+ROW_BLOCK = 1 << 18
+"""Table rows read at once by the functions below that take whole columns: their temporaries
+(a float64 end per row, masks) stay a few MB however long the table is."""
+
 
 def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals as sorted, disjoint (starts, ends). Intervals taken from the event
@@ -103,3 +107,35 @@ def claim_by_priority_in_windows(
         before = now
     out[:, -1] = np.maximum(hi - lo, 0.0) - before
     return out
+
+
+def overlapping_rows(ts: np.ndarray, dur: np.ndarray, lo: float, hi: float, strict: bool = True,
+                     mask: np.ndarray | None = None) -> np.ndarray:
+    """Rows (int32 when they fit) whose [ts, ts + dur] overlaps [lo, hi]: `ts < hi and
+    ts + dur > lo`, or with `strict=False` `ts <= hi and ts + dur >= lo`; only where `mask`
+    is set, if given. `ROW_BLOCK` rows at a time."""
+    out = []
+    index = np.int32 if len(ts) < np.iinfo(np.int32).max else np.int64
+    for a in range(0, len(ts), ROW_BLOCK):
+        t = ts[a:a + ROW_BLOCK]
+        end = t + dur[a:a + ROW_BLOCK]
+        m = (t < hi) & (end > lo) if strict else (t <= hi) & (end >= lo)
+        if mask is not None:
+            m &= mask[a:a + ROW_BLOCK]
+        out.append((np.flatnonzero(m) + a).astype(index))
+    return np.concatenate(out) if out else np.empty(0, dtype=index)
+
+
+def union_of_rows(ts: np.ndarray, dur: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`merge` of the rows' [ts, ts + dur) spans, `ROW_BLOCK` rows at a time: each block
+    shrinks to its union (nested host ops to a few spans) before the blocks are merged."""
+    parts_s, parts_e = [], []
+    for a in range(0, len(rows), ROW_BLOCK):
+        r = rows[a:a + ROW_BLOCK]
+        start = ts[r]
+        s, e = merge(start, start + dur[r])
+        parts_s.append(s)
+        parts_e.append(e)
+    if len(parts_s) <= 1:
+        return (parts_s[0], parts_e[0]) if parts_s else (np.empty(0), np.empty(0))
+    return merge(np.concatenate(parts_s), np.concatenate(parts_e))

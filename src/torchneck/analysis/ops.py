@@ -9,6 +9,7 @@ import numpy as np
 
 from ..sites import LINE_PREFIX
 from ..trace.table import Cat, EventTable, in_categories
+from .groups import grouped_totals
 
 HOST_CATEGORIES = (Cat.CPU_OP, Cat.USER_ANNOTATION, Cat.RUNTIME, Cat.DRIVER, Cat.SYNC)
 
@@ -23,8 +24,8 @@ class Nesting:
     """Per row of the table: the directly enclosing host event (or -1), and self time in µs."""
 
     parent: np.ndarray  # int32
-    self_time: np.ndarray  # float64
-    depth: np.ndarray  # int32
+    self_time: np.ndarray  # float32 (durations are float32 in the table; sums are taken in float64)
+    depth: np.ndarray  # int16 (int32 in the unlikely case a stack is deeper than 32767)
 
 
 def host_nesting(table: EventTable) -> Nesting:
@@ -33,12 +34,12 @@ def host_nesting(table: EventTable) -> Nesting:
     Events on one thread nest like a call stack; an event's self time is its duration minus
     its direct children's. Non-host rows get parent -1 and self time = duration.
     The answer is the call-stack walk's (`_nest_by_stack`), computed vectorised where events
-    nest properly (`_nest_thread`).
+    nest properly (`_nest_thread`), one block of a thread at a time (`_thread_blocks`).
     """
     n = len(table)
     parent = np.full(n, -1, dtype=np.int32)
-    depth = np.zeros(n, dtype=np.int32)
-    self_time = table.dur.astype(np.float64)
+    depth = np.zeros(n, dtype=np.int16)
+    self_time = table.dur.astype(np.float32)
     host = np.flatnonzero(in_categories(table.cat, HOST_CATEGORIES)).astype(np.int32)
     if not len(host):
         return Nesting(parent, self_time, depth)
@@ -51,36 +52,46 @@ def host_nesting(table: EventTable) -> Nesting:
     bounds = np.concatenate(([0], np.flatnonzero(np.diff(thread_sorted)) + 1, [len(rows)])).tolist()
     del thread_sorted
     for a, b in zip(bounds[:-1], bounds[1:]):
-        thread_rows = rows[a:b]
-        ts = table.ts[thread_rows]
-        end = ts + table.dur[thread_rows]
-        for lo, hi in _independent_blocks(ts, end):
-            seg = thread_rows[lo:hi]
+        for seg, ts, end in _thread_blocks(table, rows[a:b]):
             dur = table.dur[seg].astype(np.float64)
-            par_pos, dep, child = _nest_thread(ts[lo:hi], dur, end[lo:hi])
+            par_pos, dep, child = _nest_thread(ts, dur, end)
             has = par_pos >= 0
             parent[seg[has]] = seg[par_pos[has]]
+            if dep.max(initial=0) > np.iinfo(depth.dtype).max:  # a stack deeper than 32767
+                depth = depth.astype(np.int32)
             depth[seg] = dep
             self_time[seg] = np.maximum(dur - child, 0.0)
     return Nesting(parent, self_time, depth)
 
 
-NESTING_BLOCK = 1 << 18
+NESTING_BLOCK = 1 << 16
 """Events nested at once: the vectorised pass holds ~15 arrays of this length, so blocks keep
-its memory at a few tens of MB on traces of any size."""
+its memory at a few MB on traces of any size."""
 
 
-def _independent_blocks(ts: np.ndarray, end: np.ndarray) -> list[tuple[int, int]]:
-    """Cut one thread's sorted events into blocks of about `NESTING_BLOCK` at points where every
-    earlier event has ended (the call stack is empty), so each block nests on its own."""
-    n = len(ts)
-    if n <= NESTING_BLOCK:
-        return [(0, n)]
-    free = np.flatnonzero(ts[1:] >= np.maximum.accumulate(end)[:-1]) + 1
-    cuts = np.unique(free[np.minimum(np.searchsorted(free, np.arange(NESTING_BLOCK, n, NESTING_BLOCK)),
-                                     len(free) - 1)]) if len(free) else np.empty(0, dtype=np.int64)
-    edges = [0, *cuts.tolist(), n]
-    return [(lo, hi) for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo]
+def _thread_blocks(table: EventTable, thread_rows: np.ndarray):
+    """Cut one thread's rows (sorted by start) into blocks of about `NESTING_BLOCK` at points
+    where every earlier event has ended (the call stack is empty), so each block nests on its
+    own; yields (rows, starts, ends) of each. Only a block's worth of the thread is read at once,
+    unless no such point comes for longer (one event open across it: the block grows)."""
+    m, pos = len(thread_rows), 0
+    while pos < m:
+        size = NESTING_BLOCK
+        while True:
+            hi = min(pos + size, m)
+            seg = thread_rows[pos:hi]
+            ts = table.ts[seg]
+            end = ts + table.dur[seg]
+            if hi == m:
+                cut = hi - pos
+                break
+            free = np.flatnonzero(ts[1:] >= np.maximum.accumulate(end)[:-1])
+            if len(free):
+                cut = int(free[-1]) + 1
+                break
+            size *= 2
+        yield seg[:cut], ts[:cut], end[:cut]
+        pos += cut
 
 
 def _sorted_by_start(table: EventTable) -> bool:
@@ -183,16 +194,16 @@ def op_table(table: EventTable, nesting: Nesting, rows: np.ndarray, by_shape: bo
     rows = rows[table.cat[rows] == Cat.CPU_OP] if len(rows) else rows
     if not len(rows):
         return []
-    key = table.name[rows].astype(np.int64)
-    if by_shape:
-        key = key * (len(table.strings) + 2) + (table.shapes[rows].astype(np.int64) + 1)
-    uniq, inverse = np.unique(key, return_inverse=True)
-    self_us = np.bincount(inverse, weights=nesting.self_time[rows], minlength=len(uniq))
-    total_us = np.bincount(inverse, weights=table.dur[rows].astype(np.float64), minlength=len(uniq))
-    count = np.bincount(inverse, minlength=len(uniq))
-    first_row = np.zeros(len(uniq), dtype=np.int64)
-    first_row[inverse[::-1]] = rows[::-1]
-    best = np.argsort(-self_us)[:top]
+    width = len(table.strings) + 2
+
+    def key(r: np.ndarray) -> np.ndarray:
+        k = table.name[r].astype(np.int64)
+        return k * width + (table.shapes[r].astype(np.int64) + 1) if by_shape else k
+
+    groups = grouped_totals(rows, key, [lambda r: nesting.self_time[r], lambda r: table.dur[r]])
+    self_us, total_us = groups.sums
+    count, first_row = groups.count, groups.first_row
+    best = np.argsort(-self_us, kind="stable")[:top]
     out = []
     for g in best.tolist():
         r = int(first_row[g])
@@ -258,7 +269,7 @@ def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int 
         keep[i] = ok
     hit = cand[keep]
     ops = op_table(table, nesting, hit, by_shape=True, top=top) if len(hit) else []
-    return {"recorded": True, "self_us": float(nesting.self_time[hit].sum()), "count": int(len(hit)),
+    return {"recorded": True, "self_us": float(nesting.self_time[hit].sum(dtype=np.float64)), "count": int(len(hit)),
             "ops": ops}
 
 

@@ -106,23 +106,27 @@ def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndar
     if not moving:
         return {"count": 0, "copy_us": 0.0}
     # The op right before it at the same caller: the last host op that ended before it started.
+    # Only ops under the callers of these copies can be one (a few, usually): order just those.
     caller = callers(table, nesting, cpu)
-    order = np.lexsort((table.ts[cpu], caller, table.thread[cpu]))
-    seq, caller = cpu[order], caller[order]
-    position = np.full(len(table), -1, dtype=np.int64)
-    position[seq] = np.arange(len(seq))
-    cpu_ts = table.ts[cpu]
+    keep = np.isin(caller, np.unique(callers(table, nesting, np.asarray(moving, dtype=np.int64))))
+    cpu_near, caller = cpu[keep], caller[keep]
+    del keep
+    order = np.lexsort((table.ts[cpu_near], caller, table.thread[cpu_near]))
+    seq, caller = cpu_near[order], caller[order]
+    del cpu_near, order
+    by_row = np.argsort(seq, kind="stable")
+    position = by_row[np.searchsorted(seq, moving, sorter=by_row)]
+    is_cpu_op = table.cat == Cat.CPU_OP
     hits = []
-    for op in moving:
-        i = int(position[op])
+    for op, i in zip(moving, position.tolist()):
         if i <= 0 or table.thread[seq[i - 1]] != table.thread[op] or caller[i - 1] != caller[i]:
             continue
         prev = int(seq[i - 1])
         # torch.zeros -> aten::zeros -> aten::zero_: the fill is the previous op or its last descendant
         last = prev
-        lo, hi = np.searchsorted(cpu_ts, [table.ts[prev], table.ts[prev] + table.dur[prev]], side="right")
-        inside = cpu[lo - 1:hi]
-        inside = inside[table.thread[inside] == table.thread[prev]]
+        lo, hi = np.searchsorted(table.ts, [table.ts[prev], table.ts[prev] + table.dur[prev]], side="right")
+        inside = np.arange(max(lo - 1, 0), hi)
+        inside = inside[is_cpu_op[inside] & (table.thread[inside] == table.thread[prev])]
         if len(inside):
             last = int(inside[np.argmax(table.ts[inside])])
         if fill_name[table.name[prev]] or fill_name[table.name[last]]:

@@ -132,18 +132,21 @@ def ops_by_user_line(trace: Trace, samples: Samples, offset_us: float | None,
     self_us = np.bincount(inverse, weights=nesting.self_time[rows])
     count = np.bincount(inverse)
     out = []
-    for g in np.argsort(-self_us)[:top].tolist():
+    for g in np.argsort(-self_us).tolist():
         name_id, k = divmod(int(uniq[g]), width)
         k -= 1
         entry = {"op": t.strings[name_id], "self_us": float(self_us[g]), "count": int(count[g])}
-        if 0 <= k < n_strings:
-            site = parse_site(t.strings[k])
-            if site:
-                entry.update({"file": site[2], "line": site[1], "function": site[0], "source": "trace"})
+        site = parse_site(t.strings[k]) if 0 <= k < n_strings else None
+        if site:
+            entry.update({"file": site[2], "line": site[1], "function": site[0], "source": "trace"})
         elif k >= n_strings:
             fn, file, line = samples.frames[k - n_strings]
             entry.update({"file": file, "line": line, "function": fn, "source": "samples"})
+        else:  # neither a span nor a sample places these calls: no line to name
+            continue
         out.append(entry)
+        if len(out) == top:
+            break
     return out
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..sites import LINE_PREFIX
 from ..trace.table import Cat, EventTable, in_categories
-from .intervals import claim_by_priority_in_windows
+from .intervals import claim_by_priority_in_windows, overlapping_rows, union_of_rows
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
@@ -75,6 +75,12 @@ def find_steps(table: EventTable) -> list[Step]:
     return [Step(0, lo, hi, "window")]
 
 
+STEP_BATCH_ROWS = 1 << 18
+"""Steps are broken down a batch at a time, each batch holding about this many rows (or one
+step, however many it has): the unions of kernels and runtime calls, which do not shrink when
+merged, then stay a few MB instead of one array per category as long as the trace."""
+
+
 def step_breakdown(table: EventTable, steps: list[Step]) -> list[dict[str, float]]:
     """Per step, µs spent in each of `BREAKDOWN_CATEGORIES`, claimed in that priority so that
     the categories add up to the step's duration. Definitions:
@@ -87,35 +93,79 @@ def step_breakdown(table: EventTable, steps: list[Step]) -> list[dict[str, float
     """
     if not steps:
         return []
-    comm_names = table.names_matching(is_communication)
-    dl_names = table.names_matching(lambda s: bool(_DATALOADER.search(s)))
-    step_names = table.names_matching(lambda s: s.startswith("ProfilerStep#"))
-    is_comm = comm_names[table.name] if len(comm_names) else np.zeros(len(table), bool)
-    is_dl = dl_names[table.name] if len(dl_names) else np.zeros(len(table), bool)
-    is_step = step_names[table.name] if len(step_names) else np.zeros(len(table), bool)
-    cat = table.cat
-    host = in_categories(cat, (Cat.CPU_OP, Cat.USER_ANNOTATION)) & ~is_step
-    masks = [
-        (cat == Cat.KERNEL) & ~is_comm,
-        cat == Cat.GPU_MEMCPY,
-        cat == Cat.GPU_MEMSET,
-        ((cat == Cat.KERNEL) & is_comm) | (host & is_comm),
-        in_categories(cat, (Cat.RUNTIME, Cat.DRIVER, Cat.SYNC)),
-        host & is_dl,
-        host & ~is_dl & ~is_comm,
-    ]
-    ts = table.ts
-    lo_all = min(s.start for s in steps)
-    hi_all = max(s.end for s in steps)
-    near = (ts <= hi_all) & (ts + table.dur >= lo_all)
+    names = _BreakdownNames(table)
+    starts = np.array([s.start for s in steps], dtype=np.float64)
+    ends = np.array([s.end for s in steps], dtype=np.float64)
+    out = np.zeros((len(steps), len(BREAKDOWN_CATEGORIES)))
+    for which, rows in _step_batches(table, starts, ends):
+        out[which] = claim_by_priority_in_windows(names.spans(table, rows), starts[which], ends[which],
+                                                  len(BREAKDOWN_CATEGORIES) - 1)
+    return [dict(zip(BREAKDOWN_CATEGORIES, map(float, row))) for row in out]
 
-    def spans():  # one category's spans at a time, in priority order
-        for m in masks:
-            rows = np.flatnonzero(m & near)
-            start = ts[rows]
-            yield start, start + table.dur[rows]
 
-    starts = np.array([s.start for s in steps])
-    ends = np.array([s.end for s in steps])
-    parts = claim_by_priority_in_windows(spans(), starts, ends, len(masks))
-    return [dict(zip(BREAKDOWN_CATEGORIES, map(float, row))) for row in parts]
+class _BreakdownNames:
+    """Which interned names are communication, DataLoader and ProfilerStep spans."""
+
+    def __init__(self, table: EventTable):
+        self.comm = table.names_matching(is_communication)
+        self.dataloader = table.names_matching(lambda s: bool(_DATALOADER.search(s)))
+        self.step = table.names_matching(lambda s: s.startswith("ProfilerStep#"))
+
+    def spans(self, table: EventTable, rows: np.ndarray):
+        """The union of each category's spans among `rows`, in priority order, one at a time."""
+        cat = table.cat[rows]
+        name = table.name[rows]
+        none = np.zeros(len(rows), bool)
+        is_comm = self.comm[name] if len(self.comm) else none
+        is_dl = self.dataloader[name] if len(self.dataloader) else none
+        host = in_categories(cat, (Cat.CPU_OP, Cat.USER_ANNOTATION))
+        if len(self.step):
+            host &= ~self.step[name]
+        del name
+        masks = (
+            lambda: (cat == Cat.KERNEL) & ~is_comm,
+            lambda: cat == Cat.GPU_MEMCPY,
+            lambda: cat == Cat.GPU_MEMSET,
+            lambda: ((cat == Cat.KERNEL) & is_comm) | (host & is_comm),
+            lambda: in_categories(cat, (Cat.RUNTIME, Cat.DRIVER, Cat.SYNC)),
+            lambda: host & is_dl,
+            lambda: host & ~is_dl & ~is_comm,
+        )
+        for mask in masks:
+            yield union_of_rows(table.ts, table.dur, rows[mask()])
+
+
+def _step_batches(table: EventTable, starts: np.ndarray, ends: np.ndarray):
+    """Yield (step positions, rows overlapping those steps' span: `ts <= end and ts + dur >=
+    start`) for batches of consecutive steps of about `STEP_BATCH_ROWS` rows. On a table
+    sorted by start (as loaded) the rows starting inside a batch are one slice, and the rows
+    still open when it begins are carried over from the batches before; otherwise one batch."""
+    ts, dur = table.ts, table.dur
+    order = np.argsort(starts, kind="stable")
+    if len(ts) and not bool(np.all(ts[1:] >= ts[:-1])):
+        yield order, overlapping_rows(ts, dur, float(starts.min()), float(ends.max()), strict=False)
+        return
+    index = np.int32 if len(ts) < np.iinfo(np.int32).max else np.int64
+    first_row = np.searchsorted(ts, starts[order], side="left")
+    last_row = np.searchsorted(ts, ends[order], side="right")
+    span_end = np.maximum.accumulate(ends[order])  # a batch of steps a..b-1 spans to span_end[b-1]
+    span_last = np.maximum.accumulate(last_row)
+    lo = float(starts[order[0]])
+    open_rows = overlapping_rows(ts[:first_row[0]], dur[:first_row[0]], lo, np.inf, strict=False)
+    a = 0
+    while a < len(order):
+        b = a + 1
+        while b < len(order) and span_last[b] - first_row[a] <= STEP_BATCH_ROWS:
+            b += 1
+        lo, hi = float(starts[order[a]]), float(span_end[b - 1])
+        i0, i1 = int(first_row[a]), int(np.searchsorted(ts, hi, side="right"))
+        yield order[a:b], np.concatenate([open_rows, np.arange(i0, i1, dtype=index)])
+        if b == len(order):
+            return
+        # Rows open when the next batch begins: still-open ones so far, and those starting since.
+        nxt = float(starts[order[b]])
+        j = int(first_row[b])
+        later = overlapping_rows(ts[i0:j], dur[i0:j], nxt, np.inf, strict=False) + i0
+        still = open_rows[ts[open_rows] + dur[open_rows] >= nxt]
+        open_rows = np.concatenate([still, later.astype(index)])
+        a = b

@@ -37,7 +37,7 @@ def analyze_trace(trace: Trace, nesting: Nesting | None = None) -> dict:
     breakdown = step_breakdown(t, steps)
     if nesting is None:
         nesting = host_nesting(t)
-    rows = np.flatnonzero(in_windows(t, [(lo, cpu_hi)]))  # host events of the profiled steps
+    rows = np.flatnonzero(in_windows(t, [(lo, cpu_hi)])).astype(np.int32)  # host events of the profiled steps
     durations = np.array([s.duration for s in steps])
     totals = {k: float(sum(b[k] for b in breakdown)) for k in BREAKDOWN_CATEGORIES}
     main_thread = _busiest_cpu_thread(t, rows)

@@ -16,6 +16,7 @@ a pool of worker processes, in order; for an uncompressed file the main process 
 
 from __future__ import annotations
 
+import ctypes
 import gzip
 import os
 import re
@@ -617,12 +618,19 @@ def decode_range(path: str, start: int, stop: int) -> ChunkColumns | None:
 
 class _Columns:
     """Growable numpy columns: chunks are copied into one buffer per column (grown by half when
-    full), so the finished table is never held twice as a list of parts plus its concatenation."""
+    full), so the finished table is never held twice as a list of parts plus its concatenation.
 
-    def __init__(self, dtypes: dict[str, type]):
-        self.dtypes = dtypes
+    Integer columns named in `narrow` are kept in the narrowest signed type that holds every
+    value so far (int8 up to the column's dtype), widened when a chunk needs more: ids, threads,
+    streams and byte counts are int64 in the JSON but nearly always small, and at 2.5 M events
+    a GB every byte a row is 2.5 MB. Analyses only compare, index, look up and sum them (numpy
+    sums small ints into int64; combined keys are built in int64)."""
+
+    def __init__(self, dtypes: dict[str, type], narrow: tuple[str, ...] = ()):
+        self.dtypes = {k: np.dtype(dt) for k, dt in dtypes.items()}
         self.size = 0
-        self.cols = {k: np.empty(0, dtype=dt) for k, dt in dtypes.items()}
+        self.cols = {k: np.empty(0, dtype=np.int8 if k in narrow else dt) for k, dt in dtypes.items()}
+        self.narrow = narrow
 
     def append(self, values: dict[str, np.ndarray], hint: int = 0) -> None:
         n = len(next(iter(values.values())))
@@ -631,9 +639,15 @@ class _Columns:
         if need > capacity:
             new_capacity = max(need, capacity + capacity // 2, hint, 4096)
             for k in self.cols:  # one column at a time
-                grown = np.empty(new_capacity, dtype=self.dtypes[k])
+                grown = np.empty(new_capacity, dtype=self.cols[k].dtype)
                 grown[:self.size] = self.cols[k][:self.size]
                 self.cols[k] = grown
+        for k in self.narrow:
+            v = values[k]
+            if n and self.cols[k].dtype != self.dtypes[k]:
+                wanted = _narrowest_int(int(v.min()), int(v.max()), self.dtypes[k])
+                if wanted.itemsize > self.cols[k].itemsize:
+                    self.cols[k] = self.cols[k].astype(wanted)
         for k, v in values.items():
             self.cols[k][self.size:need] = v
         self.size = need
@@ -644,32 +658,45 @@ class _Columns:
         return col[rows]
 
 
+def _narrowest_int(lo: int, hi: int, widest: np.dtype) -> np.dtype:
+    for dt in (np.int8, np.int16, np.int32):
+        info = np.iinfo(dt)
+        if info.min <= lo and hi <= info.max:
+            return np.dtype(dt)
+    return widest
+
+
 _X_DTYPES = {"ts": np.float64, "dur": np.float32, "cat": np.int8, "name": np.int32, "thread": np.int32,
              "external_id": np.int64, "correlation": np.int64, "device": np.int16, "stream": np.int32,
              "shapes": np.int32, "types": np.int32, "nbytes": np.int64, "extra": np.int32}
+"""Each column's widest type; those in `_X_NARROW` are stored narrower while their values fit."""
+_X_NARROW = ("name", "thread", "external_id", "correlation", "device", "stream", "shapes", "types", "nbytes",
+             "extra")
 _MEM_DTYPES = {"ts": np.float64, "thread": np.int32, "nbytes": np.int64, "total_allocated": np.int64,
                "total_reserved": np.int64, "device_type": np.int8, "device_id": np.int16, "addr": np.int64}
 
 
-_NARROWABLE = ("external_id", "correlation", "nbytes")
-"""int64 in the JSON, but almost always small: stored as int32 when every value fits (-4 bytes
-an event each). Analyses only compare, index and sum them (numpy sums int32 into int64)."""
+ORDER_BLOCK = 1 << 20
+"""Rows compared at once when looking for equal starts after the sort (bounds its memory)."""
 
 
-def _fits_int32(col: np.ndarray) -> bool:
-    info = np.iinfo(np.int32)
-    return bool(col.min() >= info.min and col.max() <= info.max)
-
-
-def _start_order(ts: np.ndarray, dur: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """`rows` ordered by start, longer first on equal starts (then as given): a stable sort on
-    start alone (fast on a trace's nearly sorted runs), then only the tied rows re-sorted."""
-    order = rows[np.argsort(ts[rows], kind="stable")]
-    t = ts[order]
-    same = t[1:] == t[:-1]
-    tied = np.zeros(len(order), dtype=bool)
-    tied[1:] |= same
-    tied[:-1] |= same
+def _start_order(ts: np.ndarray, dur: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """`rows` (default: all) ordered by start, longer first on equal starts (then as given): a
+    stable sort on start alone (fast on a trace's nearly sorted runs), then only the tied rows
+    re-sorted. int32 positions when they fit: the order is held while every column is put in
+    it, and at 2.5 M rows a GB each byte of it is 2.5 MB."""
+    order = np.argsort(ts if rows is None else ts[rows], kind="stable")
+    if rows is not None:
+        order = rows[order]
+    if len(ts) < np.iinfo(np.int32).max:
+        order = order.astype(np.int32)
+    n = len(order)
+    tied = np.zeros(n, dtype=bool)
+    for a in range(0, max(n - 1, 0), ORDER_BLOCK):
+        t = ts[order[a:a + ORDER_BLOCK + 1]]
+        same = t[1:] == t[:-1]
+        tied[a:a + len(same)] |= same
+        tied[a + 1:a + 1 + len(same)] |= same
     if tied.any():
         at = np.flatnonzero(tied)
         sub = order[at]
@@ -687,7 +714,7 @@ class _Merger:
         self.index: dict[str, int] = {}
         self.thread_index: dict[tuple[int, int], int] = {}
         self.threads = Threads()
-        self.x = _Columns(_X_DTYPES)
+        self.x = _Columns(_X_DTYPES, _X_NARROW)
         self.mem = _Columns(_MEM_DTYPES)
         self.negative_dur = 0
         self.bytes_seen = 0
@@ -772,14 +799,14 @@ class _Merger:
             self.meta.warnings.append(f"{int((~valid).sum())} events without a timestamp were skipped")
         py = cat == Cat.PYTHON_FUNCTION
 
-        main_rows, py_rows = (_start_order(ts, dur, np.flatnonzero(m)) for m in (valid & ~py, valid & py))
+        if valid.all() and not py.any():  # the usual case: no row set to build
+            main_rows, py_rows = _start_order(ts, dur), np.empty(0, dtype=np.int32)
+        else:
+            main_rows, py_rows = (_start_order(ts, dur, np.flatnonzero(m)) for m in (valid & ~py, valid & py))
         del ts, dur, cat, valid, py
         main, python = {}, {}
         for k in _X_DTYPES:
-            col = x.cols[k]
-            if k in _NARROWABLE and n and _fits_int32(col[:n]):
-                x.cols[k] = col = col[:n].astype(np.int32)
-            python[k] = col[py_rows]
+            python[k] = x.cols[k][py_rows]
             main[k] = x.take(k, main_rows)
         del main_rows, py_rows
         table = EventTable(**main, strings=self.strings, threads=self.threads)
@@ -990,9 +1017,50 @@ def load_trace(
             raise TraceError(f"{path}: no events could be read ({meta.warnings[0]})")
         raise TraceError(f"{path}: the trace holds no events (empty \"traceEvents\")")
     _spans_not_ops(events)
+    del merger
+    return_freed_memory()
     if meta.rank is None:
         meta.rank = rank_from_path(path)
     return Trace(events=events, python=python, memory=memory, meta=meta)
+
+
+def _glibc(name: str, *argtypes):
+    try:
+        fn = getattr(ctypes.CDLL(None), name)  # glibc only
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = list(argtypes)
+    return fn
+
+
+_MALLOC_TRIM = _glibc("malloc_trim", ctypes.c_size_t)
+_MALLOPT = _glibc("mallopt", ctypes.c_int, ctypes.c_int)
+_M_MMAP_THRESHOLD = -3
+LARGE_ALLOCATION_BYTES = 1 << 20
+"""Allocations from this size get their own pages, returned to the OS when freed."""
+
+
+def return_large_frees_promptly() -> None:
+    """For torchneck's own process (the CLI): give every allocation of `LARGE_ALLOCATION_BYTES`
+    or more its own mapping, unmapped when freed (glibc's `mallopt(M_MMAP_THRESHOLD)`).
+
+    By default glibc raises that threshold to the largest block freed so far (up to 32 MB), so
+    after the loader frees its first column, numpy's temporaries of up to 32 MB come from the
+    heap, and freed ones stay there, scattered: measured on a 1 GB trace, 65 MB more resident
+    memory after host nesting than the arrays it keeps. Not done on import: a program that
+    imports torchneck as a library keeps its allocator as it was."""
+    if _MALLOPT is not None:
+        _MALLOPT(_M_MMAP_THRESHOLD, LARGE_ALLOCATION_BYTES)
+
+
+def return_freed_memory() -> None:
+    """Give memory freed by the loader back to the OS (glibc's `malloc_trim`; a no-op elsewhere).
+
+    Decoding in threads leaves tens of MB of freed slices and columns in glibc's per-thread
+    arenas, which it keeps for reuse by default: measured on a 1 GB trace, 45 MB of the
+    process's memory after loading was such free space, held through every analysis after."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)(?:[^\d]|$)", re.IGNORECASE)
@@ -1060,19 +1128,43 @@ def _load_serial(reader, meta, merger, progress, size) -> None:
 
 
 def _load_parallel(reader, meta, merger, workers, progress, size) -> None:
-    """Decode slices in worker processes. Slices are cut optimistically; one that fails in a
-    worker (a false boundary) is re-decoded together with the following slice, in order."""
-    import multiprocessing as mp
+    """Decode slices in worker threads (native scanner) or processes (msgspec). Slices are cut
+    optimistically; one that fails in a worker (a false boundary) is re-decoded together with
+    the following slice, in order.
 
-    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    as_ranges = not _is_gzip(reader.path)  # other processes can read it at any offset
+    Threads when the native scanner takes the first slice: it scans with the GIL released, so
+    threads run in parallel without pickling every column back from a process (a third of the
+    load time) and without a second interpreter's memory. A slice it declines later is decoded
+    by msgspec in its thread (holding the GIL: correct, only not parallel). Traces whose first
+    slice it declines (ROCm's string fields, odd types) go to forked processes as before."""
+    import multiprocessing as mp
+    from multiprocessing.pool import ThreadPool
+
+    as_ranges = not _is_gzip(reader.path)  # workers can read it at any offset
     gen = _slices(reader, meta, as_ranges=as_ranges)
     path = str(reader.path)
 
     def bytes_of(piece) -> bytes:
         return _read_range(path, *piece) if isinstance(piece, tuple) else piece
 
-    with ctx.Pool(workers) as pool:
+    try:
+        first = gen.send(None)
+    except StopIteration:
+        return
+    probe = None
+    if _scan is not None and not isinstance(first, _TailPiece) and not (
+            isinstance(first, bytes) and first.startswith(b"\x00salvage")):
+        data = bytes_of(first)
+        probe = _scan_columns(data)
+        if probe is not None:
+            probe.source_bytes = len(data)
+    if probe is not None:
+        pool_cm = ThreadPool(workers)
+    else:
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        pool_cm = ctx.Pool(workers)
+
+    with pool_cm as pool:
         in_flight: list[tuple[bytes | tuple[int, int], object]] = []
         carry = b""
 
@@ -1102,12 +1194,21 @@ def _load_parallel(reader, meta, merger, workers, progress, size) -> None:
                 if progress:
                     progress(min(reader.total, size * 20), size)
 
-        send = None
+        pending = [first]
+        if probe is not None:
+            merger.add(probe)
+            if progress:
+                progress(min(reader.total, size * 20), size)
+            pending = []
+        send = True if probe is not None else None
         while True:
-            try:
-                piece = gen.send(send)
-            except StopIteration:
-                break
+            if pending:
+                piece = pending.pop()
+            else:
+                try:
+                    piece = gen.send(send)
+                except StopIteration:
+                    break
             if isinstance(piece, tuple):
                 in_flight.append((piece, pool.apply_async(decode_range, (path, *piece))))
                 send = True
