@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from ..trace.table import Cat, EventTable, in_categories
-from .intervals import union_length
+from .intervals import overlapping_rows, union_length
 from .steps import Step, is_communication
 
 _TYPES = (
@@ -55,7 +55,7 @@ def collectives(table: EventTable, steps: list[Step]) -> dict:
         return {"present": False}
     lo, hi = min(s.start for s in steps), max(s.end for s in steps)
     ids = table.names_matching(is_communication)
-    rows = np.flatnonzero(ids[table.name] & (table.ts < hi) & (table.end > lo)) if len(ids) else np.empty(0, int)
+    rows = overlapping_rows(table.ts, table.dur, lo, hi, mask=ids[table.name]) if len(ids) else np.empty(0, int)
     if not len(rows):
         return {"present": False}
     device = table.cat[rows] == Cat.KERNEL

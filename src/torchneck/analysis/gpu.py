@@ -46,6 +46,7 @@ def gpu_summary(table: EventTable, lo: float, hi: float) -> dict:
     if not len(rows):
         return {"present": False}
     span = hi - lo
+    _launch_index(table)  # built now, before the per-device arrays exist: a lower peak
     devices = []
     for dev in np.unique(table.device[rows]).tolist():
         drows = rows[table.device[rows] == dev]
@@ -187,10 +188,11 @@ def _launch_index(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
     cached = getattr(table, "_launch_index", None)
     if cached is None:
         rt = np.flatnonzero(in_categories(table.cat, (Cat.RUNTIME, Cat.DRIVER)) & (table.correlation >= 0))
-        rt = rt[np.argsort(table.correlation[rt], kind="stable")]
         if len(table) < np.iinfo(np.int32).max:
             rt = rt.astype(np.int32)
-        cached = table._launch_index = (table.correlation[rt], rt)
+        keys = table.correlation[rt]
+        order = np.argsort(keys, kind="stable")
+        cached = table._launch_index = (keys[order], rt[order])
     return cached
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ROW_BLOCK = 1 << 18
+ROW_BLOCK = 1 << 16
 """Rows grouped at once: ~10 temporaries of this length, a few MB each."""
 
 

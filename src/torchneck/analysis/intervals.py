@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-ROW_BLOCK = 1 << 18
+ROW_BLOCK = 1 << 16
 """Table rows read at once by the functions below that take whole columns: their temporaries
 (a float64 end per row, masks) stay a few MB however long the table is."""
 

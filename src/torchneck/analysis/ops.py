@@ -389,7 +389,7 @@ def enclosing_sites(table, nesting: Nesting) -> np.ndarray:
     """Per row, the string id of the innermost `torchneck@` span enclosing it (itself included),
     or -1. Found by pointer jumping up the nesting's parent links (log depth passes)."""
     n = len(table)
-    site = np.full(n, -1, dtype=np.int64)
+    site = np.full(n, -1, dtype=np.int32)
     ann = np.flatnonzero(table.cat == Cat.USER_ANNOTATION)
     if not len(ann):
         return site

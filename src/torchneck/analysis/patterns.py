@@ -102,23 +102,26 @@ def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndar
         up = up[up >= 0]
         moving_mask[up[is_copy[up]]] = True
         up = nesting.parent[up]
+    del is_copy, up
     moving = np.flatnonzero(moving_mask).tolist()
     if not moving:
         return {"count": 0, "copy_us": 0.0}
     # The op right before it at the same caller: the last host op that ended before it started.
     # Only ops under the callers of these copies can be one (a few, usually): order just those.
     caller = callers(table, nesting, cpu)
-    keep = np.isin(caller, np.unique(callers(table, nesting, np.asarray(moving, dtype=np.int64))))
+    wanted = callers(table, nesting, np.asarray(moving, dtype=np.int64))
+    wanted_mask = np.zeros(len(table) + 1, dtype=bool)  # by caller row + 1 (0: top level)
+    wanted_mask[wanted + 1] = True
+    keep = wanted_mask[caller + 1]
+    del wanted_mask
     cpu_near, caller = cpu[keep], caller[keep]
     del keep
     order = np.lexsort((table.ts[cpu_near], caller, table.thread[cpu_near]))
     seq, caller = cpu_near[order], caller[order]
     del cpu_near, order
-    by_row = np.argsort(seq, kind="stable")
-    position = by_row[np.searchsorted(seq, moving, sorter=by_row)]
-    is_cpu_op = table.cat == Cat.CPU_OP
+    position = np.flatnonzero(moving_mask[seq])  # where each of the copies sits in that order
     hits = []
-    for op, i in zip(moving, position.tolist()):
+    for op, i in zip(seq[position].tolist(), position.tolist()):
         if i <= 0 or table.thread[seq[i - 1]] != table.thread[op] or caller[i - 1] != caller[i]:
             continue
         prev = int(seq[i - 1])
@@ -126,7 +129,7 @@ def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndar
         last = prev
         lo, hi = np.searchsorted(table.ts, [table.ts[prev], table.ts[prev] + table.dur[prev]], side="right")
         inside = np.arange(max(lo - 1, 0), hi)
-        inside = inside[is_cpu_op[inside] & (table.thread[inside] == table.thread[prev])]
+        inside = inside[(table.cat[inside] == Cat.CPU_OP) & (table.thread[inside] == table.thread[prev])]
         if len(inside):
             last = int(inside[np.argmax(table.ts[inside])])
         if fill_name[table.name[prev]] or fill_name[table.name[last]]:

@@ -75,7 +75,7 @@ def find_steps(table: EventTable) -> list[Step]:
     return [Step(0, lo, hi, "window")]
 
 
-STEP_BATCH_ROWS = 1 << 18
+STEP_BATCH_ROWS = 1 << 16
 """Steps are broken down a batch at a time, each batch holding about this many rows (or one
 step, however many it has): the unions of kernels and runtime calls, which do not shrink when
 merged, then stay a few MB instead of one array per category as long as the trace."""

@@ -806,22 +806,20 @@ static int run(Scan *s) {
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(data: bytes) -> tuple | None\n\n"
+"scan(data: bytes-like) -> tuple | None\n\n"
 "Decode comma-separated trace events into columns; None when the slice needs the Python decoder.\n"
 "Returns (n, columns: dict[str, bytes], strings: bytes of int64 (offset, length, kind) triples,\n"
 "others: bytes of int64 (start, end) spans of events that are neither X nor flows, flow_count).");
 
 static PyObject *scan(PyObject *self, PyObject *arg) {
     (void)self;
-    if (!PyBytes_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "scan() takes bytes");
-        return NULL;
-    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL; /* bytes, or a reused bytearray */
     Scan s;
     memset(&s, 0, sizeof(s));
-    s.base = (const unsigned char *)PyBytes_AS_STRING(arg);
+    s.base = (const unsigned char *)view.buf;
     s.p = s.base;
-    s.end = s.base + PyBytes_GET_SIZE(arg);
+    s.end = s.base + view.len;
     PyObject *result = NULL;
     if (interner_rehash(&s.in, 1024) < 0) {
         PyErr_NoMemory();
@@ -833,7 +831,7 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         goto done;
     }
     /* Sized for the usual ~250 bytes a complete event, so growing is rare. */
-    if (xcols_grow(&s.x, PyBytes_GET_SIZE(arg) / 250) < 0) {
+    if (xcols_grow(&s.x, view.len / 250) < 0) {
         PyErr_NoMemory();
         goto done;
     }
@@ -876,6 +874,7 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         free(triples);
     }
 done:
+    PyBuffer_Release(&view);
     xcols_free(&s.x);
     free(s.in.entries);
     free(s.in.slots);
