@@ -53,8 +53,10 @@ if os.environ.get("TORCHNECK_PURE_PYTHON"):  # to compare the two, or to sideste
     _scan = None
 
 BLOCK_BYTES = 4 << 20
-"""Bytes decoded at once. 8 MB is ~30k events: large enough that per-call overhead vanishes,
-small enough that the decoded structs (~10x the bytes) stay far below 200 MB."""
+"""Bytes decoded at once. 4 MB is ~15k events: large enough that per-call overhead vanishes
+(~250 slices a GB), small enough that the slices in flight and the per-thread read buffers
+(two workers, a few slices each) stay a few tens of MB, and msgspec's structs (~10x the
+bytes) far below 200 MB."""
 
 PARALLEL_MIN_BYTES = 96 << 20
 """Uncompressed size from which slices are decoded in worker processes; below it the pool's
@@ -208,6 +210,7 @@ class ChunkColumns:
     unknown_phases: dict[str, int]
     negative_dur: int
     source_bytes: int = 0
+    threads: tuple[np.ndarray, np.ndarray] | None = None  # (distinct pid<<32|tid, per row: which)
 
 
 def _num(value, default: int = -1) -> int:
@@ -608,8 +611,19 @@ def _python_columns(data: bytes) -> ChunkColumns | None:
 
 
 def _sized(chunk: ChunkColumns, source_bytes: int) -> ChunkColumns:
+    """Finish a worker's chunk: its size, and its (pid, tid) pairs found here, in the worker,
+    so the merging thread only maps the few distinct pairs."""
     chunk.source_bytes = source_bytes
+    chunk.threads = _thread_pairs(chunk.x["pid"], chunk.x["tid"])
     return chunk
+
+
+def _thread_pairs(pid: np.ndarray, tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct pid << 32 | tid of slice-local string ids, per row the index of its pair)."""
+    if not len(pid):
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
+    uniq, inverse = np.unique(pid.astype(np.int64) << 32 | tid.astype(np.int64), return_inverse=True)
+    return uniq, inverse.reshape(-1).astype(np.int32)
 
 
 def _read_range(path: str, start: int, stop: int) -> bytes:
@@ -700,11 +714,13 @@ class _Columns:
         return col[rows]
 
 
+_INT_BOUNDS = [(np.dtype(dt), int(np.iinfo(dt).min), int(np.iinfo(dt).max)) for dt in (np.int8, np.int16, np.int32)]
+
+
 def _narrowest_int(lo: int, hi: int, widest: np.dtype) -> np.dtype:
-    for dt in (np.int8, np.int16, np.int32):
-        info = np.iinfo(dt)
-        if info.min <= lo and hi <= info.max:
-            return np.dtype(dt)
+    for dt, low, high in _INT_BOUNDS:
+        if low <= lo and hi <= high:
+            return dt
     return widest
 
 
@@ -762,27 +778,29 @@ class _Merger:
         self.bytes_seen = 0
 
     def _global_ids(self, local: list[str]) -> np.ndarray:
-        out = np.empty(len(local), dtype=np.int32)
-        for i, s in enumerate(local):
-            g = self.index.get(s)
+        """Global string id of each slice-local string, with -1 appended (for "absent")."""
+        get = self.index.get
+        ids = [get(s) for s in local]
+        for i, g in enumerate(ids):
             if g is None:
-                g = self.index[s] = len(self.strings)
-                self.strings.append(s)
-            out[i] = g
-        return out
+                s = local[i]
+                g = self.index.get(s)  # a repeat within this slice
+                if g is None:
+                    g = self.index[s] = len(self.strings)
+                    self.strings.append(s)
+                ids[i] = g
+        ids.append(-1)
+        return np.array(ids, dtype=np.int32)
 
-    def _threads(self, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
-        if not len(pid):
-            return np.empty(0, dtype=np.int32)
-        pairs = pid.astype(np.int64) << 32 | tid.astype(np.int64)
-        uniq, inverse = np.unique(pairs, return_inverse=True)
+    def _threads(self, pairs: tuple[np.ndarray, np.ndarray], remap: np.ndarray) -> np.ndarray:
+        """Global thread ids per row from a slice's (pid, tid) pairs of local string ids."""
+        uniq, inverse = pairs
         ids = np.empty(len(uniq), dtype=np.int32)
         for i, key in enumerate(uniq.tolist()):
-            p, t = key >> 32, key & 0xFFFFFFFF
-            k = (p, t)
-            found = self.thread_index.get(k)
+            p, t = int(remap[key >> 32]), int(remap[key & 0xFFFFFFFF])
+            found = self.thread_index.get((p, t))
             if found is None:
-                found = self.thread_index[k] = len(self.threads.pid)
+                found = self.thread_index[(p, t)] = len(self.threads.pid)
                 self.threads.pid.append(self.strings[p])
                 self.threads.tid.append(self.strings[t])
             ids[i] = found
@@ -810,21 +828,18 @@ class _Merger:
             elif kind == "process_labels" and isinstance(value, str):
                 self.meta.process_labels[pid] = value
         if n:
-            def gl(arr: np.ndarray) -> np.ndarray:
-                return np.where(arr >= 0, remap[np.maximum(arr, 0)], -1).astype(np.int32)
-
             values = {k: x[k] for k in ("ts", "dur", "cat", "external_id", "correlation", "device", "stream",
                                         "nbytes")}
             values["name"] = remap[x["name"]]
-            values["thread"] = self._threads(remap[x["pid"]], remap[x["tid"]])
-            values["shapes"] = gl(x["shapes"])
-            values["types"] = gl(x["types"])
-            values["extra"] = gl(x["extra"])
+            pairs = chunk.threads if chunk.threads is not None else _thread_pairs(x["pid"], x["tid"])
+            values["thread"] = self._threads(pairs, remap)
+            for k in ("shapes", "types", "extra"):  # -1 (absent) picks the -1 at the end of remap
+                values[k] = remap[x[k]]
             self.x.append(values, size_hint)
         mem = chunk.mem
         if len(mem["ts"]):
             mem = dict(mem)
-            mem["thread"] = self._threads(remap[mem.pop("pid")], remap[mem.pop("tid")])
+            mem["thread"] = self._threads(_thread_pairs(mem.pop("pid"), mem.pop("tid")), remap)
             self.mem.append(mem)
 
     def finish(self) -> tuple[EventTable, EventTable, MemoryTable]:
@@ -1067,9 +1082,10 @@ def load_trace(
 
 
 def _glibc(name: str, *argtypes):
+    """A glibc allocator function, or None elsewhere (musl, macOS, Windows)."""
     try:
-        fn = getattr(ctypes.CDLL(None), name)  # glibc only
-    except (OSError, AttributeError):
+        fn = getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError, TypeError):
         return None
     fn.argtypes = list(argtypes)
     return fn
