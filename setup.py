@@ -1,8 +1,9 @@
-"""Only the optional C accelerator lives here; everything else is in pyproject.toml.
+"""Only the optional C accelerators live here; everything else is in pyproject.toml.
 
-`torchneck.trace._scan` decodes trace slices straight into columns (see its source). It is
-optional: where no C compiler is at hand the build goes on without it and the loader uses the
-pure-Python decoder, with the same results, only slower.
+`torchneck.trace._scan` decodes trace slices straight into columns, `torchneck.analysis._nest`
+walks the host call stacks (see their sources). Both are optional: where no C compiler is at
+hand the build goes on without them and the loader and `host_nesting` use their Python/numpy
+paths, with the same results, only slower.
 """
 
 import sys
@@ -10,5 +11,6 @@ import sys
 from setuptools import Extension, setup
 
 flags = [] if sys.platform == "win32" else ["-O3", "-std=c99", "-Wall", "-Wextra", "-Wno-unused-parameter"]
-setup(ext_modules=[Extension("torchneck.trace._scan", ["src/torchneck/trace/_scan.c"],
-                             extra_compile_args=flags, optional=True)])
+setup(ext_modules=[Extension(name, [source], extra_compile_args=flags, optional=True)
+                   for name, source in (("torchneck.trace._scan", "src/torchneck/trace/_scan.c"),
+                                        ("torchneck.analysis._nest", "src/torchneck/analysis/_nest.c"))])

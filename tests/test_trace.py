@@ -449,6 +449,7 @@ def test_vectorised_nesting_equals_the_stack_walk_on_real_traces(path, block, cp
     """Also with threads cut into small blocks (as large traces are) at empty-stack points."""
     import torchneck.analysis.ops as ops
 
+    monkeypatch.setattr(ops, "_nest", None)  # the numpy path (test_native_walk_* checks the C one)
     calls = []
     real = ops._nest_thread
     monkeypatch.setattr(ops, "_nest_thread", lambda *a: calls.append(len(a[0])) or real(*a))
@@ -598,3 +599,60 @@ def test_step_breakdown_in_small_batches_equals_one_batch(name, monkeypatch):
     for w, s in zip(whole, small):
         assert w.keys() == s.keys()
         np.testing.assert_allclose(list(s.values()), list(w.values()), rtol=1e-9, atol=1e-6)
+
+
+@pytest.mark.parametrize("path", SHARED[:6], ids=lambda p: p.name[:40])
+def test_native_walk_equals_the_numpy_nesting_exactly(path, cpu_trace, monkeypatch):
+    import torchneck.analysis.ops as ops
+
+    if ops._nest is None:
+        pytest.skip("the C walk is not built")
+    for p in (path, cpu_trace):
+        table = load_trace(p).events
+        native = host_nesting(table)
+        with monkeypatch.context() as m:
+            m.setattr(ops, "_nest", None)
+            vectorised = host_nesting(table)
+        np.testing.assert_array_equal(native.parent, vectorised.parent)
+        np.testing.assert_array_equal(native.depth, vectorised.depth)
+        np.testing.assert_array_equal(native.self_time, vectorised.self_time)
+        assert native.depth.dtype == np.int16 and native.self_time.dtype == np.float32
+
+
+def test_a_stack_deeper_than_int16_falls_back_to_numpy_with_int32_depth(tmp_path):
+    """40000 events each inside the one before: the C walk declines (int16 depth column) and
+    the numpy path nests them, widening depth to int32."""
+    n = 40_000
+    events = [{"ph": "X", "cat": "cpu_op", "name": "f", "pid": 1, "tid": 1, "ts": float(i), "dur": float(2 * (n - i))}
+              for i in range(n)]
+    p = tmp_path / "deep.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    nesting = host_nesting(load_trace(p).events)
+    assert nesting.depth.dtype == np.int32 and int(nesting.depth.max()) == n - 1
+    np.testing.assert_array_equal(nesting.parent, np.arange(-1, n - 1))
+    assert nesting.self_time[-1] == 2.0 and nesting.self_time[0] == 2.0
+
+
+def test_distinct_equals_numpy_unique_for_small_and_wide_ranges():
+    from torchneck.analysis.groups import distinct
+
+    rng = np.random.default_rng(3)
+    for values in (rng.integers(-1, 20, 5000).astype(np.int8), rng.integers(-5, 3000, 5000).astype(np.int16),
+                   rng.integers(0, 2**40, 5000), np.array([-1], dtype=np.int32), np.empty(0, dtype=np.int64)):
+        got = distinct(values)
+        np.testing.assert_array_equal(got, np.unique(values))
+        assert got.dtype == values.dtype
+
+
+def test_totals_by_id_equal_unique_and_bincount():
+    from torchneck.analysis.groups import totals_by_id
+
+    rng = np.random.default_rng(4)
+    ids = rng.integers(0, 300, 4000).astype(np.int16)
+    w = rng.random(4000)
+    present, count, total = totals_by_id(ids, w)
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    np.testing.assert_array_equal(present, uniq)
+    np.testing.assert_array_equal(count, np.bincount(inverse))
+    np.testing.assert_allclose(total, np.bincount(inverse, weights=w), rtol=1e-12)
+    assert len(totals_by_id(ids[:0], w[:0])[0]) == 0

@@ -7,6 +7,7 @@ import re
 import numpy as np
 
 from ..trace.table import Cat, EventTable, in_categories
+from .groups import distinct
 from .intervals import union_length
 from .ops import Nesting
 
@@ -74,7 +75,7 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: np.ndarray, lo: 
         # (resumed) frames is Python run eagerly: the code at a graph break, guards, glue.
         rest = d["time_us"] - d["nested_us"] - d["graph_us"] - d["compile_us"]
         d["eager_us"] = max(rest, 0.0) if split else None
-    threads = np.unique(table.thread[reg])
+    threads = distinct(table.thread[reg])
     cpu = rows[(table.cat[rows] == Cat.CPU_OP) & np.isin(table.thread[rows], threads)]
     in_region = union_length(table.ts[reg], table.ts[reg] + table.dur[reg], lo, hi)
     top_ops = cpu[nesting.parent[cpu] < 0] if len(cpu) else cpu

@@ -10,6 +10,7 @@ import re
 import numpy as np
 
 from ..trace.table import GPU_CATEGORIES, Cat, EventTable, in_categories
+from .groups import distinct, totals_by_id
 from .intervals import merge, overlapping_rows, union_length
 from .steps import is_communication
 
@@ -48,15 +49,13 @@ def gpu_summary(table: EventTable, lo: float, hi: float) -> dict:
     span = hi - lo
     _launch_index(table)  # built now, before the per-device arrays exist: a lower peak
     devices = []
-    for dev in np.unique(table.device[rows]).tolist():
+    for dev in distinct(table.device[rows]).tolist():
         drows = rows[table.device[rows] == dev]
         devices.append(_device_summary(table, drows, lo, hi, span, dev))
     kernels = rows[table.cat[rows] == Cat.KERNEL]
     families: dict[str, dict] = {}
     # Classify each distinct kernel name once, then sum per name with bincount.
-    names, inverse = np.unique(table.name[kernels], return_inverse=True)
-    time_per_name = np.bincount(inverse, weights=table.dur[kernels].astype(np.float64), minlength=len(names))
-    count_per_name = np.bincount(inverse, minlength=len(names))
+    names, count_per_name, time_per_name = totals_by_id(table.name[kernels], table.dur[kernels].astype(np.float64))
     for name_id, t_us, n in zip(names.tolist(), time_per_name.tolist(), count_per_name.tolist()):
         fam = kernel_family(table.strings[name_id])
         f = families.setdefault(fam, {"family": fam, "count": 0, "time_us": 0.0})
@@ -98,7 +97,7 @@ def _device_summary(table: EventTable, rows: np.ndarray, lo: float, hi: float, s
     memory = busy - compute_or_comm
     overlap = compute + comm_any - compute_or_comm
     streams = []
-    for stream in np.unique(table.stream[rows]).tolist():
+    for stream in distinct(table.stream[rows]).tolist():
         srows = rows[table.stream[rows] == stream]
         s_busy = union_length(table.ts[srows], table.ts[srows] + table.dur[srows], lo, hi)
         streams.append({"stream": int(stream), "events": int(len(srows)), "busy_us": s_busy,
@@ -223,7 +222,7 @@ def launch_statistics(table: EventTable, kernels: np.ndarray) -> dict:
         delay = table.ts[kernels[linked]] - table.ts[lr]
         out["launch_delay_median_us"] = float(np.median(delay))
         out["launch_delay_p90_us"] = float(np.percentile(delay, 90))
-        calls = np.unique(lr)
+        calls = distinct(lr)
         out["cpu_launch_mean_us"] = float(table.dur[calls].astype(np.float64).mean())
         out["launch_calls"] = int(len(calls))
         out["kernels_per_launch"] = float(len(lr) / len(calls))
@@ -233,12 +232,9 @@ def launch_statistics(table: EventTable, kernels: np.ndarray) -> dict:
 def _top_kernels(table: EventTable, kernels: np.ndarray, top: int = 20) -> list[dict]:
     if not len(kernels):
         return []
-    names = table.name[kernels]
-    uniq, inverse = np.unique(names, return_inverse=True)
-    total = np.bincount(inverse, weights=table.dur[kernels].astype(np.float64))
-    count = np.bincount(inverse)
+    uniq, count, total = totals_by_id(table.name[kernels], table.dur[kernels].astype(np.float64))
     out = []
-    for g in np.argsort(-total)[:top].tolist():
+    for g in np.argsort(-total, kind="stable")[:top].tolist():
         name = table.strings[uniq[g]]
         out.append({"name": name, "family": kernel_family(name), "count": int(count[g]),
                     "time_us": float(total[g]), "mean_us": float(total[g] / count[g])})

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..sites import parse_site
 from ..trace.table import Cat, EventTable, MemoryTable
+from .groups import distinct
 from .ops import Nesting
 
 DEVICE_TYPES = {0: "cpu", 1: "cuda"}
@@ -57,7 +58,7 @@ def _top_allocators(table: EventTable, memory: MemoryTable, win: np.ndarray, top
         return []
     ops = np.flatnonzero(table.cat == Cat.CPU_OP)
     out: dict[tuple[str, int], dict] = {}
-    for thread in np.unique(memory.thread[allocs]).tolist():
+    for thread in distinct(memory.thread[allocs]).tolist():
         a = allocs[memory.thread[allocs] == thread]
         o = ops[table.thread[ops] == thread]
         if not len(o):

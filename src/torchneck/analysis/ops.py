@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -10,6 +11,13 @@ import numpy as np
 from ..sites import LINE_PREFIX
 from ..trace.table import Cat, EventTable, in_categories
 from .groups import grouped_totals
+
+try:  # the optional C walk (setup.py); without it the numpy path gives the same nesting
+    from . import _nest
+except ImportError:  # pragma: no cover - built without a C compiler
+    _nest = None
+if os.environ.get("TORCHNECK_PURE_PYTHON"):
+    _nest = None
 
 HOST_CATEGORIES = (Cat.CPU_OP, Cat.USER_ANNOTATION, Cat.RUNTIME, Cat.DRIVER, Cat.SYNC)
 
@@ -49,9 +57,11 @@ def host_nesting(table: EventTable) -> Nesting:
         rows = host[np.lexsort((-table.dur[host], table.ts[host], table.thread[host]))]
     del host
     thread_sorted = table.thread[rows]
-    bounds = np.concatenate(([0], np.flatnonzero(np.diff(thread_sorted)) + 1, [len(rows)])).tolist()
+    bounds = np.concatenate(([0], np.flatnonzero(np.diff(thread_sorted)) + 1, [len(rows)])).astype(np.int64)
     del thread_sorted
-    for a, b in zip(bounds[:-1], bounds[1:]):
+    if _native_walk(table, rows, bounds, parent, depth, self_time):
+        return Nesting(parent, self_time, depth)
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         for seg, ts, end in _thread_blocks(table, rows[a:b]):
             dur = table.dur[seg].astype(np.float64)
             par_pos, dep, child = _nest_thread(ts, dur, end)
@@ -62,6 +72,21 @@ def host_nesting(table: EventTable) -> Nesting:
             depth[seg] = dep
             self_time[seg] = np.maximum(dur - child, 0.0)
     return Nesting(parent, self_time, depth)
+
+
+def _native_walk(table: EventTable, rows: np.ndarray, bounds: np.ndarray, parent: np.ndarray,
+                 depth: np.ndarray, self_time: np.ndarray) -> bool:
+    """The call-stack walk in C (`_nest.c`), straight into the output arrays; False (outputs
+    untouched for the numpy path) when it is not built, the columns are not the loader's
+    types, or a stack is deeper than the int16 depth column holds."""
+    if _nest is None or table.ts.dtype != np.float64 or table.dur.dtype != np.float32 \
+            or len(table) >= np.iinfo(np.int32).max:
+        return False
+    if _nest.walk(np.ascontiguousarray(table.ts), np.ascontiguousarray(table.dur), rows.astype(np.int32),
+                  bounds, parent, depth, self_time) == 0:
+        return True
+    parent[rows], depth[rows], self_time[rows] = -1, 0, table.dur[rows]  # as they were
+    return False
 
 
 NESTING_BLOCK = 1 << 16

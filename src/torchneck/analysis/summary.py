@@ -8,6 +8,7 @@ from ..trace.table import Cat, Trace
 from .compiled import compiled_summary
 from .distributed import collectives
 from .gpu import end_of_launched_work, gpu_summary
+from .groups import totals_by_id
 from .memory import memory_summary
 from .ops import (
     Nesting,
@@ -93,6 +94,6 @@ def _busiest_cpu_thread(t, rows) -> dict:
     cpu = rows[t.cat[rows] == Cat.CPU_OP]
     if not len(cpu):
         return {}
-    threads, counts = np.unique(t.thread[cpu], return_counts=True)
+    threads, counts, _ = totals_by_id(t.thread[cpu])
     th = int(threads[np.argmax(counts)])
     return {"pid": t.threads.pid[th], "tid": t.threads.tid[th], "ops": int(counts.max())}
