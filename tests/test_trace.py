@@ -543,8 +543,9 @@ def test_sampler_survives_a_handler_slower_than_its_interval():
 @pytest.mark.parametrize("block", [7, 1 << 18])
 def test_grouped_totals_in_blocks_equal_one_unique_over_all_rows(block, monkeypatch):
     import torchneck.analysis.groups as groups
+    import torchneck.analysis.intervals as intervals
 
-    monkeypatch.setattr(groups, "ROW_BLOCK", block)
+    monkeypatch.setattr(intervals, "ROW_BLOCK", block)
     rng = np.random.default_rng(1)
     rows = np.sort(rng.choice(10_000, 3000, replace=False)).astype(np.int32)
     key_col = rng.integers(0, 40, 10_000)

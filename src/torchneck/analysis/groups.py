@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ROW_BLOCK = 1 << 16
-"""Rows grouped at once: ~10 temporaries of this length, a few MB each."""
+from . import intervals
 
 
 @dataclass
@@ -30,10 +29,11 @@ class Groups:
 def grouped_totals(rows: np.ndarray, key_of: Callable[[np.ndarray], np.ndarray],
                    weights: list[Callable[[np.ndarray], np.ndarray]]) -> Groups:
     """Group `rows` by `key_of(rows)` (int64 keys) and total each of `weights(rows)` per group,
-    `ROW_BLOCK` rows at a time: exactly `np.unique` + `np.bincount` over all rows at once."""
+    `intervals.ROW_BLOCK` rows at a time: exactly `np.unique` + `np.bincount` over all rows."""
     parts: list[Groups] = []
-    for a in range(0, len(rows), ROW_BLOCK):
-        block = rows[a:a + ROW_BLOCK]
+    step = intervals.ROW_BLOCK
+    for a in range(0, len(rows), step):
+        block = rows[a:a + step]
         parts.append(_group(key_of(block), block, [np.bincount, *[w(block) for w in weights]]))
     if not parts:
         return Groups(np.empty(0, np.int64), np.empty(0, np.int64), [np.empty(0) for _ in weights],

@@ -7,8 +7,10 @@ from collections.abc import Iterable
 import numpy as np
 
 ROW_BLOCK = 1 << 16
-"""Table rows read at once by the functions below that take whole columns: their temporaries
-(a float64 end per row, masks) stay a few MB however long the table is."""
+"""Table rows read at once by analyses that work through whole columns (here, and
+`groups.grouped_totals`): their temporaries (a float64 end per row, keys, masks) stay under a
+MB each however long the table is, small enough to be reused from the heap rather than mapped
+afresh (`trace.loader.return_large_frees_promptly`)."""
 
 
 def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

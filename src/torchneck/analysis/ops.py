@@ -41,8 +41,10 @@ def host_nesting(table: EventTable) -> Nesting:
 
     Events on one thread nest like a call stack; an event's self time is its duration minus
     its direct children's. Non-host rows get parent -1 and self time = duration.
-    The answer is the call-stack walk's (`_nest_by_stack`), computed vectorised where events
-    nest properly (`_nest_thread`), one block of a thread at a time (`_thread_blocks`).
+    The answer is the call-stack walk's (`_nest_by_stack`): done in C over all threads at once
+    when the extension is built (`_nest.c`), else vectorised where events nest properly
+    (`_nest_thread`), one block of a thread at a time (`_thread_blocks`). Both give the same
+    arrays (tests/test_trace.py).
     """
     n = len(table)
     parent = np.full(n, -1, dtype=np.int32)
