@@ -55,7 +55,8 @@ def gpu_summary(table: EventTable, lo: float, hi: float) -> dict:
     kernels = rows[table.cat[rows] == Cat.KERNEL]
     families: dict[str, dict] = {}
     # Classify each distinct kernel name once, then sum per name with bincount.
-    names, count_per_name, time_per_name = totals_by_id(table.name[kernels], table.dur[kernels].astype(np.float64))
+    by_name = totals_by_id(table.name[kernels], table.dur[kernels].astype(np.float64))
+    names, count_per_name, time_per_name = by_name
     for name_id, t_us, n in zip(names.tolist(), time_per_name.tolist(), count_per_name.tolist()):
         fam = kernel_family(table.strings[name_id])
         f = families.setdefault(fam, {"family": fam, "count": 0, "time_us": 0.0})
@@ -74,7 +75,7 @@ def gpu_summary(table: EventTable, lo: float, hi: float) -> dict:
         "window_us": span,
         "devices": devices,
         "kernel_families": sorted(families.values(), key=lambda f: -f["time_us"]),
-        "top_kernels": _top_kernels(table, kernels),
+        "top_kernels": _top_kernels(table, by_name),
         "launch": launch_statistics(table, kernels),
         "memcpy": memcpy_summary(table, memcpy_rows),
     }
@@ -229,10 +230,9 @@ def launch_statistics(table: EventTable, kernels: np.ndarray) -> dict:
     return out
 
 
-def _top_kernels(table: EventTable, kernels: np.ndarray, top: int = 20) -> list[dict]:
-    if not len(kernels):
-        return []
-    uniq, count, total = totals_by_id(table.name[kernels], table.dur[kernels].astype(np.float64))
+def _top_kernels(table: EventTable, by_name: tuple[np.ndarray, np.ndarray, np.ndarray], top: int = 20) -> list[dict]:
+    """The kernels with the most time, from (name ids, counts, µs) per kernel name."""
+    uniq, count, total = by_name
     out = []
     for g in np.argsort(-total, kind="stable")[:top].tolist():
         name = table.strings[uniq[g]]

@@ -29,39 +29,31 @@ class Groups:
 def grouped_totals(rows: np.ndarray, key_of: Callable[[np.ndarray], np.ndarray],
                    weights: list[Callable[[np.ndarray], np.ndarray]]) -> Groups:
     """Group `rows` by `key_of(rows)` (int64 keys) and total each of `weights(rows)` per group,
-    `intervals.ROW_BLOCK` rows at a time: exactly `np.unique` + `np.bincount` over all rows."""
-    parts: list[Groups] = []
+    `intervals.ROW_BLOCK` rows at a time: exactly `np.unique` + `np.bincount` over all rows.
+    Counts are totalled as a weight of one a row."""
     step = intervals.ROW_BLOCK
-    for a in range(0, len(rows), step):
-        block = rows[a:a + step]
-        parts.append(_group(key_of(block), block, [np.bincount, *[w(block) for w in weights]]))
+    parts = [_group(key_of(block), block, [np.ones(len(block)), *[w(block) for w in weights]])
+             for block in (rows[a:a + step] for a in range(0, len(rows), step))]
     if not parts:
         return Groups(np.empty(0, np.int64), np.empty(0, np.int64), [np.empty(0) for _ in weights],
                       np.empty(0, np.int64))
-    if len(parts) == 1:
-        return parts[0]
-    keys = np.concatenate([p.keys for p in parts])
-    first = np.concatenate([p.first_row for p in parts])
-    counts = np.concatenate([p.count for p in parts])
-    sums = [np.concatenate([p.sums[i] for p in parts]) for i in range(len(weights))]
-    merged = _group(keys, first, [counts, *sums])
-    return merged
+    if len(parts) > 1:  # merge the blocks' groups: keys repeat across blocks, first rows keep order
+        parts = [_group(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                        [np.concatenate([p[2][i] for p in parts]) for i in range(len(weights) + 1)])]
+    keys, first_row, sums = parts[0]
+    return Groups(keys, sums[0].astype(np.int64), sums[1:], first_row)
 
 
-def _group(keys: np.ndarray, rows: np.ndarray, values: list) -> Groups:
-    """Group `keys`; the first of `values` is either `np.bincount` (count the rows) or per-key
-    counts to add; the rest are weights to total. `first_row`: the row of each key's first
-    occurrence in `rows`."""
+def _group(keys: np.ndarray, rows: np.ndarray, weights: list) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """(distinct keys as int64, the row of each key's first occurrence in `rows`, the total of
+    each of `weights` per key)."""
     uniq, inverse = np.unique(keys, return_inverse=True)
     inverse = inverse.reshape(-1)
     n = len(uniq)
-    count_in = values[0]
-    count = (np.bincount(inverse, minlength=n) if count_in is np.bincount
-             else np.bincount(inverse, weights=count_in, minlength=n).astype(np.int64))
-    sums = [np.bincount(inverse, weights=np.asarray(w, dtype=np.float64), minlength=n) for w in values[1:]]
+    sums = [np.bincount(inverse, weights=np.asarray(w, dtype=np.float64), minlength=n) for w in weights]
     first_row = np.zeros(n, dtype=np.int64)
     first_row[inverse[::-1]] = rows[::-1]
-    return Groups(uniq.astype(np.int64), count, sums, first_row)
+    return uniq.astype(np.int64), first_row, sums
 
 
 SMALL_RANGE = 1 << 16

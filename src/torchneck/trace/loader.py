@@ -637,9 +637,9 @@ _READ_BUFFERS = threading.local()
 
 def _read_range_reused(path: str, start: int, stop: int) -> tuple[bytearray, int]:
     """Bytes [start, stop) of the file into this thread's reused buffer: (buffer, length).
-    A fresh 8 MB `bytes` a slice would be new pages each time (zeroed by the kernel: ~2000
-    page faults a slice, a tenth of the load time) once large blocks are mapped on their own
-    (`return_large_frees_promptly`)."""
+    A fresh `bytes` a slice (`BLOCK_BYTES`) would be new pages each time, zeroed by the kernel
+    (measured at 8 MB slices: ~2000 page faults a slice, a tenth of the load time), once large
+    blocks are mapped on their own (`return_large_frees_promptly`)."""
     want = stop - start
     buf = getattr(_READ_BUFFERS, "buf", None)
     if buf is None or len(buf) < want:
@@ -1221,7 +1221,7 @@ def _load_parallel(reader, meta, merger, workers, progress, size) -> None:
         data = bytes_of(first)
         probe = _scan_columns(data)
         if probe is not None:
-            probe.source_bytes = len(data)
+            probe = _sized(probe, len(data))
     if probe is not None:
         pool_cm = ThreadPool(workers)
     else:
