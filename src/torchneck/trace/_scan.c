@@ -58,9 +58,32 @@ typedef struct {
     Py_ssize_t n, cap;
 } I64Vec;
 
+/* The member at one position of the previous event (or of its args), to recognise the same key
+   again by comparing bytes instead of parsing: a trace's events repeat their keys in one order,
+   and most of the scan's time went into reading keys and skipping values nobody reads. */
+typedef struct {
+    int64_t off;       /* where that member began (its key's opening quote) */
+    int32_t key_len;   /* bytes from the quote up to its value, e.g. `"name": `; 0: nothing known */
+    int32_t which;     /* what the key meant (event_key / args_key) */
+    int32_t value_len; /* the value's length when it was skipped (not read), else 0 */
+} Guess;
+
+#define GUESSES 32
+
+/* The string a field of the previous complete event interned: consecutive events mostly share
+   their category, pid, tid and often name, so comparing with it skips hashing. */
+typedef struct {
+    int64_t off, len, kind;
+    int32_t id; /* -1: nothing yet */
+} Recent;
+
+enum { R_NAME, R_CAT, R_PID, R_TID, R_DIMS, R_TYPES, R_STACK, R_COLL, RECENT_SLOTS };
+
 typedef struct {
     const unsigned char *base, *p, *end;
     Interner in;
+    Guess event_guess[GUESSES], args_guess[GUESSES];
+    Recent recent[RECENT_SLOTS];
     XCols x;
     I64Vec others; /* (start, end) byte offsets of non-X, non-flow events */
     int64_t flows;
@@ -114,6 +137,22 @@ static void xcols_free(XCols *x) {
 /* ------------------------------------------------------------------------------------------ */
 /* interning: strings are keyed by (kind, bytes); the table holds offsets into the input */
 
+/* Whether n bytes at a equal those at b (short spans: keys and small values). */
+static inline int same_bytes(const unsigned char *a, const unsigned char *b, int64_t n) {
+    while (n >= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y) return 0;
+        a += 8;
+        b += 8;
+        n -= 8;
+    }
+    for (; n > 0; n--, a++, b++)
+        if (*a != *b) return 0;
+    return 1;
+}
+
 /* Eight bytes at a time: names, shapes and stacks are hashed once per event. */
 static uint64_t hash_bytes(const unsigned char *s, int64_t len, int64_t kind) {
     const uint64_t k = 0x9E3779B97F4A7C15ULL;
@@ -162,7 +201,7 @@ static int32_t intern(Scan *s, int64_t off, int64_t len, int64_t kind) {
         if (id < 0) break;
         Entry *e = &in->entries[id];
         if (e->hash == h && e->len == len && e->kind == kind &&
-            (len == 0 || memcmp(s->base + e->off, str, (size_t)len) == 0))
+            same_bytes(s->base + e->off, str, len))
             return id;
         j = (j + 1) & mask;
     }
@@ -184,13 +223,23 @@ static int32_t intern(Scan *s, int64_t off, int64_t len, int64_t kind) {
     return id;
 }
 
-/* intern(), with out-of-memory recorded for the caller: 0, or -1 to stop the scan. */
-static int intern_id(Scan *s, int64_t off, int64_t len, int64_t kind, int32_t *id) {
+/* intern(), with out-of-memory recorded for the caller: 0, or -1 to stop the scan. The id is
+   looked up through the field's `Recent` entry first. */
+static int intern_id(Scan *s, int slot, int64_t off, int64_t len, int64_t kind, int32_t *id) {
+    Recent *r = &s->recent[slot];
+    if (r->id >= 0 && r->len == len && r->kind == kind && same_bytes(s->base + r->off, s->base + off, len)) {
+        *id = r->id;
+        return 0;
+    }
     *id = intern(s, off, len, kind);
     if (*id < 0) {
         s->failed = 1;
         return -1;
     }
+    r->off = off;
+    r->len = len;
+    r->kind = kind;
+    r->id = *id;
     return 0;
 }
 
@@ -428,6 +477,65 @@ static int read_key(Scan *s, int64_t *off, int64_t *len, int *escaped) {
     return s->p < s->end ? 0 : -1;
 }
 
+static int skip_value(Scan *s, int depth);
+
+/* The key at s->p read by recognising it: 1 if its bytes repeat those of the member `g`
+   remembers (the same key, unescaped, and the same spacing up to the value), s->p then on the
+   value; 0 if not (nothing consumed); -1 if no value follows. Identical bytes at a key position
+   tokenise identically, so this accepts exactly what read_key would. */
+static inline int guessed_key(Scan *s, const Guess *g, int *which) {
+    if (g->key_len == 0 || s->end - s->p <= g->key_len || !same_bytes(s->p, s->base + g->off, g->key_len))
+        return 0;
+    s->p += g->key_len;
+    skip_ws(s); /* the previous value may have followed the colon more closely */
+    if (s->p >= s->end) return -1;
+    *which = g->which;
+    return 1;
+}
+
+/* A skipped value recognised the same way: 1 if the bytes at s->p repeat the remembered value
+   and are followed by a byte that ends a value (a longer number is not the same number). */
+static inline int guessed_value(Scan *s, const Guess *g) {
+    int64_t n = g->value_len;
+    if (n == 0 || s->end - s->p <= n || !same_bytes(s->p, s->base + g->off + g->key_len, n)) return 0;
+    unsigned char after = s->p[n];
+    if (after != ',' && after != '}' && after != ' ' && after != '\n' && after != '\r' && after != '\t') return 0;
+    s->p += n;
+    return 1;
+}
+
+/* The key of the member beginning at `start` (s->p at '"'): recognised from `g` when it repeats,
+   else read and remembered in `g`. `decode` maps a key's bytes to what it means. */
+static inline int member_key(Scan *s, Guess *g, int (*decode)(const unsigned char *, int64_t), int *which) {
+    int guessed = g ? guessed_key(s, g, which) : 0;
+    if (guessed) return guessed > 0 ? 0 : -1;
+    const unsigned char *start = s->p;
+    int64_t off, len;
+    int esc;
+    if (read_key(s, &off, &len, &esc) < 0) return -1;
+    if (esc) return -1; /* an escaped key might spell a declared one */
+    *which = decode(s->base + off, len);
+    if (g) {
+        g->off = start - s->base;
+        g->key_len = (s->p - start) < INT32_MAX ? (int32_t)(s->p - start) : 0;
+        g->which = *which;
+        g->value_len = 0;
+    }
+    return 0;
+}
+
+/* Skip the value of a member nobody reads, recognising a repeat of the previous one. */
+static inline int skip_member_value(Scan *s, Guess *g, const unsigned char *member_start, int depth) {
+    if (g && guessed_value(s, g)) return 0;
+    const unsigned char *start = s->p;
+    if (skip_value(s, depth) < 0) return -1;
+    if (g && g->key_len) { /* remember this one: the key's bytes at member_start are the same */
+        g->off = member_start - s->base;
+        g->value_len = (s->p - start) < INT32_MAX ? (int32_t)(s->p - start) : 0;
+    }
+    return 0;
+}
+
 /* After a member of a container: 1 if another follows (past the comma), 0 if `close` ended the
    container, -1 otherwise. */
 static int next_member(Scan *s, unsigned char close) {
@@ -594,14 +702,13 @@ static inline void clear_args(Args *a) {
 static int parse_args(Scan *s, Args *a, int depth) {
     /* s->p is at '{' */
     int more = open_container(s, '}');
-    while (more > 0) {
-        int64_t koff, klen;
-        int kesc;
-        if (read_key(s, &koff, &klen, &kesc) < 0) return -1;
-        if (kesc) return -1; /* an escaped key might spell a declared one */
-        int which = args_key(s->base + koff, klen);
+    for (int member = 0; more > 0; member++) {
+        Guess *g = member < GUESSES ? &s->args_guess[member] : NULL;
+        const unsigned char *member_start = s->p;
+        int which;
+        if (member_key(s, g, args_key, &which) < 0) return -1;
         if (which < 0) {
-            if (skip_value(s, depth + 1) < 0) return -1;
+            if (skip_member_value(s, g, member_start, depth + 1) < 0) return -1;
         } else {
             Field *fp = &a->f[which];
             if (read_field(s, fp, depth + 1) < 0) return -1;
@@ -649,21 +756,21 @@ static int event_key(const unsigned char *k, int64_t len) {
 }
 
 /* The id of a pid/tid value: strings by their content, integers by their text (= str(int)). */
-static int thread_part_id(Scan *s, const Field *f, int32_t *id) {
+static int thread_part_id(Scan *s, int slot, const Field *f, int32_t *id) {
     if (f->type == ABSENT) {
         *id = 0; /* the reserved KIND_ZERO entry */
         return 0;
     }
-    if (f->type == STRING) return intern_id(s, f->off, f->len, KIND_JSON, id);
+    if (f->type == STRING) return intern_id(s, slot, f->off, f->len, KIND_JSON, id);
     if (f->type == NUMBER && f->num.is_int) {
         const unsigned char *t = s->base + f->off;
         if (f->len >= 2 && t[0] == '-' && t[1] == '0') return -1; /* -0: str(int) is "0" */
-        return intern_id(s, f->off, f->len, KIND_RAW, id);
+        return intern_id(s, slot, f->off, f->len, KIND_RAW, id);
     }
     return -1;
 }
 
-static int string_id(Scan *s, const Field *f, int32_t absent, int32_t *id) {
+static int string_id(Scan *s, int slot, const Field *f, int32_t absent, int32_t *id) {
     if (f->type == ABSENT) {
         *id = absent;
         return 0;
@@ -673,7 +780,7 @@ static int string_id(Scan *s, const Field *f, int32_t absent, int32_t *id) {
         *id = -1;
         return 0;
     }
-    return intern_id(s, f->off, f->len, KIND_JSON, id);
+    return intern_id(s, slot, f->off, f->len, KIND_JSON, id);
 }
 
 static int int_arg(Scan *s, const Field *f, int64_t absent, int64_t *out) {
@@ -693,10 +800,10 @@ static int emit_x(Scan *s, Field *ev, Args *a) {
     }
     Py_ssize_t i = x->n;
     /* name, cat: strings */
-    if (string_id(s, &ev[E_NAME], 1, &x->name[i]) < 0) return -1;
-    if (string_id(s, &ev[E_CAT], 1, &x->cat[i]) < 0) return -1;
-    if (thread_part_id(s, &ev[E_PID], &x->pid[i]) < 0) return -1;
-    if (thread_part_id(s, &ev[E_TID], &x->tid[i]) < 0) return -1;
+    if (string_id(s, R_NAME, &ev[E_NAME], 1, &x->name[i]) < 0) return -1;
+    if (string_id(s, R_CAT, &ev[E_CAT], 1, &x->cat[i]) < 0) return -1;
+    if (thread_part_id(s, R_PID, &ev[E_PID], &x->pid[i]) < 0) return -1;
+    if (thread_part_id(s, R_TID, &ev[E_TID], &x->tid[i]) < 0) return -1;
     /* ts, dur: numbers */
     if (ev[E_TS].type == ABSENT) {
         x->ts[i] = NAN;
@@ -716,12 +823,12 @@ static int emit_x(Scan *s, Field *ev, Args *a) {
     for (int k = A_DIMS; k <= A_TYPES; k++) {
         const Field *f = &a->f[k];
         int32_t id = -1;
-        if (f->type != ABSENT && intern_id(s, f->off, f->len, KIND_RAW, &id) < 0) return -1;
+        if (f->type != ABSENT && intern_id(s, k == A_DIMS ? R_DIMS : R_TYPES, f->off, f->len, KIND_RAW, &id) < 0) return -1;
         if (k == A_DIMS) x->dims[i] = id;
         else x->types[i] = id;
     }
-    if (string_id(s, &a->f[A_STACK], -1, &x->stack[i]) < 0) return -1;
-    if (string_id(s, &a->f[A_COLL], -1, &x->coll[i]) < 0) return -1;
+    if (string_id(s, R_STACK, &a->f[A_STACK], -1, &x->stack[i]) < 0) return -1;
+    if (string_id(s, R_COLL, &a->f[A_COLL], -1, &x->coll[i]) < 0) return -1;
     x->n++;
     return 0;
 }
@@ -736,12 +843,11 @@ static int parse_event(Scan *s) {
     int args_bad = 0;
     int more = open_container(s, '}');
     if (more == 0) return -1; /* {}: no "ph", the Python decoder says what it is */
-    while (more > 0) {
-        int64_t koff, klen;
-        int kesc;
-        if (read_key(s, &koff, &klen, &kesc) < 0) return -1;
-        if (kesc) return -1;
-        int which = event_key(s->base + koff, klen);
+    for (int member = 0; more > 0; member++) {
+        Guess *g = member < GUESSES ? &s->event_guess[member] : NULL;
+        const unsigned char *member_start = s->p;
+        int which;
+        if (member_key(s, g, event_key, &which) < 0) return -1;
         if (which == 100) {
             if (*s->p == '{') {
                 clear_args(&a);
@@ -755,7 +861,7 @@ static int parse_event(Scan *s) {
             if (which == E_PH && ev[E_PH].type != ABSENT) return -1; /* two tags */
             if (read_field(s, &ev[which], 1) < 0) return -1;
         } else {
-            if (skip_value(s, 1) < 0) return -1;
+            if (skip_member_value(s, g, member_start, 1) < 0) return -1;
         }
         more = next_member(s, '}');
     }
@@ -821,6 +927,7 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     s.p = s.base;
     s.end = s.base + view.len;
     PyObject *result = NULL;
+    for (int i = 0; i < RECENT_SLOTS; i++) s.recent[i].id = -1;
     if (interner_rehash(&s.in, 1024) < 0) {
         PyErr_NoMemory();
         goto done;
