@@ -657,3 +657,62 @@ def test_totals_by_id_equal_unique_and_bincount():
     np.testing.assert_array_equal(count, np.bincount(inverse))
     np.testing.assert_allclose(total, np.bincount(inverse, weights=w), rtol=1e-12)
     assert len(totals_by_id(ids[:0], w[:0])[0]) == 0
+
+
+def test_union_length_in_blocks_equals_the_merged_union(monkeypatch):
+    """The running-end sum over blocks (spans sorted by start) equals merging every span; spans
+    out of order take the merge."""
+    import torchneck.analysis.intervals as iv
+
+    monkeypatch.setattr(iv, "ROW_BLOCK", 37)
+    rng = np.random.default_rng(5)
+    for n in (1, 36, 37, 38, 1000):
+        starts = np.sort(rng.uniform(0, 500, n))
+        ends = starts + rng.exponential(4, n)
+        ends[::9] += 60  # long spans covering later blocks
+        for lo, hi in ((-np.inf, np.inf), (100.0, 300.0), (250.0, 250.5)):
+            s, e = iv.merge(np.clip(starts, lo, hi), np.clip(ends, lo, hi))
+            want = float(np.sum(e - s))
+            assert iv.union_length(starts, ends, lo, hi) == pytest.approx(want, rel=1e-12, abs=1e-9)
+            shuffled = rng.permutation(n)
+            assert iv.union_length(starts[shuffled], ends[shuffled], lo, hi) == pytest.approx(want, rel=1e-12, abs=1e-9)
+
+
+def test_rows_starting_in_a_window_on_sorted_and_unsorted_tables(monkeypatch):
+    import torchneck.analysis.ops as ops_mod
+
+    monkeypatch.setattr(ops_mod, "ROW_BLOCK", 37)
+    table = load_trace(DATA / "timeline_analysis__sampled_rank-0.json.gz").events
+    lo, hi = float(table.ts[50]), float(table.ts[4000])
+    shuffled = table.select(np.random.default_rng(0).permutation(len(table)))
+    for t in (table, shuffled):
+        got = ops_mod.rows_starting_in(t, lo, hi)
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, np.flatnonzero((t.ts >= lo) & (t.ts < hi)))
+    assert len(ops_mod.rows_starting_in(table, lo, hi)) > 3000
+
+
+def test_analyses_on_a_second_thread_equal_one_thread(monkeypatch):
+    """The GPU and step-time analyses run on a worker thread beside the host-op ones: the same
+    result as one thread, and an error there reaches the caller."""
+    import threading
+
+    import torchneck.analysis.summary as summary_mod
+
+    seen = []
+    real = summary_mod.gpu_summary
+    monkeypatch.setattr(summary_mod, "gpu_summary",
+                        lambda *a: seen.append(threading.current_thread().name) or real(*a))
+    results = []
+    for threads in ("1", "2"):
+        monkeypatch.setenv("TORCHNECK_ANALYSIS_THREADS", threads)
+        results.append(analyze_trace(load_trace(DATA / "gpu_h100__two_streams.json.gz")))
+    assert results[0] == results[1] and results[0]["gpu"]["present"]
+    assert seen[0] == threading.main_thread().name and seen[1].startswith("torchneck-analysis")
+
+    def broken(*a):
+        raise RuntimeError("gpu analysis failed")
+
+    monkeypatch.setattr(summary_mod, "gpu_summary", broken)
+    with pytest.raises(RuntimeError, match="gpu analysis failed"):
+        analyze_trace(load_trace(DATA / "gpu_h100__two_streams.json.gz"))

@@ -65,9 +65,9 @@ def collectives(table: EventTable, steps: list[Step]) -> dict:
     by_type = []
     for kind in sorted(set(kinds.tolist())):
         r = rows[kinds == kind]
-        t = union_length(table.ts[r], table.end[r], lo, hi)
+        t = union_length(table.ts[r], table.ts[r] + table.dur[r], lo, hi)
         by_type.append({"type": kind, "count": int(len(r)), "time_us": t, "per_step_us": t / len(steps)})
-    total = union_length(table.ts[rows], table.end[rows], lo, hi)
+    total = union_length(table.ts[rows], table.ts[rows] + table.dur[rows], lo, hi)
     return {"present": True, "side": side, "time_us": total, "per_step_us": total / len(steps),
             "steps": len(steps), "by_type": sorted(by_type, key=lambda d: -d["time_us"])}
 

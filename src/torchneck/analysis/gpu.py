@@ -11,7 +11,7 @@ import numpy as np
 
 from ..trace.table import GPU_CATEGORIES, Cat, EventTable, in_categories
 from .groups import distinct, totals_by_id
-from .intervals import merge, overlapping_rows, union_length
+from .intervals import ascending, merge, overlapping_rows, union_length
 from .steps import is_communication
 
 KERNEL_WAIT_US = 30.0
@@ -86,14 +86,15 @@ def _device_summary(table: EventTable, rows: np.ndarray, lo: float, hi: float, s
     ts = table.ts[rows]
     end = ts + table.dur[rows]
     busy = union_length(ts, end, lo, hi)
-    names = table.name[rows]
     comm_ids = table.names_matching(is_communication)
-    is_comm = comm_ids[names] & (table.cat[rows] == Cat.KERNEL)
+    is_comm = comm_ids[table.name[rows]] & (table.cat[rows] == Cat.KERNEL)
     is_compute = (table.cat[rows] == Cat.KERNEL) & ~is_comm
     # HTA temporal breakdown: compute, then communication not overlapping compute, then memory.
     compute = union_length(ts[is_compute], end[is_compute], lo, hi)
     comm_any = union_length(ts[is_comm], end[is_comm], lo, hi)
-    compute_or_comm = union_length(ts[is_compute | is_comm], end[is_compute | is_comm], lo, hi)
+    is_compute |= is_comm
+    compute_or_comm = union_length(ts[is_compute], end[is_compute], lo, hi)
+    del ts, end, is_comm, is_compute
     communication = compute_or_comm - compute
     memory = busy - compute_or_comm
     overlap = compute + comm_any - compute_or_comm
@@ -127,25 +128,35 @@ def idle_breakdown(table: EventTable, rows: np.ndarray, lo: float, hi: float) ->
     - edges: idle before the first and after the last GPU event of the window.
     The four add up to the device's idle time in the window.
     """
-    order = rows[np.argsort(table.ts[rows], kind="stable")]
-    ts = np.clip(table.ts[order], lo, hi)
-    end = np.clip(table.ts[order] + table.dur[order], lo, hi)
-    if not len(order):
+    if not len(rows):
         return {"host_wait_us": 0.0, "kernel_wait_us": 0.0, "other_us": 0.0, "edges_us": hi - lo}
-    run_end = np.maximum.accumulate(end)
-    gaps = ts[1:] - run_end[:-1]
-    idx = np.flatnonzero(gaps > 0)
-    gap = gaps[idx]
-    nxt = order[idx + 1]
-    launcher = launching_rows(table, nxt)
+    ts = table.ts[rows]
+    order = rows
+    if not ascending(ts):  # rows of the loaded (sorted) table come in start order already
+        by_start = np.argsort(ts, kind="stable")
+        order, ts = rows[by_start], ts[by_start]
+        del by_start
+    run_end = ts + table.dur[order]
+    np.clip(ts, lo, hi, out=ts)
+    np.clip(run_end, lo, hi, out=run_end)
+    np.maximum.accumulate(run_end, out=run_end)
+    edges = float((ts[0] - lo) + (hi - run_end[-1]))
+    np.subtract(ts[1:], run_end[:-1], out=ts[1:])  # ts[1:] now holds the gap before each event
+    idx = np.flatnonzero(ts[1:] > 0)
+    gap = ts[1:][idx]
+    idle_from = run_end[idx]
+    del ts, run_end
+    launcher = launching_rows(table, order[idx + 1])
+    del idx
     launched = np.where(launcher >= 0, table.ts[np.maximum(launcher, 0)], np.nan)
-    hw = launched > run_end[idx]  # launched after the device went idle (as HTA: strictly after)
+    del launcher
+    hw = launched > idle_from  # launched after the device went idle (as HTA: strictly after)
     kw = ~hw & (gap < KERNEL_WAIT_US)
     return {
         "host_wait_us": float(gap[hw].sum()),
         "kernel_wait_us": float(gap[kw].sum()),
         "other_us": float(gap[~hw & ~kw].sum()),
-        "edges_us": float((ts[0] - lo) + (hi - run_end[-1])),
+        "edges_us": edges,
     }
 
 
@@ -171,7 +182,7 @@ def launching_rows(table: EventTable, rows: np.ndarray) -> np.ndarray:
     """For GPU events `rows`: the runtime/driver call that launched each (same correlation id;
     the last such call if an id repeats), or -1."""
     keys, rt = _launch_index(table)
-    out = np.full(len(rows), -1, dtype=np.int64)
+    out = np.full(len(rows), -1, dtype=rt.dtype)
     if not len(rt) or not len(rows):
         return out
     wanted = table.correlation[rows]
@@ -207,22 +218,27 @@ def launch_statistics(table: EventTable, kernels: np.ndarray) -> dict:
     """
     if not len(kernels):
         return {"kernels": 0}
-    launch_rows = launching_rows(table, kernels)
-    linked = launch_rows >= 0
     kdur = table.dur[kernels].astype(np.float64)
+    short = int((kdur < SHORT_KERNEL_US).sum())
     out = {
         "kernels": int(len(kernels)),
         "kernel_mean_us": float(kdur.mean()),
-        "kernel_median_us": float(np.median(kdur)),
-        "short_kernels": int((kdur < SHORT_KERNEL_US).sum()),
-        "short_share": float((kdur < SHORT_KERNEL_US).mean()),
-        "linked_launches": int(linked.sum()),
+        "kernel_median_us": float(np.median(kdur, overwrite_input=True)),
+        "short_kernels": short,
+        "short_share": short / len(kernels),
     }
+    del kdur
+    launch_rows = launching_rows(table, kernels)
+    linked = launch_rows >= 0
+    out["linked_launches"] = int(linked.sum())
     if linked.any():
         lr = launch_rows[linked]
+        del launch_rows
         delay = table.ts[kernels[linked]] - table.ts[lr]
-        out["launch_delay_median_us"] = float(np.median(delay))
-        out["launch_delay_p90_us"] = float(np.percentile(delay, 90))
+        del linked
+        out["launch_delay_median_us"] = float(np.median(delay, overwrite_input=True))  # reorders only
+        out["launch_delay_p90_us"] = float(np.percentile(delay, 90, overwrite_input=True))
+        del delay
         calls = distinct(lr)
         out["cpu_launch_mean_us"] = float(table.dur[calls].astype(np.float64).mean())
         out["launch_calls"] = int(len(calls))

@@ -11,6 +11,7 @@ import numpy as np
 from ..sites import LINE_PREFIX
 from ..trace.table import Cat, EventTable, in_categories
 from .groups import grouped_totals
+from .intervals import ROW_BLOCK, ascending
 
 try:  # the optional C walk (setup.py); without it the numpy path gives the same nesting
     from . import _nest
@@ -210,6 +211,16 @@ def in_windows(table: EventTable, windows: list[tuple[float, float]]) -> np.ndar
     for lo, hi in windows:
         mask |= (table.ts >= lo) & (table.ts < hi)
     return mask
+
+
+def rows_starting_in(table: EventTable, lo: float, hi: float) -> np.ndarray:
+    """Rows (int32 when they fit) whose start lies in [lo, hi). On a table sorted by start, as
+    loaded, that is one range: no mask and no int64 row list as long as the table."""
+    ts = table.ts
+    index = np.int32 if len(ts) < np.iinfo(np.int32).max else np.int64
+    if all(ascending(ts[a:a + ROW_BLOCK + 1]) for a in range(0, len(ts), ROW_BLOCK)):
+        return np.arange(np.searchsorted(ts, lo, side="left"), np.searchsorted(ts, hi, side="left"), dtype=index)
+    return np.flatnonzero((ts >= lo) & (ts < hi)).astype(index)
 
 
 def op_table(table: EventTable, nesting: Nesting, rows: np.ndarray, by_shape: bool = False,

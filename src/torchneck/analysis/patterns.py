@@ -120,19 +120,29 @@ def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndar
     seq, caller = cpu_near[order], caller[order]
     del cpu_near, order
     position = np.flatnonzero(moving_mask[seq])  # where each of the copies sits in that order
-    hits = []
-    for op, i in zip(seq[position].tolist(), position.tolist()):
-        if i <= 0 or table.thread[seq[i - 1]] != table.thread[op] or caller[i - 1] != caller[i]:
-            continue
-        prev = int(seq[i - 1])
-        # torch.zeros -> aten::zeros -> aten::zero_: the fill is the previous op or its last descendant
-        last = prev
-        lo, hi = np.searchsorted(table.ts, [table.ts[prev], table.ts[prev] + table.dur[prev]], side="right")
-        inside = np.arange(max(lo - 1, 0), hi)
-        inside = inside[(table.cat[inside] == Cat.CPU_OP) & (table.thread[inside] == table.thread[prev])]
-        if len(inside):
-            last = int(inside[np.argmax(table.ts[inside])])
-        if fill_name[table.name[prev]] or fill_name[table.name[last]]:
-            hits.append(op)
-    hits = np.asarray(hits, dtype=np.int64)
+    position = position[position > 0]
+    op, prev = seq[position], seq[position - 1]
+    same = (table.thread[prev] == table.thread[op]) & (caller[position - 1] == caller[position])
+    op, prev = op[same], prev[same]
+    # torch.zeros -> aten::zeros -> aten::zero_: the fill is the previous op or its last descendant
+    last = _last_started_within(table, cpu, prev)
+    hits = op[fill_name[table.name[prev]] | fill_name[table.name[last]]]
     return {"count": int(len(hits)), "copy_us": float(table.dur[hits].sum()) if len(hits) else 0.0}
+
+
+def _last_started_within(table: EventTable, host_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """For each of `rows` (host ops), the op among `host_rows` (sorted by start) on its thread that
+    starts last within its span: its last (innermost on ties) descendant, or itself."""
+    last = rows.copy()
+    if not len(rows):
+        return last
+    threads = table.thread[rows]
+    for thread in np.unique(threads).tolist():
+        these = np.flatnonzero(threads == thread)
+        on_thread = host_rows[table.thread[host_rows] == thread]
+        mine = rows[these]
+        at = np.searchsorted(table.ts[on_thread], table.ts[mine] + table.dur[mine], side="right") - 1
+        found = at >= 0
+        found[found] &= table.ts[on_thread[at[found]]] >= table.ts[mine[found]]
+        last[these[found]] = on_thread[at[found]]
+    return last

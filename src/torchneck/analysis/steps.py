@@ -9,7 +9,7 @@ import numpy as np
 
 from ..sites import LINE_PREFIX
 from ..trace.table import Cat, EventTable, in_categories
-from .intervals import claim_by_priority_in_windows, overlapping_rows, union_of_rows
+from .intervals import ROW_BLOCK, claim_by_priority_in_windows, overlapping_rows, union_of_rows
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
@@ -22,7 +22,7 @@ BREAKDOWN_CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime"
 an instant covered by a kernel counts as kernel even if the CPU was also busy, and so on down."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Step:
     index: int  # the N of ProfilerStep#N, or a running count
     start: float  # µs
@@ -48,13 +48,20 @@ def find_steps(table: EventTable) -> list[Step]:
     2. Else the spans between consecutive ends of `Optimizer.step#...` annotations.
     3. Else one step covering the whole trace (the window).
     """
+    cached = getattr(table, "_steps", None)  # the analyses and the views both ask
+    if cached is None:
+        cached = table._steps = tuple(_find_steps(table))
+    return list(cached)
+
+
+def _find_steps(table: EventTable) -> list[Step]:
     if not len(table):
         return []
     host = in_categories(table.cat, (Cat.USER_ANNOTATION, Cat.CPU_OP))
     by_index: dict[int, list[float]] = {}
-    step_ids = np.flatnonzero(table.names_matching(lambda s: s.startswith("ProfilerStep#")))
-    if len(step_ids):
-        rows = np.flatnonzero(host & np.isin(table.name, step_ids))
+    is_step = table.names_matching(lambda s: s.startswith("ProfilerStep#"))
+    if is_step.any():
+        rows = np.flatnonzero(host & is_step[table.name])
         for r in rows.tolist():
             m = _PROFILER_STEP.match(table.strings[table.name[r]])
             if not m:
@@ -71,7 +78,8 @@ def find_steps(table: EventTable) -> list[Step]:
     if len(ends) >= 2:
         return [Step(i, float(a), float(b), "optimizer") for i, (a, b) in enumerate(zip(ends[:-1], ends[1:]))]
     lo = float(table.ts.min())
-    hi = float((table.ts + table.dur).max())
+    hi = max(float((table.ts[a:a + ROW_BLOCK] + table.dur[a:a + ROW_BLOCK]).max())
+             for a in range(0, len(table), ROW_BLOCK))
     return [Step(0, lo, hi, "window")]
 
 

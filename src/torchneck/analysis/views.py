@@ -9,6 +9,7 @@ import numpy as np
 
 from ..sites import is_user_file
 from ..trace.table import Cat, MemoryTable, Trace, in_categories
+from .intervals import overlapping_rows
 from .ops import Nesting
 from .python_stacks import Samples
 from .steps import Step
@@ -44,7 +45,8 @@ def step_timeline(trace: Trace, step: Step, nesting: Nesting | None = None,
     `names`. Longest events are kept when there are more than `max_events`."""
     t = trace.events
     cats = in_categories(t.cat, [int(c) for c in _TIMELINE_CATS])
-    rows = np.flatnonzero(cats & (t.ts < step.end) & (t.end > step.start))
+    rows = overlapping_rows(t.ts, t.dur, step.start, step.end, mask=cats)
+    del cats
     dropped = 0
     if len(rows) > max_events:
         keep = np.argsort(-t.dur[rows], kind="stable")[:max_events]
