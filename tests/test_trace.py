@@ -716,3 +716,21 @@ def test_analyses_on_a_second_thread_equal_one_thread(monkeypatch):
     monkeypatch.setattr(summary_mod, "gpu_summary", broken)
     with pytest.raises(RuntimeError, match="gpu analysis failed"):
         analyze_trace(load_trace(DATA / "gpu_h100__two_streams.json.gz"))
+
+
+@pytest.mark.parametrize("by_mask", [16, 0])
+def test_host_rows_grouped_by_thread_equal_a_stable_sort(by_mask, monkeypatch):
+    """Nesting groups host rows by thread a block and a thread at a time (few threads) or by one
+    stable sort (many): the same rows in the same order either way."""
+    import torchneck.analysis.ops as ops_mod
+    from torchneck.trace.table import in_categories
+
+    monkeypatch.setattr(ops_mod, "ROW_BLOCK", 101)
+    monkeypatch.setattr(ops_mod, "THREADS_BY_MASK", by_mask)
+    table = load_trace(DATA / "nccl_parser_config__nccl_data.json.gz").events
+    host = np.flatnonzero(in_categories(table.cat, ops_mod.HOST_CATEGORIES))
+    want = host[np.argsort(table.thread[host], kind="stable")]
+    got = ops_mod._host_rows_by_thread(table)
+    assert len(np.unique(table.thread[host])) >= 2 and len(want) > 1000
+    np.testing.assert_array_equal(got, want)
+    assert ops_mod._sorted_by_start(table) and not ops_mod._sorted_by_start(table.select(np.arange(len(table))[::-1]))

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from . import __version__
 from .analysis.compile import compile_summary, wall_split
-from .analysis.ops import host_nesting
 from .analysis.python_stacks import load_samples
 from .analysis.run import (
     ops_by_user_line,
@@ -18,7 +17,7 @@ from .analysis.run import (
     trace_clock_offset_us,
 )
 from .analysis.steps import find_steps
-from .analysis.summary import analyze_trace
+from .analysis.summary import analyze_with_nesting
 from .analysis.views import memory_timeline, representative_step, stack_tree, step_timeline
 from .diagnose.rules import Evidence, diagnose
 from .errors import TorchneckError
@@ -79,8 +78,7 @@ def report_from_run_dir(run_dir: Path) -> dict:
     warnings = []
     if trace_path.exists():
         trace = load_trace(trace_path)
-        nesting = host_nesting(trace.events)  # the costliest pass: computed once, used twice
-        analysis = analyze_trace(trace, nesting)
+        analysis, nesting = analyze_with_nesting(trace)  # the nesting is used three times
         offset_us = trace_clock_offset_us(trace, run)  # sample clock -> trace clock, once
         ops_lines = ops_by_user_line(trace, samples, offset_us, nesting)
         op_s = sample_op_seconds(trace, samples, offset_us)
@@ -152,8 +150,8 @@ def analyse_trace_file(path: str, rank: int | None = None, progress=None, with_v
     trace = load_trace(path, progress=progress)
     if rank is not None and trace.meta.rank is not None and trace.meta.rank != rank:
         return None
-    nesting = host_nesting(trace.events)
-    return {"analysis": analyze_trace(trace, nesting), "views": trace_views(trace, nesting) if with_views else {}}
+    analysis, nesting = analyze_with_nesting(trace)
+    return {"analysis": analysis, "views": trace_views(trace, nesting) if with_views else {}}
 
 
 def report_from_traces(paths: list[str], rank: int | None = None, progress=None) -> dict:

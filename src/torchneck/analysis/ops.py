@@ -51,14 +51,14 @@ def host_nesting(table: EventTable) -> Nesting:
     parent = np.full(n, -1, dtype=np.int32)
     depth = np.zeros(n, dtype=np.int16)
     self_time = table.dur.astype(np.float32)
-    host = np.flatnonzero(in_categories(table.cat, HOST_CATEGORIES)).astype(np.int32)
-    if not len(host):
-        return Nesting(parent, self_time, depth)
-    if _sorted_by_start(table):  # the loader's order: a stable sort by thread keeps it per thread
-        rows = host[np.argsort(table.thread[host], kind="stable")]
+    if _sorted_by_start(table):  # the loader's order: grouping by thread keeps it per thread
+        rows = _host_rows_by_thread(table)
     else:
+        host = np.flatnonzero(in_categories(table.cat, HOST_CATEGORIES)).astype(np.int32)
         rows = host[np.lexsort((-table.dur[host], table.ts[host], table.thread[host]))]
-    del host
+        del host
+    if not len(rows):
+        return Nesting(parent, self_time, depth)
     thread_sorted = table.thread[rows]
     bounds = np.concatenate(([0], np.flatnonzero(np.diff(thread_sorted)) + 1, [len(rows)])).astype(np.int64)
     del thread_sorted
@@ -77,6 +77,34 @@ def host_nesting(table: EventTable) -> Nesting:
     return Nesting(parent, self_time, depth)
 
 
+THREADS_BY_MASK = 16
+"""Up to this many host threads, host rows are grouped by thread a block and a thread at a time
+(int32 rows only); with more, by one stable sort (an int64 order as long as the host rows)."""
+
+
+def _host_rows_by_thread(table: EventTable) -> np.ndarray:
+    """Host rows (int32 when they fit), grouped by thread in thread order, in table order within
+    a thread: `host[np.argsort(table.thread[host], kind="stable")]` without its temporaries."""
+    n = len(table)
+    blocks = range(0, n, ROW_BLOCK)
+    counts = np.zeros(len(table.threads.pid), dtype=np.int64)
+    for a in blocks:
+        host = in_categories(table.cat[a:a + ROW_BLOCK], HOST_CATEGORIES)
+        counts += np.bincount(table.thread[a:a + ROW_BLOCK][host], minlength=len(counts))[:len(counts)]
+    threads = np.flatnonzero(counts).tolist()
+    index = np.int32 if n < np.iinfo(np.int32).max else np.int64
+    if len(threads) > THREADS_BY_MASK or int(table.thread.max(initial=-1)) >= len(counts):
+        host = np.flatnonzero(in_categories(table.cat, HOST_CATEGORIES)).astype(index)
+        return host[np.argsort(table.thread[host], kind="stable")]
+    parts: dict[int, list[np.ndarray]] = {th: [] for th in threads}
+    for a in blocks:
+        host = in_categories(table.cat[a:a + ROW_BLOCK], HOST_CATEGORIES)
+        thread = table.thread[a:a + ROW_BLOCK]
+        for th, found in parts.items():
+            found.append((np.flatnonzero(host & (thread == th)) + a).astype(index))
+    return np.concatenate([c for found in parts.values() for c in found] or [np.empty(0, dtype=index)])
+
+
 def _native_walk(table: EventTable, rows: np.ndarray, bounds: np.ndarray, parent: np.ndarray,
                  depth: np.ndarray, self_time: np.ndarray) -> bool:
     """The call-stack walk in C (`_nest.c`), straight into the output arrays; False (outputs
@@ -85,7 +113,7 @@ def _native_walk(table: EventTable, rows: np.ndarray, bounds: np.ndarray, parent
     if _nest is None or table.ts.dtype != np.float64 or table.dur.dtype != np.float32 \
             or len(table) >= np.iinfo(np.int32).max:
         return False
-    if _nest.walk(np.ascontiguousarray(table.ts), np.ascontiguousarray(table.dur), rows.astype(np.int32),
+    if _nest.walk(np.ascontiguousarray(table.ts), np.ascontiguousarray(table.dur), rows.astype(np.int32, copy=False),
                   bounds, parent, depth, self_time) == 0:
         return True
     parent[rows], depth[rows], self_time[rows] = -1, 0, table.dur[rows]  # as they were
@@ -125,10 +153,11 @@ def _thread_blocks(table: EventTable, thread_rows: np.ndarray):
 def _sorted_by_start(table: EventTable) -> bool:
     """True when rows are ordered by start, longer first on ties (as `load_trace` leaves them)."""
     ts, dur = table.ts, table.dur
-    if len(ts) < 2:
-        return True
-    later = ts[1:] > ts[:-1]
-    return bool(np.all(later | ((ts[1:] == ts[:-1]) & (dur[1:] <= dur[:-1]))))
+    for a in range(0, max(len(ts) - 1, 0), ROW_BLOCK):  # a block (and the row after it) at a time
+        t, d = ts[a:a + ROW_BLOCK + 1], dur[a:a + ROW_BLOCK + 1]
+        if not np.all((t[1:] > t[:-1]) | ((t[1:] == t[:-1]) & (d[1:] <= d[:-1]))):
+            return False
+    return True
 
 
 def _nest_thread(ts: np.ndarray, dur: np.ndarray, end: np.ndarray):

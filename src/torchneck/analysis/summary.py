@@ -32,19 +32,25 @@ from .syncs import host_syncs
 def analyze_trace(trace: Trace, nesting: Nesting | None = None) -> dict:
     """All analyses of one trace (one rank). Times are µs; the window is the steps' span.
     `nesting` may be passed when the caller already computed it for this table."""
+    return analyze_with_nesting(trace, nesting)[0]
+
+
+def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None) -> tuple[dict, Nesting]:
+    """`analyze_trace`, and the host nesting it used, for callers that need it afterwards (the
+    views, ops per source line): computed here, when not given, while the GPU analyses run."""
     t = trace.events
     steps = find_steps(t)
     lo = min(s.start for s in steps)
     cpu_hi = max(s.end for s in steps)
     hi = end_of_launched_work(t, lo, cpu_hi)  # the steps' GPU work may finish after their CPU side
     span = hi - lo
-    if nesting is None:
-        nesting = host_nesting(t)
     with _Background() as background:
-        # The GPU and step-time analyses share nothing with the host-op ones below, and numpy
-        # releases the GIL in its loops: on two cores they overlap (-0.4 s of 1.3 s on 1 GB).
+        # The GPU and step-time analyses need neither the nesting nor the host-op analyses below,
+        # and numpy releases the GIL in its loops: on two cores they overlap (-0.5 s on 1 GB).
         gpu = background.submit(gpu_summary, t, lo, hi)
         breakdown = background.submit(step_breakdown, t, steps)
+        if nesting is None:
+            nesting = host_nesting(t)
         rows = rows_starting_in(t, lo, cpu_hi)  # the events of the profiled steps
         ops = {
             "by_name": op_table(t, nesting, rows),
@@ -64,7 +70,7 @@ def analyze_trace(trace: Trace, nesting: Nesting | None = None) -> dict:
         gpu, breakdown = gpu.result(), breakdown.result()
     durations = np.array([s.duration for s in steps])
     totals = {k: float(sum(b[k] for b in breakdown)) for k in BREAKDOWN_CATEGORIES}
-    return {
+    analysis = {
         "trace": {
             "path": trace.meta.path,
             "rank": trace.meta.rank,
@@ -100,6 +106,7 @@ def analyze_trace(trace: Trace, nesting: Nesting | None = None) -> dict:
         "compiled": compiled,
         "comm": comm,
     }
+    return analysis, nesting
 
 
 def _busiest_cpu_thread(t, rows) -> dict:

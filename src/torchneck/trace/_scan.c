@@ -137,16 +137,27 @@ static void xcols_free(XCols *x) {
 /* ------------------------------------------------------------------------------------------ */
 /* interning: strings are keyed by (kind, bytes); the table holds offsets into the input */
 
-/* Whether n bytes at a equal those at b (short spans: keys and small values). */
+/* Whether n bytes at a equal those at b (short spans: keys and small values), in a few word
+   compares: the last word overlaps the one before it rather than ending byte by byte. */
 static inline int same_bytes(const unsigned char *a, const unsigned char *b, int64_t n) {
-    while (n >= 8) {
+    if (n >= 8) {
         uint64_t x, y;
-        memcpy(&x, a, 8);
-        memcpy(&y, b, 8);
-        if (x != y) return 0;
-        a += 8;
-        b += 8;
-        n -= 8;
+        for (int64_t i = 0; i + 8 < n; i += 8) {
+            memcpy(&x, a + i, 8);
+            memcpy(&y, b + i, 8);
+            if (x != y) return 0;
+        }
+        memcpy(&x, a + n - 8, 8);
+        memcpy(&y, b + n - 8, 8);
+        return x == y;
+    }
+    if (n >= 4) {
+        uint32_t x, y, u, v;
+        memcpy(&x, a, 4);
+        memcpy(&y, b, 4);
+        memcpy(&u, a + n - 4, 4);
+        memcpy(&v, b + n - 4, 4);
+        return x == y && u == v;
     }
     for (; n > 0; n--, a++, b++)
         if (*a != *b) return 0;
@@ -247,7 +258,10 @@ static int intern_id(Scan *s, int slot, int64_t off, int64_t len, int64_t kind, 
 /* JSON syntax. Every function returns 0 on success, -1 when the slice must go the Python way. */
 
 static inline void skip_ws(Scan *s) {
-    while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t')) s->p++;
+    const unsigned char *p = s->p, *end = s->end;
+    /* mostly none or one space: one compare decides for anything above ' ' */
+    while (p < end && *p <= ' ' && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    s->p = p;
 }
 
 /* The value of four hex digits at p, or -1. */
