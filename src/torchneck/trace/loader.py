@@ -24,6 +24,7 @@ import re
 import threading
 import zlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter
@@ -886,11 +887,17 @@ class _Merger:
         else:
             main_rows, py_rows = (_start_order(ts, dur, np.flatnonzero(m)) for m in (valid & ~py, valid & py))
         del ts, dur, cat, valid, py
-        main, python = {}, {}
-        for k in _X_DTYPES:
-            python[k] = x.cols[k][py_rows]
-            main[k] = x.take(k, main_rows)
-        del main_rows, py_rows
+        python = {k: x.cols[k][py_rows] for k in _X_DTYPES}
+        del py_rows
+        main = {}
+        keys = list(_X_DTYPES)  # two columns at a time: numpy gathers with the GIL released
+        with ThreadPoolExecutor(1) as other:
+            for a, b in zip(keys[0::2], [*keys[1::2], None]):
+                other_column = other.submit(x.take, b, main_rows) if b else None
+                main[a] = x.take(a, main_rows)
+                if other_column is not None:
+                    main[b] = other_column.result()
+        del main_rows
         table = EventTable(**main, strings=self.strings, threads=self.threads)
         python_table = EventTable(**python, strings=self.strings, threads=self.threads)
         m = self.mem
