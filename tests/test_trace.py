@@ -119,8 +119,22 @@ def test_parallel_ranges_of_a_plain_file_equal_serial(tmp_path, monkeypatch):
             sent = yield item
 
     monkeypatch.setattr(loader, "_slices", counting)
+    mapped = []
+    real_map = loader._map_range
+    monkeypatch.setattr(loader, "_map_range", lambda *a: mapped.append(a) or real_map(*a))
     _same_tables(serial, load_trace(plain, workers=2).events)
     assert len(ranges) > 20  # most of the file went as ranges
+    assert len(mapped) == len(ranges) - 1  # each but the probe scanned where it lies in the file (mmap)
+
+    def no_mmap(*a):
+        raise OSError("no mmap on this file system")
+
+    monkeypatch.setattr(loader, "_map_range", no_mmap)  # then each range is read into a buffer
+    _same_tables(serial, load_trace(plain, workers=2).events)
+    with open(plain, "r+b") as f:  # a file cut after its ranges were planned is not mapped past its end
+        f.truncate(plain.stat().st_size - 10)
+    with pytest.raises(ValueError, match="shorter"):
+        real_map(str(plain), 0, plain.stat().st_size + 10)
 
 
 def test_parallel_ranges_survive_cuts_inside_strings(tmp_path, monkeypatch):

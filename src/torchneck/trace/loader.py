@@ -688,9 +688,13 @@ def decode_range(path: str, start: int, stop: int) -> ChunkColumns | None:
 
 def _map_range(path: str, start: int, stop: int) -> tuple[mmap.mmap, int]:
     """A read-only mapping of the file from `start` (rounded down to the mapping granularity)
-    to `stop`, and where `start` lies in it."""
+    to `stop`, and where `start` lies in it. Raises ValueError when the file no longer reaches
+    `stop` (cut while being read): reading a mapped page past the end would kill the process
+    (SIGBUS), where read() just comes back short."""
     base = start - start % mmap.ALLOCATIONGRANULARITY
     with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size < stop:
+            raise ValueError(f"{path} is shorter than when it was opened")
         return mmap.mmap(f.fileno(), stop - base, offset=base, access=mmap.ACCESS_READ), start - base
 
 
