@@ -49,7 +49,7 @@ typedef struct {
 typedef struct {
     Py_ssize_t n, cap;
     double *ts, *dur;
-    int32_t *cat, *name, *pid, *tid, *dims, *types, *stack, *coll;
+    int32_t *cat, *name, *pid, *tid, *thread, *dims, *types, *stack, *coll;
     int64_t *ext, *corr, *device, *stream, *nbytes;
 } XCols;
 
@@ -79,9 +79,21 @@ typedef struct {
 
 enum { R_NAME, R_CAT, R_PID, R_TID, R_DIMS, R_TYPES, R_STACK, R_COLL, RECENT_SLOTS };
 
+/* The distinct (pid, tid) pairs of the slice's complete events, so each row gets its thread
+   here rather than by a sort of every row's pair afterwards. */
+typedef struct {
+    int64_t *keys; /* pid string id << 32 | tid string id, in first-seen order */
+    Py_ssize_t n, cap;
+    int32_t *slots; /* open addressing into keys, -1 = empty */
+    Py_ssize_t nslots;
+    int64_t last_key; /* the previous event's pair, most often this one's too */
+    int32_t last;
+} Pairs;
+
 typedef struct {
     const unsigned char *base, *p, *end;
     Interner in;
+    Pairs pairs;
     Guess event_guess[GUESSES], args_guess[GUESSES];
     Recent recent[RECENT_SLOTS];
     XCols x;
@@ -118,7 +130,7 @@ static int xcols_grow(XCols *x, Py_ssize_t want) {
     Py_ssize_t cap = x->cap ? x->cap * 2 : 1024;
     if (cap < want) cap = want;
     GROW(ts, double); GROW(dur, double);
-    GROW(cat, int32_t); GROW(name, int32_t); GROW(pid, int32_t); GROW(tid, int32_t);
+    GROW(cat, int32_t); GROW(name, int32_t); GROW(pid, int32_t); GROW(tid, int32_t); GROW(thread, int32_t);
     GROW(dims, int32_t); GROW(types, int32_t); GROW(stack, int32_t); GROW(coll, int32_t);
     GROW(ext, int64_t); GROW(corr, int64_t); GROW(device, int64_t); GROW(stream, int64_t);
     GROW(nbytes, int64_t);
@@ -128,7 +140,7 @@ static int xcols_grow(XCols *x, Py_ssize_t want) {
 
 static void xcols_free(XCols *x) {
     free(x->ts); free(x->dur);
-    free(x->cat); free(x->name); free(x->pid); free(x->tid);
+    free(x->cat); free(x->name); free(x->pid); free(x->tid); free(x->thread);
     free(x->dims); free(x->types); free(x->stack); free(x->coll);
     free(x->ext); free(x->corr); free(x->device); free(x->stream);
     free(x->nbytes);
@@ -252,6 +264,68 @@ static int intern_id(Scan *s, int slot, int64_t off, int64_t len, int64_t kind, 
     r->kind = kind;
     r->id = *id;
     return 0;
+}
+
+static uint64_t pair_hash(int64_t key) {
+    uint64_t h = (uint64_t)key * 0x9E3779B97F4A7C15ULL;
+    return h ^ (h >> 29);
+}
+
+static int pairs_rehash(Pairs *p, Py_ssize_t nslots) {
+    int32_t *slots = malloc((size_t)nslots * sizeof(int32_t));
+    if (!slots) return -1;
+    memset(slots, 0xff, (size_t)nslots * sizeof(int32_t));
+    for (Py_ssize_t i = 0; i < p->n; i++) {
+        Py_ssize_t j = (Py_ssize_t)(pair_hash(p->keys[i]) & (uint64_t)(nslots - 1));
+        while (slots[j] >= 0) j = (j + 1) & (nslots - 1);
+        slots[j] = (int32_t)i;
+    }
+    free(p->slots);
+    p->slots = slots;
+    p->nslots = nslots;
+    return 0;
+}
+
+/* The index of the pair (pid, tid) of string ids among the slice's pairs; 0, or -1 when out of
+   memory (recorded for the caller). */
+static int pair_id(Scan *s, int32_t pid, int32_t tid, int32_t *id) {
+    Pairs *p = &s->pairs;
+    int64_t key = (int64_t)((uint64_t)(uint32_t)pid << 32 | (uint32_t)tid);
+    if (p->last >= 0 && p->last_key == key) {
+        *id = p->last;
+        return 0;
+    }
+    Py_ssize_t mask = p->nslots - 1;
+    Py_ssize_t j = (Py_ssize_t)(pair_hash(key) & (uint64_t)mask);
+    int32_t found = -1;
+    for (;; j = (j + 1) & mask) {
+        int32_t at = p->slots[j];
+        if (at < 0) break;
+        if (p->keys[at] == key) {
+            found = at;
+            break;
+        }
+    }
+    if (found < 0) {
+        if (p->n == p->cap) {
+            Py_ssize_t cap = p->cap ? p->cap * 2 : 16;
+            int64_t *nk = realloc(p->keys, (size_t)cap * sizeof(int64_t));
+            if (!nk) goto oom;
+            p->keys = nk;
+            p->cap = cap;
+        }
+        found = (int32_t)p->n++;
+        p->keys[found] = key;
+        p->slots[j] = found;
+        if (p->n * 2 > p->nslots && pairs_rehash(p, p->nslots * 2) < 0) goto oom;
+    }
+    p->last_key = key;
+    p->last = found;
+    *id = found;
+    return 0;
+oom:
+    s->failed = 1;
+    return -1;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -818,6 +892,7 @@ static int emit_x(Scan *s, Field *ev, Args *a) {
     if (string_id(s, R_CAT, &ev[E_CAT], 1, &x->cat[i]) < 0) return -1;
     if (thread_part_id(s, R_PID, &ev[E_PID], &x->pid[i]) < 0) return -1;
     if (thread_part_id(s, R_TID, &ev[E_TID], &x->tid[i]) < 0) return -1;
+    if (pair_id(s, x->pid[i], x->tid[i], &x->thread[i]) < 0) return -1;
     /* ts, dur: numbers */
     if (ev[E_TS].type == ABSENT) {
         x->ts[i] = NAN;
@@ -925,11 +1000,49 @@ static int run(Scan *s) {
     }
 }
 
+/* The interned strings as a list of str: JSON string contents decoded as UTF-8, those holding an
+   escape left None (the caller unescapes those few as msgspec does), raw JSON text decoded with
+   replacement. Returns NULL with no error set when a JSON string is not valid UTF-8 (the slice
+   then goes to the Python decoder, which reports it), NULL with an error otherwise. */
+static PyObject *strings_list(Scan *s) {
+    PyObject *list = PyList_New(s->in.n);
+    if (!list) return NULL;
+    for (Py_ssize_t i = 0; i < s->in.n; i++) {
+        const Entry *e = &s->in.entries[i];
+        const char *text = (const char *)s->base + e->off;
+        PyObject *item;
+        if (e->kind == KIND_JSON) {
+            if (memchr(text, '\\', (size_t)e->len)) {
+                item = Py_NewRef(Py_None);
+            } else {
+                item = PyUnicode_DecodeUTF8(text, e->len, NULL);
+                if (!item && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                    PyErr_Clear();
+                    Py_DECREF(list);
+                    return NULL;
+                }
+            }
+        } else if (e->kind == KIND_RAW) {
+            item = PyUnicode_DecodeUTF8(text, e->len, "replace");
+        } else {
+            item = PyUnicode_FromString(e->kind == KIND_ZERO ? "0" : "");
+        }
+        if (!item) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, item);
+    }
+    return list;
+}
+
 PyDoc_STRVAR(scan_doc,
 "scan(data: bytes-like) -> tuple | None\n\n"
 "Decode comma-separated trace events into columns; None when the slice needs the Python decoder.\n"
 "Returns (n, columns: dict[str, bytes], strings: bytes of int64 (offset, length, kind) triples,\n"
-"others: bytes of int64 (start, end) spans of events that are neither X nor flows, flow_count).");
+"others: bytes of int64 (start, end) spans of events that are neither X nor flows, flow_count,\n"
+"texts: list of the strings as str (None where a JSON string holds an escape), pairs: bytes of\n"
+"int64 pid id << 32 | tid id, the slice's (pid, tid) pairs that the `thread` column indexes).");
 
 static PyObject *scan(PyObject *self, PyObject *arg) {
     (void)self;
@@ -942,7 +1055,8 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     s.end = s.base + view.len;
     PyObject *result = NULL;
     for (int i = 0; i < RECENT_SLOTS; i++) s.recent[i].id = -1;
-    if (interner_rehash(&s.in, 1024) < 0) {
+    s.pairs.last = -1;
+    if (interner_rehash(&s.in, 1024) < 0 || pairs_rehash(&s.pairs, 16) < 0) {
         PyErr_NoMemory();
         goto done;
     }
@@ -969,19 +1083,26 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         XCols *x = &s.x;
         Py_ssize_t n = x->n;
         PyObject *cols = Py_BuildValue(
-            "{sNsNsNsNsNsNsNsNsNsNsNsNsNsNsN}",
+            "{sNsNsNsNsNsNsNsNsNsNsNsNsNsNsNsN}",
             "ts", bytes_of(x->ts, n, 8), "dur", bytes_of(x->dur, n, 8),
             "cat", bytes_of(x->cat, n, 4), "name", bytes_of(x->name, n, 4),
-            "pid", bytes_of(x->pid, n, 4), "tid", bytes_of(x->tid, n, 4),
+            "pid", bytes_of(x->pid, n, 4), "tid", bytes_of(x->tid, n, 4), "thread", bytes_of(x->thread, n, 4),
             "dims", bytes_of(x->dims, n, 4), "types", bytes_of(x->types, n, 4),
             "stack", bytes_of(x->stack, n, 4), "coll", bytes_of(x->coll, n, 4),
             "external_id", bytes_of(x->ext, n, 8), "correlation", bytes_of(x->corr, n, 8),
             "device", bytes_of(x->device, n, 8), "stream", bytes_of(x->stream, n, 8),
             "nbytes", bytes_of(x->nbytes, n, 8));
         if (!cols) goto done;
+        PyObject *texts = strings_list(&s);
+        if (!texts) {
+            Py_DECREF(cols);
+            if (!PyErr_Occurred()) result = Py_NewRef(Py_None); /* not UTF-8: the Python decoder says so */
+            goto done;
+        }
         int64_t *triples = malloc((size_t)(s.in.n * 3 + 1) * sizeof(int64_t));
         if (!triples) {
             Py_DECREF(cols);
+            Py_DECREF(texts);
             PyErr_NoMemory();
             goto done;
         }
@@ -990,8 +1111,9 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
             triples[3 * i + 1] = s.in.entries[i].len;
             triples[3 * i + 2] = s.in.entries[i].kind;
         }
-        result = Py_BuildValue("nNNNL", n, cols, bytes_of(triples, s.in.n * 3, 8),
-                               bytes_of(s.others.v, s.others.n, 8), (long long)s.flows);
+        result = Py_BuildValue("nNNNLNN", n, cols, bytes_of(triples, s.in.n * 3, 8),
+                               bytes_of(s.others.v, s.others.n, 8), (long long)s.flows, texts,
+                               bytes_of(s.pairs.keys, s.pairs.n, 8));
         free(triples);
     }
 done:
@@ -1000,6 +1122,8 @@ done:
     free(s.in.entries);
     free(s.in.slots);
     free(s.others.v);
+    free(s.pairs.keys);
+    free(s.pairs.slots);
     return result;
 }
 

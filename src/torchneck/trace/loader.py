@@ -375,27 +375,16 @@ def _memory_columns(mems: list, strings: _Interner) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------------------------------
 # The native scanner (`_scan.c`): the same columns without a Python object per event
 
-_KIND_JSON, _KIND_RAW, _KIND_ZERO, _KIND_EMPTY = range(4)
-
-
-def _scanned_strings(data: bytes, entries: np.ndarray) -> list[str] | None:
-    """The scanner's string table as text: JSON string contents are unescaped, raw JSON text
-    (numeric pids, `Input Dims`) is taken as it is. None if a string is not valid UTF-8 (the
-    Python decoder then reports it as before)."""
-    out: list[str] = []
-    append = out.append
+def _unescape_scanned(data, entries: np.ndarray, texts: list, start: int = 0) -> bool:
+    """Fill in the scanner's strings that hold JSON escapes (None in `texts`), unescaped as
+    msgspec does; False if one is not valid (the Python decoder then reports it)."""
     try:
-        for off, length, kind in entries.tolist():
-            raw = data[off:off + length]
-            if kind == _KIND_JSON:
-                append(raw.decode() if b"\\" not in raw else msgspec.json.decode(b'"' + raw + b'"'))
-            elif kind == _KIND_RAW:
-                append(raw.decode("utf-8", "replace"))
-            else:
-                append("0" if kind == _KIND_ZERO else "")
+        for i in [i for i, text in enumerate(texts) if text is None]:
+            off, length, _ = entries[i].tolist()
+            texts[i] = msgspec.json.decode(b'"' + data[start + off:start + off + length] + b'"')
     except (UnicodeDecodeError, msgspec.DecodeError):
-        return None
-    return out
+        return False
+    return True
 
 
 def _scan_columns(data, length: int | None = None, start: int = 0) -> ChunkColumns | None:
@@ -410,15 +399,11 @@ def _scan_columns(data, length: int | None = None, start: int = 0) -> ChunkColum
             found = _scan.scan(part)
     if found is None:
         return None
-    n, raw, entries, spans, flows = found
-    strings = _Interner()
-    where = np.frombuffer(entries, dtype=np.int64).reshape(-1, 3)
-    if start:
-        where = where.copy()
-        where[:, 0] += start
-    decoded = _scanned_strings(data, where)
-    if decoded is None:
+    n, raw, entries, spans, flows, decoded, thread_pairs = found
+    if None in decoded and not _unescape_scanned(data, np.frombuffer(entries, dtype=np.int64).reshape(-1, 3),
+                                                 decoded, start):
         return None
+    strings = _Interner()
     strings.strings = decoded
     mems: list = []
     meta_events: list = []
@@ -430,12 +415,16 @@ def _scan_columns(data, length: int | None = None, start: int = 0) -> ChunkColum
         except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
             return None
         _, mems, meta_events, _, unknown = _split_phases(others)
-    x, negative = _native_x({k: np.frombuffer(v, dtype=_SCANNED_DTYPES[k]) for k, v in raw.items()}, strings)
-    return ChunkColumns(strings.strings, x, _memory_columns(mems, strings), meta_events, flows, unknown,
-                        negative)
+    cols = {k: np.frombuffer(v, dtype=_SCANNED_DTYPES[k]) for k, v in raw.items()}
+    thread = cols.pop("thread")
+    x, negative = _native_x(cols, strings)
+    chunk = ChunkColumns(strings.strings, x, _memory_columns(mems, strings), meta_events, flows, unknown,
+                         negative)
+    chunk.threads = (np.frombuffer(thread_pairs, dtype=np.int64), thread)
+    return chunk
 
 
-_SCANNED_DTYPES = {**dict.fromkeys(("cat", "name", "pid", "tid", "dims", "types", "stack", "coll"), np.int32),
+_SCANNED_DTYPES = {**dict.fromkeys(("cat", "name", "pid", "tid", "thread", "dims", "types", "stack", "coll"), np.int32),
                    "ts": np.float64, "dur": np.float64, "external_id": np.int64, "correlation": np.int64,
                    "device": np.int64, "stream": np.int64, "nbytes": np.int64}
 
@@ -621,7 +610,8 @@ def _sized(chunk: ChunkColumns, source_bytes: int) -> ChunkColumns:
     """Finish a worker's chunk: its size, and its (pid, tid) pairs found here, in the worker,
     so the merging thread only maps the few distinct pairs."""
     chunk.source_bytes = source_bytes
-    chunk.threads = _thread_pairs(chunk.x["pid"], chunk.x["tid"])
+    if chunk.threads is None:  # the scanner finds them as it goes
+        chunk.threads = _thread_pairs(chunk.x["pid"], chunk.x["tid"])
     return chunk
 
 
