@@ -555,14 +555,16 @@ def test_sampler_survives_a_handler_slower_than_its_interval():
 
 
 @pytest.mark.parametrize("block", [7, 1 << 18])
-def test_grouped_totals_in_blocks_equal_one_unique_over_all_rows(block, monkeypatch):
+@pytest.mark.parametrize("span", [40, 10**12])  # keys counted into slots / sorted by np.unique
+def test_grouped_totals_in_blocks_equal_one_unique_over_all_rows(block, span, monkeypatch):
     import torchneck.analysis.groups as groups
     import torchneck.analysis.intervals as intervals
 
     monkeypatch.setattr(intervals, "ROW_BLOCK", block)
     rng = np.random.default_rng(1)
     rows = np.sort(rng.choice(10_000, 3000, replace=False)).astype(np.int32)
-    key_col = rng.integers(0, 40, 10_000)
+    key_col = rng.integers(-span // 2, span // 2, 10_000) if span < 100 else rng.choice(
+        rng.integers(-span, span, 50), 10_000)
     weight = rng.random(10_000).astype(np.float32)
     g = groups.grouped_totals(rows, lambda r: key_col[r], [lambda r: weight[r]])
     uniq, inverse = np.unique(key_col[rows], return_inverse=True)

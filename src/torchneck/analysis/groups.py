@@ -46,7 +46,18 @@ def grouped_totals(rows: np.ndarray, key_of: Callable[[np.ndarray], np.ndarray],
 
 def _group(keys: np.ndarray, rows: np.ndarray, weights: list) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """(distinct keys as int64, the row of each key's first occurrence in `rows`, the total of
-    each of `weights` per key)."""
+    each of `weights` per key). Keys spanning a small range (op names alone) are counted into
+    slots by value, without the sort `np.unique` needs; `weights[0]` is the count (ones)."""
+    if len(keys):
+        lo, hi = int(keys.min()), int(keys.max())
+        if hi - lo < SMALL_RANGE:
+            slot = keys.astype(np.int64) - lo
+            sums = [np.bincount(slot, weights=np.asarray(w, dtype=np.float64), minlength=hi - lo + 1)
+                    for w in weights]
+            present = np.flatnonzero(sums[0])
+            first = np.empty(hi - lo + 1, dtype=np.int64)
+            first[slot[::-1]] = rows[::-1]  # the last write to a slot is its first occurrence
+            return present + lo, first[present], [total[present] for total in sums]
     uniq, inverse = np.unique(keys, return_inverse=True)
     inverse = inverse.reshape(-1)
     n = len(uniq)

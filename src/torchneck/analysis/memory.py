@@ -89,4 +89,6 @@ def _top_allocators(table: EventTable, memory: MemoryTable, win: np.ndarray, top
                     d.update({"function": where[0], "line": where[1], "file": where[2]})
             d["allocations"] += 1
             d["bytes"] += int(memory.nbytes[i])
-    return sorted(out.values(), key=lambda d: -d["bytes"])[:top]
+    # Ties in bytes ordered by what they are, not by internal thread or string ids.
+    return sorted(out.values(), key=lambda d: (-d["bytes"], -d["allocations"], d["op"], d.get("file") or "",
+                                               d.get("line") or 0))[:top]

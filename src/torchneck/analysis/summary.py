@@ -49,6 +49,7 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None) -> tuple[
         # and numpy releases the GIL in its loops: on two cores they overlap (-0.5 s on 1 GB).
         gpu = background.submit(gpu_summary, t, lo, hi)
         breakdown = background.submit(step_breakdown, t, steps)
+        comm = background.submit(collectives, t, steps)
         if nesting is None:
             nesting = host_nesting(t)
         rows = rows_starting_in(t, lo, cpu_hi)  # the events of the profiled steps
@@ -66,8 +67,7 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None) -> tuple[
         syncs = host_syncs(t, nesting, rows)
         memory = memory_summary(t, trace.memory, lo, hi, nesting, sites=enclosing_sites(t, nesting))
         compiled = compiled_summary(t, nesting, rows, lo, cpu_hi)
-        comm = collectives(t, steps)
-        gpu, breakdown = gpu.result(), breakdown.result()
+        gpu, breakdown, comm = gpu.result(), breakdown.result(), comm.result()
     durations = np.array([s.duration for s in steps])
     totals = {k: float(sum(b[k] for b in breakdown)) for k in BREAKDOWN_CATEGORIES}
     analysis = {
