@@ -864,8 +864,8 @@ class _Merger:
 
     def finish(self) -> tuple[EventTable, EventTable, MemoryTable]:
         """Sort (by start, longer first on ties, so parents precede their children) and split off
-        python_function rows, one column at a time: peak memory is the table, the two row
-        orders and one column."""
+        python_function rows, two columns at a time: peak memory is the table, the two row
+        orders and two columns."""
         x = self.x
         n = x.size
         ts = x.cols["ts"][:n]
