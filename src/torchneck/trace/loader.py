@@ -722,8 +722,10 @@ class _Columns:
             v = values[k]
             if n and self.cols[k].dtype != self.dtypes[k]:
                 wanted = _narrowest_int(int(v.min()), int(v.max()), self.dtypes[k])
-                if wanted.itemsize > self.cols[k].itemsize:
-                    self.cols[k] = self.cols[k].astype(wanted)
+                if wanted.itemsize > self.cols[k].itemsize:  # copy the rows so far, not the capacity
+                    wider = np.empty(len(self.cols[k]), dtype=wanted)
+                    wider[:self.size] = self.cols[k][:self.size]
+                    self.cols[k] = wider
         for k, v in values.items():
             self.cols[k][self.size:need] = v
         self.size = need
