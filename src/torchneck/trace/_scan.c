@@ -675,6 +675,35 @@ static int match_literal(Scan *s, const char *lit, size_t n) {
     return 0;
 }
 
+/* A number nobody reads (inside "Input Dims", skipped fields): the grammar parse_number
+   accepts, checked without computing its value. */
+static inline int skip_number(Scan *s) {
+    const unsigned char *p = s->p, *end = s->end;
+    if (p < end && *p == '-') p++;
+    if (p >= end) return -1;
+    if (*p == '0') {
+        p++;
+    } else if (*p >= '1' && *p <= '9') {
+        p++;
+        while (p < end && (unsigned)(*p - '0') < 10) p++;
+    } else {
+        return -1;
+    }
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || (unsigned)(*p - '0') >= 10) return -1;
+        while (p < end && (unsigned)(*p - '0') < 10) p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || (unsigned)(*p - '0') >= 10) return -1;
+        while (p < end && (unsigned)(*p - '0') < 10) p++;
+    }
+    s->p = p;
+    return 0;
+}
+
 static int skip_value(Scan *s, int depth) {
     if (s->p >= s->end) return -1;
     unsigned char c = *s->p;
@@ -685,10 +714,7 @@ static int skip_value(Scan *s, int depth) {
     }
     if (c == '{') return skip_container(s, depth, '}');
     if (c == '[') return skip_container(s, depth, ']');
-    if (c == '-' || (c >= '0' && c <= '9')) {
-        Number num;
-        return parse_number(s, &num);
-    }
+    if (c == '-' || (c >= '0' && c <= '9')) return skip_number(s);
     if (c == 't') return match_literal(s, "true", 4);
     if (c == 'f') return match_literal(s, "false", 5);
     if (c == 'n') return match_literal(s, "null", 4);
