@@ -53,17 +53,19 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None) -> tuple[
         if nesting is None:
             nesting = host_nesting(t)
         rows = rows_starting_in(t, lo, cpu_hi)  # the events of the profiled steps
+        cpu_ops = rows[t.cat[rows] == Cat.CPU_OP]  # what the op analyses read of them
         ops = {
-            "by_name": op_table(t, nesting, rows),
-            "by_shape": op_table(t, nesting, rows, by_shape=True, top=20),
-            "dispatch": dispatch_overhead(t, nesting, rows, span, len(steps)),
+            "by_name": op_table(t, nesting, cpu_ops),
+            "by_shape": op_table(t, nesting, cpu_ops, by_shape=True, top=20),
+            "dispatch": dispatch_overhead(t, nesting, cpu_ops, span, len(steps)),
             "annotations": annotations(t, rows),
-            "float64": float64_ops(t, nesting, rows),
-            "conv_bias_bn": conv_bias_before_batch_norm(t, nesting, rows),
-            "half_matmul_unaligned": unaligned_half_matmuls(t, nesting, rows),
-            "filled_then_copied": filled_then_copied_to_gpu(t, nesting, rows),
-            "main_thread": _busiest_cpu_thread(t, rows),
+            "float64": float64_ops(t, nesting, cpu_ops),
+            "conv_bias_bn": conv_bias_before_batch_norm(t, nesting, cpu_ops),
+            "half_matmul_unaligned": unaligned_half_matmuls(t, nesting, cpu_ops),
+            "filled_then_copied": filled_then_copied_to_gpu(t, nesting, cpu_ops),
+            "main_thread": _busiest_cpu_thread(t, cpu_ops),
         }
+        del cpu_ops
         syncs = host_syncs(t, nesting, rows)
         memory = memory_summary(t, trace.memory, lo, hi, nesting, sites=enclosing_sites(t, nesting))
         compiled = compiled_summary(t, nesting, rows, lo, cpu_hi)
