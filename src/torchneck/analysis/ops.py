@@ -242,6 +242,13 @@ def in_windows(table: EventTable, windows: list[tuple[float, float]]) -> np.ndar
     return mask
 
 
+def cpu_ops_among(table: EventTable, rows: np.ndarray) -> np.ndarray:
+    """The CPU ops among `rows`: `rows` itself, not a copy, when they all are (the analyses
+    are handed the window's CPU ops, selected once)."""
+    is_op = table.cat[rows] == Cat.CPU_OP
+    return rows if is_op.all() else rows[is_op]
+
+
 def rows_starting_in(table: EventTable, lo: float, hi: float) -> np.ndarray:
     """Rows (int32 when they fit) whose start lies in [lo, hi). On a table sorted by start, as
     loaded, that is one range: no mask and no int64 row list as long as the table."""
@@ -258,7 +265,7 @@ def op_table(table: EventTable, nesting: Nesting, rows: np.ndarray, by_shape: bo
 
     Each entry: name, shapes (if by_shape), count, self_us, total_us, mean_us.
     """
-    rows = rows[table.cat[rows] == Cat.CPU_OP] if len(rows) else rows
+    rows = cpu_ops_among(table, rows)
     if not len(rows):
         return []
     width = len(table.strings) + 2
@@ -294,7 +301,7 @@ def dispatch_overhead(table: EventTable, nesting: Nesting, rows: np.ndarray, spa
     Top-level ops are CPU ops whose parent is not another CPU op (the ops the user's code called).
     `tiny_share` is the wall time of top-level ops shorter than `TINY_OP_US`, over `span_us`.
     """
-    cpu = rows[table.cat[rows] == Cat.CPU_OP]
+    cpu = cpu_ops_among(table, rows)
     if not len(cpu):
         return {"top_level_ops": 0, "ops_per_step": 0.0, "tiny_ops": 0, "tiny_us": 0.0,
                 "tiny_share": 0.0, "median_op_us": 0.0}
@@ -389,7 +396,7 @@ def conv_bias_before_batch_norm(table: EventTable, nesting: Nesting, rows: np.nd
     BatchNorm subtracts the per-channel mean right after, so the conv's bias cancels out: it is
     computed, stored and differentiated for nothing (torch's profiler pattern
     `Conv2dBiasFollowedByBatchNorm2dPattern`). `conv_us` is those convolutions' total time."""
-    cpu = rows[(table.cat[rows] == Cat.CPU_OP)]
+    cpu = cpu_ops_among(table, rows)
     conv_name = table.names_matching(lambda s: s in _CONV_OPS)
     bn_name = table.names_matching(lambda s: s in _BATCH_NORM_OPS)
     if not len(cpu) or not conv_name.any() or not bn_name.any():

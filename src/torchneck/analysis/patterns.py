@@ -9,7 +9,7 @@ import json
 import numpy as np
 
 from ..trace.table import Cat, EventTable, in_categories
-from .ops import Nesting, callers
+from .ops import Nesting, callers, cpu_ops_among
 
 HALF_MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm")
 TENSOR_CORE_MULTIPLE = 8
@@ -82,7 +82,7 @@ def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndar
     (`device="cuda"`) skips the host fill and the copy. Matched when the op right before the
     `aten::to` on its thread, at the same caller, is (or ends in) one of those fills.
     `copy_us`: the host time of those `aten::to` calls."""
-    cpu = rows[table.cat[rows] == Cat.CPU_OP]
+    cpu = cpu_ops_among(table, rows)
     to_name = table.names_matching(lambda s: s == "aten::to")
     if not len(cpu) or not to_name.any():
         return {"count": 0, "copy_us": 0.0}
@@ -112,7 +112,9 @@ def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndar
     wanted = callers(table, nesting, np.asarray(moving, dtype=np.int64))
     wanted_mask = np.zeros(len(table) + 1, dtype=bool)  # by caller row + 1 (0: top level)
     wanted_mask[wanted + 1] = True
-    keep = wanted_mask[caller + 1]
+    caller += 1  # in place: no second array as long as the ops
+    keep = wanted_mask[caller]
+    caller -= 1
     del wanted_mask
     cpu_near, caller = cpu[keep], caller[keep]
     del keep

@@ -17,6 +17,7 @@ from .ops import (
     Nesting,
     annotations,
     conv_bias_before_batch_norm,
+    cpu_ops_among,
     dispatch_overhead,
     enclosing_sites,
     float64_ops,
@@ -112,7 +113,7 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None) -> tuple[
 
 
 def _busiest_cpu_thread(t, rows) -> dict:
-    cpu = rows[t.cat[rows] == Cat.CPU_OP]
+    cpu = cpu_ops_among(t, rows)
     if not len(cpu):
         return {}
     threads, counts, _ = totals_by_id(t.thread[cpu])
