@@ -212,6 +212,15 @@ def test_parallel_declined_first_slice_uses_processes(tmp_path, monkeypatch):
     assert used == []
     assert len(t) == 6000
     np.testing.assert_array_equal(t.external_id, np.arange(6000))
+    # Chosen by size instead: threads from THREAD_MIN_BYTES, and a declined trace under
+    # PARALLEL_MIN_BYTES stays in them (msgspec as serial) rather than paying for a fork.
+    monkeypatch.setattr(loader, "THREAD_MIN_BYTES", 1 << 10)
+    t = load_trace(p).events
+    assert used == ["threads"]
+    np.testing.assert_array_equal(t.external_id, np.arange(6000))
+    monkeypatch.setattr(loader, "PARALLEL_MIN_BYTES", 1 << 10)
+    np.testing.assert_array_equal(load_trace(p).events.external_id, np.arange(6000))
+    assert used == ["threads"]  # the large one went to processes
 
 
 def test_gpu_busy_equals_independent_interval_union():

@@ -60,9 +60,15 @@ BLOCK_BYTES = 4 << 20
 (two workers, a few slices each) stay a few tens of MB, and msgspec's structs (~10x the
 bytes) far below 200 MB."""
 
+THREAD_MIN_BYTES = 24 << 20
+"""Uncompressed size from which slices are decoded by two worker threads (the native scanner
+releases the GIL; measured on this 2-core VM: 62 MB 0.33 -> 0.22 s, 35 MB 0.21 -> 0.16 s,
+10 MB even)."""
+
 PARALLEL_MIN_BYTES = 96 << 20
-"""Uncompressed size from which slices are decoded in worker processes; below it the pool's
-start-up (~0.1 s) costs more than it saves."""
+"""Uncompressed size from which slices the native scanner declines (so msgspec decodes them,
+holding the GIL) go to worker processes; below it the pool's start-up (~0.1 s) costs more than
+it saves."""
 
 _HEADER_LIMIT = 64 << 20
 _TAIL_BYTES = 256 << 10
@@ -1082,11 +1088,13 @@ def load_trace(
     merger = _Merger(meta, expected_bytes=0 if _is_gzip(path) else size)
     compressed = path.suffix == ".gz"
     est_uncompressed = size * (10 if compressed else 1)
+    forced = workers is not None
     if workers is None:
-        workers = min(2, os.cpu_count() or 1) if est_uncompressed >= PARALLEL_MIN_BYTES else 1
+        workers = min(2, os.cpu_count() or 1) if est_uncompressed >= THREAD_MIN_BYTES else 1
     try:
         if workers > 1:
-            _load_parallel(reader, meta, merger, workers, progress, size)
+            _load_parallel(reader, meta, merger, workers, progress, size,
+                           processes=forced or est_uncompressed >= PARALLEL_MIN_BYTES)
         else:
             _load_serial(reader, meta, merger, progress, size)
     except TraceError:
@@ -1219,7 +1227,7 @@ def _load_serial(reader, meta, merger, progress, size) -> None:
             progress(min(reader.total, size * 20), size)
 
 
-def _load_parallel(reader, meta, merger, workers, progress, size) -> None:
+def _load_parallel(reader, meta, merger, workers, progress, size, processes: bool = True) -> None:
     """Decode slices in worker threads (native scanner) or processes (msgspec). Slices are cut
     optimistically; one that fails in a worker (a false boundary) is re-decoded together with
     the following slice, in order.
@@ -1228,7 +1236,8 @@ def _load_parallel(reader, meta, merger, workers, progress, size) -> None:
     threads run in parallel without pickling every column back from a process (a third of the
     load time) and without a second interpreter's memory. A slice it declines later is decoded
     by msgspec in its thread (holding the GIL: correct, only not parallel). Traces whose first
-    slice it declines (ROCm's string fields, odd types) go to forked processes as before."""
+    slice it declines (ROCm's string fields, odd types) go to forked processes when
+    `processes` (files over `PARALLEL_MIN_BYTES`, or workers asked for), else stay in threads."""
     import multiprocessing as mp
     from multiprocessing.pool import ThreadPool
 
@@ -1250,8 +1259,8 @@ def _load_parallel(reader, meta, merger, workers, progress, size) -> None:
         probe = _scan_columns(data)
         if probe is not None:
             probe = _sized(probe, len(data))
-    if probe is not None:
-        pool_cm = ThreadPool(workers)
+    if probe is not None or not processes:
+        pool_cm = ThreadPool(workers)  # declined and small: msgspec in threads, as serial, no fork
     else:
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         pool_cm = ctx.Pool(workers)
