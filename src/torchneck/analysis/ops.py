@@ -234,14 +234,6 @@ def _nest_by_stack(ts: np.ndarray, dur: np.ndarray, end: np.ndarray):
     return np.array(par, dtype=np.int64), np.array(dep, dtype=np.int32), np.array(child)
 
 
-def in_windows(table: EventTable, windows: list[tuple[float, float]]) -> np.ndarray:
-    """Rows whose start lies inside any of the [start, end) windows."""
-    mask = np.zeros(len(table), dtype=bool)
-    for lo, hi in windows:
-        mask |= (table.ts >= lo) & (table.ts < hi)
-    return mask
-
-
 def cpu_ops_among(table: EventTable, rows: np.ndarray) -> np.ndarray:
     """The CPU ops among `rows`: `rows` itself, not a copy, when they all are (the analyses
     are handed the window's CPU ops, selected once)."""

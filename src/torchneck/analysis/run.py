@@ -7,7 +7,7 @@ import numpy as np
 from ..sites import parse_site
 from ..trace.table import Cat, Trace
 from .intervals import merge
-from .ops import Nesting, enclosing_sites, host_nesting, in_windows
+from .ops import Nesting, cpu_ops_among, enclosing_sites, host_nesting, rows_starting_in
 from .python_stacks import Samples, hotspots, user_line_at
 from .steps import find_steps
 
@@ -109,7 +109,7 @@ def ops_by_user_line(trace: Trace, samples: Samples, offset_us: float | None,
     if not steps:
         return []
     lo, hi = min(s.start for s in steps), max(s.end for s in steps)
-    rows = np.flatnonzero(in_windows(t, [(lo, hi)]) & (t.cat == Cat.CPU_OP))
+    rows = cpu_ops_among(t, rows_starting_in(t, lo, hi))
     if not len(rows):
         return []
     if nesting is None:
