@@ -44,7 +44,7 @@ def union_length(starts: np.ndarray, ends: np.ndarray, lo: float = -np.inf, hi: 
     n = len(starts)
     if n == 0:
         return 0.0
-    if not all(ascending(starts[a:a + ROW_BLOCK + 1]) for a in range(0, n, ROW_BLOCK)):
+    if not ascending(starts):
         s, e = merge(np.clip(starts, lo, hi), np.clip(ends, lo, hi))
         return float(np.sum(e - s))
     total, covered_to = 0.0, -np.inf
@@ -64,8 +64,10 @@ def union_length(starts: np.ndarray, ends: np.ndarray, lo: float = -np.inf, hi: 
 
 
 def ascending(values: np.ndarray) -> bool:
-    """Whether `values` never decrease (one block of them: callers go `ROW_BLOCK` at a time)."""
-    return bool(np.all(values[1:] >= values[:-1]))
+    """Whether `values` never decrease: compared `ROW_BLOCK` (and the value after) at a time,
+    so checking a table column makes no comparison array as long as it."""
+    return all(bool(np.all(v[1:] >= v[:-1])) for v in (values[a:a + ROW_BLOCK + 1]
+                                                       for a in range(0, max(len(values) - 1, 0), ROW_BLOCK)))
 
 
 def claim_by_priority(

@@ -246,7 +246,7 @@ def rows_starting_in(table: EventTable, lo: float, hi: float) -> np.ndarray:
     loaded, that is one range: no mask and no int64 row list as long as the table."""
     ts = table.ts
     index = np.int32 if len(ts) < np.iinfo(np.int32).max else np.int64
-    if all(ascending(ts[a:a + ROW_BLOCK + 1]) for a in range(0, len(ts), ROW_BLOCK)):
+    if ascending(ts):
         return np.arange(np.searchsorted(ts, lo, side="left"), np.searchsorted(ts, hi, side="left"), dtype=index)
     return np.flatnonzero((ts >= lo) & (ts < hi)).astype(index)
 

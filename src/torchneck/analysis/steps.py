@@ -9,7 +9,13 @@ import numpy as np
 
 from ..sites import LINE_PREFIX
 from ..trace.table import Cat, EventTable, in_categories
-from .intervals import ROW_BLOCK, claim_by_priority_in_windows, overlapping_rows, union_of_rows
+from .intervals import (
+    ROW_BLOCK,
+    ascending,
+    claim_by_priority_in_windows,
+    overlapping_rows,
+    union_of_rows,
+)
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
@@ -150,7 +156,7 @@ def _step_batches(table: EventTable, starts: np.ndarray, ends: np.ndarray):
     still open when it begins are carried over from the batches before; otherwise one batch."""
     ts, dur = table.ts, table.dur
     order = np.argsort(starts, kind="stable")
-    if len(ts) and not bool(np.all(ts[1:] >= ts[:-1])):
+    if not ascending(ts):
         yield order, overlapping_rows(ts, dur, float(starts.min()), float(ends.max()), strict=False)
         return
     index = np.int32 if len(ts) < np.iinfo(np.int32).max else np.int64

@@ -613,8 +613,8 @@ def _python_columns(data: bytes) -> ChunkColumns | None:
 
 
 def _sized(chunk: ChunkColumns, source_bytes: int) -> ChunkColumns:
-    """Finish a worker's chunk: its size, and its (pid, tid) pairs found here, in the worker,
-    so the merging thread only maps the few distinct pairs."""
+    """Finish a worker's chunk: its size, and its (pid, tid) pairs (found by the scanner, else
+    here, in the worker), so the merging thread only maps the few distinct pairs."""
     chunk.source_bytes = source_bytes
     if chunk.threads is None:  # the scanner finds them as it goes
         chunk.threads = _thread_pairs(chunk.x["pid"], chunk.x["tid"])
