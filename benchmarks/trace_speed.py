@@ -7,7 +7,11 @@ wall time, MB/s and the child's peak RSS. With --hta, also loads the smallest fi
 Trace Analysis (installed into benchmarks/_out/hta-venv: HolisticTraceAnalysis, pandas<3, psutil)
 in the same run and prints the ratios. Each size is also timed with TORCHNECK_PURE_PYTHON=1 (the
 msgspec decoder and numpy nesting, without the two C extensions), interleaved, as the baseline of
-their gain. Targets: 1 GB in <= 2.5 s and <= 200 MB RSS; 3 GB (--sizes 3000) in <= 300 MB.
+their gain. With --against REV, the same runs of git revision REV (checked out in a temporary
+worktree, its C extensions built there) are interleaved with this checkout's and the ratio
+printed: this VM's speed drifts by a quarter within minutes, so only runs taken turn about
+compare two versions fairly. Targets: 1 GB in <= 2.5 s and <= 200 MB RSS; 3 GB (--sizes 3000)
+in <= 300 MB.
 """
 
 from __future__ import annotations
@@ -16,10 +20,13 @@ import argparse
 import gzip
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -73,6 +80,25 @@ def measure(cmd: list[str], **extra_env: str) -> tuple[float, float]:
     return wall, rss_kb / 1024
 
 
+@contextmanager
+def checkout(rev: str):
+    """The `src` folder of git revision `rev` in a temporary worktree, its C extensions built
+    in place and its bytecode compiled; removed afterwards."""
+    repo = HERE.parent
+    where = Path(tempfile.mkdtemp(prefix="torchneck-against-"))
+    tree = where / "tree"
+    subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
+    try:
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "src")], check=True,
+                       stdout=subprocess.DEVNULL)
+        yield tree / "src"
+    finally:
+        subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], check=False)
+        shutil.rmtree(where, ignore_errors=True)
+
+
 def hta_python() -> Path:
     venv = OUT / "hta-venv"
     py = venv / "bin" / "python"
@@ -90,7 +116,14 @@ def main() -> None:
     parser.add_argument("--hta", action="store_true", help="also time HTA on the smallest trace")
     parser.add_argument("--no-pure", action="store_true",
                         help="skip the interleaved baseline without the native scanner")
+    parser.add_argument("--against", metavar="REV",
+                        help="also time git revision REV (e.g. HEAD~3, a tag), interleaved, and print the ratio")
     args = parser.parse_args()
+    with checkout(args.against) if args.against else nullcontext() as other_src:
+        run(args, other_src)
+
+
+def run(args: argparse.Namespace, other_src: Path | None) -> None:
     OUT.mkdir(exist_ok=True)
     sizes = [int(s) for s in args.sizes.split(",")]
     files = {}
@@ -115,11 +148,13 @@ def main() -> None:
     results = {}
     for mb, path in files.items():
         cmd = [sys.executable, "-m", "torchneck", "analyze", "--quiet", str(path)]
-        runs, pure = [], []
-        for _ in range(args.repeat):  # interleaved: with the C extensions, then without
+        runs, pure, other = [], [], []
+        for _ in range(args.repeat):  # interleaved: with the C extensions, then without, then REV
             runs.append(measure(cmd))
             if not args.no_pure:
                 pure.append(measure(cmd, TORCHNECK_PURE_PYTHON="1"))
+            if other_src is not None:
+                other.append(measure(cmd, PYTHONPATH=str(other_src)))
         wall = statistics.median(r[0] for r in runs)
         rss = max(r[1] for r in runs)
         real_mb = path.stat().st_size / 1e6
@@ -131,6 +166,12 @@ def main() -> None:
             prss = max(r[1] for r in pure)
             print(f"{real_mb:7.0f} MB  without C (msgspec, numpy) {pwall:6.2f} s  peak RSS {prss:6.0f} MB  "
                   f"(native code x{pwall / wall:.2f} faster)", flush=True)
+        if other:
+            owall = statistics.median(r[0] for r in other)
+            orss = max(r[1] for r in other)
+            print(f"{real_mb:7.0f} MB  {args.against:>17s}  {owall:6.2f} s  {real_mb / owall:6.0f} MB/s  "
+                  f"peak RSS {orss:6.0f} MB  (this checkout: time x{wall / owall:.2f}, memory x{rss / orss:.2f}; "
+                  f"per run {' '.join(f'{a[0]:.2f}/{b[0]:.2f}' for a, b in zip(runs, other))} s)", flush=True)
     if args.hta:
         mb = min(sizes)
         py = hta_python()

@@ -89,7 +89,7 @@ def test_parallel_decoding_equals_serial(tmp_path):
 
 def _same_tables(a, b):
     assert len(a) == len(b)
-    for col in ("ts", "dur", "cat", "external_id", "correlation", "device", "stream", "nbytes"):
+    for col in ("ts", "dur", "cat", "correlation", "device", "stream", "nbytes"):
         np.testing.assert_array_equal(getattr(a, col), getattr(b, col))
     assert [a.strings[i] for i in a.name] == [b.strings[i] for i in b.name]
     assert [a.strings[i] if i >= 0 else None for i in a.shapes] == [b.strings[i] if i >= 0 else None for i in b.shapes]
@@ -173,7 +173,7 @@ def _pools_used(monkeypatch):
 
 def _numbered_events(n, pid=1):
     return [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": pid, "tid": 1,
-             "ts": 10.0 + i, "dur": 0.5, "args": {"External id": i}} for i in range(n)]
+             "ts": 10.0 + i, "dur": 0.5, "args": {"correlation": i}} for i in range(n)]
 
 
 def test_parallel_native_slices_use_threads_and_declined_ones_still_decode(tmp_path, monkeypatch):
@@ -193,7 +193,7 @@ def test_parallel_native_slices_use_threads_and_declined_ones_still_decode(tmp_p
     t = load_trace(p, workers=2).events
     assert used == ["threads"]
     assert len(t) == 6000
-    np.testing.assert_array_equal(t.external_id, np.arange(6000))
+    np.testing.assert_array_equal(t.correlation, np.arange(6000))
     assert t.threads.pid[t.thread[3000]] == "1.5"
 
 
@@ -211,15 +211,15 @@ def test_parallel_declined_first_slice_uses_processes(tmp_path, monkeypatch):
     t = load_trace(p, workers=2).events
     assert used == []
     assert len(t) == 6000
-    np.testing.assert_array_equal(t.external_id, np.arange(6000))
+    np.testing.assert_array_equal(t.correlation, np.arange(6000))
     # Chosen by size instead: threads from THREAD_MIN_BYTES, and a declined trace under
     # PARALLEL_MIN_BYTES stays in them (msgspec as serial) rather than paying for a fork.
     monkeypatch.setattr(loader, "THREAD_MIN_BYTES", 1 << 10)
     t = load_trace(p).events
     assert used == ["threads"]
-    np.testing.assert_array_equal(t.external_id, np.arange(6000))
+    np.testing.assert_array_equal(t.correlation, np.arange(6000))
     monkeypatch.setattr(loader, "PARALLEL_MIN_BYTES", 1 << 10)
-    np.testing.assert_array_equal(load_trace(p).events.external_id, np.arange(6000))
+    np.testing.assert_array_equal(load_trace(p).events.correlation, np.arange(6000))
     assert used == ["threads"]  # the large one went to processes
 
 
@@ -323,17 +323,16 @@ def test_negative_duration_and_unknown_phase_are_tolerated(tmp_path):
 def test_ids_are_stored_in_the_narrowest_type_that_holds_every_value(tmp_path, big):
     base = 2**40 if big else 7
     events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 1,
-               "args": {"External id": base + i, "correlation": base + 2 * i, "device": 0, "stream": 7}}
+               "args": {"correlation": base + 2 * i, "device": 0, "stream": 7}}
               for i in range(3)]
     events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 5, "dur": 1,
                    "args": {"bytes": 3 * 2**31 if big else 64, "device": 0, "stream": 7}})
     p = tmp_path / "ids.json"
     p.write_text(json.dumps({"traceEvents": events}))
     t = load_trace(p).events
-    assert t.external_id.dtype == t.correlation.dtype == np.dtype(np.int64 if big else np.int8)
+    assert t.correlation.dtype == np.dtype(np.int64 if big else np.int8)
     assert t.nbytes.dtype == np.dtype(np.int64 if big else np.int8)
     assert t.stream.dtype == t.device.dtype == t.thread.dtype == np.int8
-    assert t.external_id[:3].tolist() == [base, base + 1, base + 2]
     assert t.correlation[:3].tolist() == [base, base + 2, base + 4]
     assert t.nbytes[3] == (3 * 2**31 if big else 64)
 
@@ -344,14 +343,13 @@ def test_narrow_columns_widen_when_a_later_slice_needs_it(tmp_path, monkeypatch)
 
     values = [i if i < 2500 else 2**20 + i for i in range(3000)] + [2**40, -5]
     events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 1,
-               "args": {"External id": v, "correlation": i, "device": 0, "stream": 7 + i % 300}}
+               "args": {"correlation": v, "device": 0, "stream": 7 + i % 300}}
               for i, v in enumerate(values)]
     p = tmp_path / "widening.json"
     p.write_text(json.dumps({"traceEvents": events}))
     monkeypatch.setattr(loader, "BLOCK_BYTES", 16 << 10)
     t = load_trace(p, workers=1).events
-    assert t.external_id.dtype == np.int64 and t.external_id.tolist() == values
-    assert t.correlation.dtype == np.int16 and t.correlation.tolist() == list(range(len(values)))
+    assert t.correlation.dtype == np.int64 and t.correlation.tolist() == values
     assert t.stream.dtype == np.int16 and t.stream.tolist() == [7 + i % 300 for i in range(len(values))]
 
 
@@ -406,7 +404,7 @@ def test_every_phase_is_sorted_out_alike_by_the_typed_and_the_loose_decoder():
             else typed.x[key].tolist()
         want = [loose.strings[i] if i >= 0 else None for i in loose.x[key]] if key in ("name", "shapes", "types") \
             else loose.x[key].tolist()
-        if key not in ("pid", "tid", "extra"):
+        if key not in ("pid", "tid"):
             assert got == want, key
     assert typed.strings[typed.x["shapes"][0]] == "[[2, 3], [3, 4]]"
 
@@ -640,23 +638,31 @@ def test_native_walk_equals_the_numpy_nesting_exactly(path, cpu_trace, monkeypat
             m.setattr(ops, "_nest", None)
             vectorised = host_nesting(table)
         np.testing.assert_array_equal(native.parent, vectorised.parent)
-        np.testing.assert_array_equal(native.depth, vectorised.depth)
         np.testing.assert_array_equal(native.self_time, vectorised.self_time)
-        assert native.depth.dtype == np.int16 and native.self_time.dtype == np.float32
+        assert native.self_time.dtype == np.float32
 
 
-def test_a_stack_deeper_than_int16_falls_back_to_numpy_with_int32_depth(tmp_path):
-    """40000 events each inside the one before: the C walk declines (int16 depth column) and
-    the numpy path nests them, widening depth to int32."""
+@pytest.mark.parametrize("native", [True, False])
+def test_a_stack_40000_deep_nests_and_its_depths_count_the_enclosing_events(tmp_path, native, monkeypatch):
+    """40000 events each inside the one before (deeper than an int16 holds), by the C walk and
+    by the numpy path; `depth_of` climbs the parents."""
+    import torchneck.analysis.ops as ops
+
+    if not native:
+        monkeypatch.setattr(ops, "_nest", None)
     n = 40_000
     events = [{"ph": "X", "cat": "cpu_op", "name": "f", "pid": 1, "tid": 1, "ts": float(i), "dur": float(2 * (n - i))}
               for i in range(n)]
+    events.append({"ph": "X", "cat": "cpu_op", "name": "g", "pid": 1, "tid": 2, "ts": 5.0, "dur": 1.0})
     p = tmp_path / "deep.json"
     p.write_text(json.dumps({"traceEvents": events}))
-    nesting = host_nesting(load_trace(p).events)
-    assert nesting.depth.dtype == np.int32 and int(nesting.depth.max()) == n - 1
-    np.testing.assert_array_equal(nesting.parent, np.arange(-1, n - 1))
-    assert nesting.self_time[-1] == 2.0 and nesting.self_time[0] == 2.0
+    table = load_trace(p).events
+    nesting = host_nesting(table)
+    deep = np.flatnonzero(table.thread == table.thread[0])
+    np.testing.assert_array_equal(nesting.parent[deep], np.append(-1, deep[:-1]))
+    assert nesting.self_time[deep[-1]] == 2.0 and nesting.self_time[deep[0]] == 2.0
+    other = int(np.flatnonzero(table.thread != table.thread[0])[0])
+    np.testing.assert_array_equal(ops.depth_of(nesting, [deep[0], deep[7], deep[-1], other]), [0, 7, n - 1, 0])
 
 
 def test_distinct_equals_numpy_unique_for_small_and_wide_ranges():

@@ -2,18 +2,17 @@
  * torchneck.analysis._nest: the call-stack walk of `ops._nest_by_stack`, in C, over a whole table.
  *
  * Why: host events nest per thread like a call stack, and the walk that finds each event's
- * parent, depth and self time is one pass with a small stack -- in Python ~1 us an event, so
+ * parent and self time is one pass with a small stack -- in Python ~1 us an event, so
  * ops.host_nesting does it vectorised with numpy instead (sorts and binary searches, ~0.2 us an
  * event and a few tens of MB of temporaries). Here it is the walk itself, writing straight into
  * the caller's output arrays: ~10 ns an event and no temporaries. Optional, like the scanner:
  * without a compiler host_nesting keeps its numpy path, whose results are the same (tests).
  *
- * walk(ts, dur, rows, bounds, parent, depth, self_time) -> 0, or 1 when a stack is deeper than
- * the int16 depth column holds (the caller then uses the numpy path).
+ * walk(ts, dur, rows, bounds, parent, self_time) -> None
  *   ts: float64[n], dur: float32[n]        the table's columns
  *   rows: int32[m]                         host rows, grouped by thread, by start within one
  *   bounds: int64[k+1]                     where each thread's rows begin in `rows`, and m
- *   parent: int32[n], depth: int16[n], self_time: float32[n]   written for `rows` only
+ *   parent: int32[n], self_time: float32[n]   written for `rows` only
  * Semantics are `_nest_by_stack`'s: an event's parent is the innermost earlier event of its
  * thread that has not ended by its start (end > start); self time is its duration less its
  * direct children's, at least 0.
@@ -45,16 +44,16 @@ static int buffer_of(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t it
 
 static PyObject *walk(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *objs[7];
-    if (!PyArg_ParseTuple(args, "OOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6]))
+    PyObject *objs[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5]))
         return NULL;
-    static const Py_ssize_t items[7] = {8, 4, 4, 8, 4, 2, 4};
-    static const int writable[7] = {0, 0, 0, 0, 1, 1, 1};
-    Py_buffer views[7];
-    Py_ssize_t counts[7];
+    static const Py_ssize_t items[6] = {8, 4, 4, 8, 4, 4};
+    static const int writable[6] = {0, 0, 0, 0, 1, 1};
+    Py_buffer views[6];
+    Py_ssize_t counts[6];
     int got = 0;
     PyObject *result = NULL;
-    for (; got < 7; got++) {
+    for (; got < 6; got++) {
         if (buffer_of(objs[got], &views[got], writable[got], items[got], &counts[got]) < 0) goto done;
     }
     const double *ts = views[0].buf;
@@ -62,10 +61,9 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     const int32_t *rows = views[2].buf;
     const int64_t *bounds = views[3].buf;
     int32_t *parent = views[4].buf;
-    int16_t *depth = views[5].buf;
-    float *self_time = views[6].buf;
+    float *self_time = views[5].buf;
     Py_ssize_t n = counts[0], m = counts[2], nb = counts[3];
-    if (counts[1] != n || counts[4] != n || counts[5] != n || counts[6] != n || nb < 1 || bounds[nb - 1] != m) {
+    if (counts[1] != n || counts[4] != n || counts[5] != n || nb < 1 || bounds[nb - 1] != m) {
         PyErr_SetString(PyExc_ValueError, "walk(): inconsistent array lengths");
         goto done;
     }
@@ -87,9 +85,9 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    int too_deep = 0;
+    int no_memory = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t b = 0; b + 1 < nb && !too_deep; b++) {
+    for (Py_ssize_t b = 0; b + 1 < nb && !no_memory; b++) {
         Py_ssize_t top = 0; /* frames on the stack */
         for (Py_ssize_t i = bounds[b]; i < bounds[b + 1]; i++) {
             int32_t r = rows[i];
@@ -105,15 +103,10 @@ static PyObject *walk(PyObject *self, PyObject *args) {
             } else {
                 parent[r] = -1;
             }
-            if (top > INT16_MAX) {
-                too_deep = 1;
-                break;
-            }
-            depth[r] = (int16_t)top;
             if (top == cap) {
                 Frame *grown = realloc(stack, (size_t)cap * 2 * sizeof(Frame));
                 if (!grown) {
-                    too_deep = -1;
+                    no_memory = 1;
                     break;
                 }
                 stack = grown;
@@ -133,18 +126,18 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     free(stack);
-    if (too_deep < 0) {
+    if (no_memory) {
         PyErr_NoMemory();
         goto done;
     }
-    result = PyLong_FromLong(too_deep);
+    result = Py_NewRef(Py_None);
 done:
     for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
     return result;
 }
 
 static PyMethodDef methods[] = {
-    {"walk", walk, METH_VARARGS, "walk(ts, dur, rows, bounds, parent, depth, self_time) -> 0 | 1 (see the source)"},
+    {"walk", walk, METH_VARARGS, "walk(ts, dur, rows, bounds, parent, self_time) -> None (see the source)"},
     {NULL, NULL, 0, NULL},
 };
 

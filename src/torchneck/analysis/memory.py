@@ -42,13 +42,11 @@ def memory_summary(table: EventTable, memory: MemoryTable, lo: float, hi: float,
 
 def _enclosing_op(table: EventTable, nesting: Nesting, rows: np.ndarray) -> np.ndarray:
     """For each row, itself if it is a CPU op, else its nearest enclosing CPU op (or -1)."""
-    rows = rows.copy()
-    for _ in range(int(nesting.depth.max(initial=0)) + 1):
+    while True:  # ends: parent links have no cycle (a parent comes before its child in start order)
         bad = (rows >= 0) & (table.cat[np.maximum(rows, 0)] != Cat.CPU_OP)
         if not bad.any():
-            break
+            return rows
         rows = np.where(bad, nesting.parent[np.maximum(rows, 0)], rows)
-    return rows
 
 
 def _top_allocators(table: EventTable, memory: MemoryTable, win: np.ndarray, top: int,
@@ -65,13 +63,13 @@ def _top_allocators(table: EventTable, memory: MemoryTable, win: np.ndarray, top
             continue
         # Innermost containing op: the latest-starting op that starts before the allocation;
         # if it ended before it, climb its enclosing ops (nesting parents) until one contains
-        # it. Vectorised: one climb step for all allocations at a time, depth steps in all.
+        # it. Vectorised: one climb step for all allocations at a time, stack depth steps in all.
         o = o[np.argsort(table.ts[o], kind="stable")]
         starts = table.ts[o]
         t = memory.ts[a]
         cand = np.searchsorted(starts, t, side="right") - 1
         row = np.where(cand >= 0, o[np.maximum(cand, 0)], -1)
-        for _ in range(int(nesting.depth.max(initial=0)) + 2):
+        while True:  # each step moves a row to an enclosing op, or to -1
             ended = (row >= 0) & (table.ts[np.maximum(row, 0)] + table.dur[np.maximum(row, 0)] < t)
             if not ended.any():
                 break

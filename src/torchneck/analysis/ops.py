@@ -34,7 +34,20 @@ class Nesting:
 
     parent: np.ndarray  # int32
     self_time: np.ndarray  # float32 (durations are float32 in the table; sums are taken in float64)
-    depth: np.ndarray  # int16 (int32 in the unlikely case a stack is deeper than 32767)
+
+
+def depth_of(nesting: Nesting, rows: np.ndarray) -> np.ndarray:
+    """How many host events enclose each of `rows` (0: top level). Not kept per row of the
+    table (2 bytes an event) since only a few thousand drawn rows need it: climbed here, all
+    of them one level at a time."""
+    depth = np.zeros(len(rows), dtype=np.int32)
+    up = nesting.parent[np.asarray(rows)]
+    while True:
+        climbing = np.flatnonzero(up >= 0)
+        if not len(climbing):
+            return depth
+        depth[climbing] += 1
+        up[climbing] = nesting.parent[up[climbing]]
 
 
 def host_nesting(table: EventTable) -> Nesting:
@@ -49,7 +62,6 @@ def host_nesting(table: EventTable) -> Nesting:
     """
     n = len(table)
     parent = np.full(n, -1, dtype=np.int32)
-    depth = np.zeros(n, dtype=np.int16)
     self_time = table.dur.astype(np.float32)
     if _sorted_by_start(table):  # the loader's order: grouping by thread keeps it per thread
         rows = _host_rows_by_thread(table)
@@ -58,23 +70,20 @@ def host_nesting(table: EventTable) -> Nesting:
         rows = host[np.lexsort((-table.dur[host], table.ts[host], table.thread[host]))]
         del host
     if not len(rows):
-        return Nesting(parent, self_time, depth)
+        return Nesting(parent, self_time)
     thread_sorted = table.thread[rows]
     bounds = np.concatenate(([0], np.flatnonzero(np.diff(thread_sorted)) + 1, [len(rows)])).astype(np.int64)
     del thread_sorted
-    if _native_walk(table, rows, bounds, parent, depth, self_time):
-        return Nesting(parent, self_time, depth)
+    if _native_walk(table, rows, bounds, parent, self_time):
+        return Nesting(parent, self_time)
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         for seg, ts, end in _thread_blocks(table, rows[a:b]):
             dur = table.dur[seg].astype(np.float64)
-            par_pos, dep, child = _nest_thread(ts, dur, end)
+            par_pos, _, child = _nest_thread(ts, dur, end)
             has = par_pos >= 0
             parent[seg[has]] = seg[par_pos[has]]
-            if dep.max(initial=0) > np.iinfo(depth.dtype).max:  # a stack deeper than 32767
-                depth = depth.astype(np.int32)
-            depth[seg] = dep
             self_time[seg] = np.maximum(dur - child, 0.0)
-    return Nesting(parent, self_time, depth)
+    return Nesting(parent, self_time)
 
 
 THREADS_BY_MASK = 16
@@ -106,18 +115,16 @@ def _host_rows_by_thread(table: EventTable) -> np.ndarray:
 
 
 def _native_walk(table: EventTable, rows: np.ndarray, bounds: np.ndarray, parent: np.ndarray,
-                 depth: np.ndarray, self_time: np.ndarray) -> bool:
+                 self_time: np.ndarray) -> bool:
     """The call-stack walk in C (`_nest.c`), straight into the output arrays; False (outputs
-    untouched for the numpy path) when it is not built, the columns are not the loader's
-    types, or a stack is deeper than the int16 depth column holds."""
+    untouched for the numpy path) when it is not built or the columns are not the loader's
+    types."""
     if _nest is None or table.ts.dtype != np.float64 or table.dur.dtype != np.float32 \
             or len(table) >= np.iinfo(np.int32).max:
         return False
-    if _nest.walk(np.ascontiguousarray(table.ts), np.ascontiguousarray(table.dur), rows.astype(np.int32, copy=False),
-                  bounds, parent, depth, self_time) == 0:
-        return True
-    parent[rows], depth[rows], self_time[rows] = -1, 0, table.dur[rows]  # as they were
-    return False
+    _nest.walk(np.ascontiguousarray(table.ts), np.ascontiguousarray(table.dur), rows.astype(np.int32, copy=False),
+               bounds, parent, self_time)
+    return True
 
 
 NESTING_BLOCK = 1 << 16

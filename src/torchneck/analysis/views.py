@@ -10,7 +10,7 @@ import numpy as np
 from ..sites import is_user_file
 from ..trace.table import Cat, MemoryTable, Trace, in_categories
 from .intervals import overlapping_rows
-from .ops import Nesting
+from .ops import Nesting, depth_of
 from .python_stacks import Samples
 from .steps import Step
 
@@ -55,7 +55,8 @@ def step_timeline(trace: Trace, step: Step, nesting: Nesting | None = None,
     names: dict[int, int] = {}
     lanes: dict[tuple, dict] = {}
     meta = trace.meta
-    for r in rows.tolist():
+    depths = depth_of(nesting, rows).tolist() if nesting is not None else [0] * len(rows)
+    for r, depth in zip(rows.tolist(), depths):
         cat = Cat(int(t.cat[r]))
         if t.device[r] >= 0 and cat in (Cat.KERNEL, Cat.GPU_MEMCPY, Cat.GPU_MEMSET, Cat.GPU_USER_ANNOTATION):
             key = (1, int(t.device[r]), int(t.stream[r]))
@@ -69,7 +70,7 @@ def step_timeline(trace: Trace, step: Step, nesting: Nesting | None = None,
         if lane is None:
             lane = lanes[key] = {"name": label, "kind": "gpu" if key[0] else "cpu", "events": []}
         nid = names.setdefault(int(t.name[r]), len(names))
-        depth = int(nesting.depth[r]) if nesting is not None and not key[0] else 0
+        depth = 0 if key[0] else depth
         lane["events"].append([round(float(t.ts[r] - step.start), 2), round(float(t.dur[r]), 2), nid,
                                _CAT_LABEL.get(cat, "other"), depth])
     strings = [""] * len(names)

@@ -49,8 +49,8 @@ typedef struct {
 typedef struct {
     Py_ssize_t n, cap;
     double *ts, *dur;
-    int32_t *cat, *name, *pid, *tid, *thread, *dims, *types, *stack, *coll;
-    int64_t *ext, *corr, *device, *stream, *nbytes;
+    int32_t *cat, *name, *pid, *tid, *thread, *dims, *types;
+    int64_t *corr, *device, *stream, *nbytes;
 } XCols;
 
 typedef struct {
@@ -78,7 +78,7 @@ typedef struct {
     int32_t id; /* -1: nothing yet */
 } Recent;
 
-enum { R_NAME, R_CAT, R_PID, R_TID, R_DIMS, R_TYPES, R_STACK, R_COLL, RECENT_SLOTS };
+enum { R_NAME, R_CAT, R_PID, R_TID, R_DIMS, R_TYPES, RECENT_SLOTS };
 
 /* The distinct (pid, tid) pairs of the slice's complete events, so each row gets its thread
    here rather than by a sort of every row's pair afterwards. */
@@ -132,8 +132,8 @@ static int xcols_grow(XCols *x, Py_ssize_t want) {
     if (cap < want) cap = want;
     GROW(ts, double); GROW(dur, double);
     GROW(cat, int32_t); GROW(name, int32_t); GROW(pid, int32_t); GROW(tid, int32_t); GROW(thread, int32_t);
-    GROW(dims, int32_t); GROW(types, int32_t); GROW(stack, int32_t); GROW(coll, int32_t);
-    GROW(ext, int64_t); GROW(corr, int64_t); GROW(device, int64_t); GROW(stream, int64_t);
+    GROW(dims, int32_t); GROW(types, int32_t);
+    GROW(corr, int64_t); GROW(device, int64_t); GROW(stream, int64_t);
     GROW(nbytes, int64_t);
     x->cap = cap;
     return 0;
@@ -142,8 +142,8 @@ static int xcols_grow(XCols *x, Py_ssize_t want) {
 static void xcols_free(XCols *x) {
     free(x->ts); free(x->dur);
     free(x->cat); free(x->name); free(x->pid); free(x->tid); free(x->thread);
-    free(x->dims); free(x->types); free(x->stack); free(x->coll);
-    free(x->ext); free(x->corr); free(x->device); free(x->stream);
+    free(x->dims); free(x->types);
+    free(x->corr); free(x->device); free(x->stream);
     free(x->nbytes);
 }
 
@@ -177,7 +177,7 @@ static inline int same_bytes(const unsigned char *a, const unsigned char *b, int
     return 1;
 }
 
-/* Eight bytes at a time: names, shapes and stacks are hashed once per event. */
+/* Eight bytes at a time: names and shapes are hashed once per event. */
 static uint64_t hash_bytes(const unsigned char *s, int64_t len, int64_t kind) {
     const uint64_t k = 0x9E3779B97F4A7C15ULL;
     uint64_t h = ((uint64_t)len << 2 | (uint64_t)kind) * k;
@@ -764,7 +764,7 @@ static int read_field(Scan *s, Field *f, int depth) {
 
 /* The args keys read for complete events; the other declared ones are checked for type. */
 enum {
-    A_EXT, A_CORR, A_DEVICE, A_STREAM, A_NBYTES, A_DIMS, A_TYPES, A_STACK, A_COLL,
+    A_CORR, A_DEVICE, A_STREAM, A_NBYTES, A_DIMS, A_TYPES,
     A_INT_CHECKED, /* Bytes, Total Allocated, ... : must be integers */
     A_STR_OR_NULL, /* name, labels */
     A_COUNT
@@ -783,18 +783,15 @@ static int args_key(const unsigned char *k, int64_t len) {
         if (key_is(k, len, "labels")) return A_STR_OR_NULL;
         break;
     case 11:
-        if (key_is(k, len, "External id")) return A_EXT;
         if (key_is(k, len, "correlation")) return A_CORR;
         if (key_is(k, len, "Device Type")) return A_INT_CHECKED;
         break;
     case 10:
         if (key_is(k, len, "Input Dims")) return A_DIMS;
         if (key_is(k, len, "Input type")) return A_TYPES;
-        if (key_is(k, len, "Call stack")) return A_STACK;
         break;
     case 9: if (key_is(k, len, "Device Id")) return A_INT_CHECKED; break;
     case 15:
-        if (key_is(k, len, "Collective name")) return A_COLL;
         if (key_is(k, len, "Total Allocated")) return A_INT_CHECKED;
         break;
     case 14: if (key_is(k, len, "Total Reserved")) return A_INT_CHECKED; break;
@@ -834,9 +831,6 @@ static int parse_args(Scan *s, Args *a, int depth) {
                     fp->len += 2;
                 }
                 fp->type = OTHER;
-                break;
-            case A_STACK: case A_COLL:
-                if (fp->type != STRING) a->bad = 1;
                 break;
             case A_STR_OR_NULL:
                 if (!(fp->type == STRING || (fp->type == OTHER && fp->len == 4 &&
@@ -891,10 +885,6 @@ static int string_id(Scan *s, int slot, const Field *f, int32_t absent, int32_t 
         return 0;
     }
     if (f->type != STRING) return -1;
-    if (absent == -1 && f->len == 0) { /* "" counts as absent for stacks and collectives */
-        *id = -1;
-        return 0;
-    }
     return intern_id(s, slot, f->off, f->len, KIND_JSON, id);
 }
 
@@ -931,7 +921,6 @@ static int emit_x(Scan *s, Field *ev, Args *a) {
     } else if (ev[E_DUR].type != NUMBER || number_to_double(s, &ev[E_DUR].num, &x->dur[i]) < 0) {
         return -1;
     }
-    if (int_arg(s, &a->f[A_EXT], -1, &x->ext[i]) < 0) return -1;
     if (int_arg(s, &a->f[A_CORR], -1, &x->corr[i]) < 0) return -1;
     if (int_arg(s, &a->f[A_DEVICE], -1, &x->device[i]) < 0) return -1;
     if (int_arg(s, &a->f[A_STREAM], -1, &x->stream[i]) < 0) return -1;
@@ -943,8 +932,6 @@ static int emit_x(Scan *s, Field *ev, Args *a) {
         if (k == A_DIMS) x->dims[i] = id;
         else x->types[i] = id;
     }
-    if (string_id(s, R_STACK, &a->f[A_STACK], -1, &x->stack[i]) < 0) return -1;
-    if (string_id(s, R_COLL, &a->f[A_COLL], -1, &x->coll[i]) < 0) return -1;
     x->n++;
     return 0;
 }
@@ -1110,13 +1097,12 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         XCols *x = &s.x;
         Py_ssize_t n = x->n;
         PyObject *cols = Py_BuildValue(
-            "{sNsNsNsNsNsNsNsNsNsNsNsNsNsNsNsN}",
+            "{sNsNsNsNsNsNsNsNsNsNsNsNsN}",
             "ts", bytes_of(x->ts, n, 8), "dur", bytes_of(x->dur, n, 8),
             "cat", bytes_of(x->cat, n, 4), "name", bytes_of(x->name, n, 4),
             "pid", bytes_of(x->pid, n, 4), "tid", bytes_of(x->tid, n, 4), "thread", bytes_of(x->thread, n, 4),
             "dims", bytes_of(x->dims, n, 4), "types", bytes_of(x->types, n, 4),
-            "stack", bytes_of(x->stack, n, 4), "coll", bytes_of(x->coll, n, 4),
-            "external_id", bytes_of(x->ext, n, 8), "correlation", bytes_of(x->corr, n, 8),
+            "correlation", bytes_of(x->corr, n, 8),
             "device", bytes_of(x->device, n, 8), "stream", bytes_of(x->stream, n, 8),
             "nbytes", bytes_of(x->nbytes, n, 8));
         if (!cols) goto done;

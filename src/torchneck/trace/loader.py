@@ -306,8 +306,8 @@ _get_args = attrgetter("args")
 
 
 def _rows_with_args(cats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(GPU events, host ops): the rows whose device/stream/bytes args, and whose shapes and
-    stacks, are kept; runtime and driver calls carry neither."""
+    """(GPU events, host ops): the rows whose device/stream/bytes args, and whose shapes, are
+    kept; runtime and driver calls carry neither."""
     gpu = in_categories(cats, (Cat.KERNEL, Cat.GPU_MEMCPY, Cat.GPU_MEMSET, Cat.GPU_USER_ANNOTATION))
     return gpu, ~gpu & (cats != Cat.RUNTIME) & (cats != Cat.DRIVER)
 
@@ -430,15 +430,15 @@ def _scan_columns(data, length: int | None = None, start: int = 0) -> ChunkColum
     return chunk
 
 
-_SCANNED_DTYPES = {**dict.fromkeys(("cat", "name", "pid", "tid", "thread", "dims", "types", "stack", "coll"), np.int32),
-                   "ts": np.float64, "dur": np.float64, "external_id": np.int64, "correlation": np.int64,
+_SCANNED_DTYPES = {**dict.fromkeys(("cat", "name", "pid", "tid", "thread", "dims", "types"), np.int32),
+                   "ts": np.float64, "dur": np.float64, "correlation": np.int64,
                    "device": np.int64, "stream": np.int64, "nbytes": np.int64}
 
 
 def _native_x(cols: dict[str, np.ndarray], strings: _Interner) -> tuple[dict, int]:
     """The scanner's raw columns -> the same columns `_strict_x` makes: categories coded, args
-    kept only on the rows that carry them (device/stream/bytes on GPU events, shapes and
-    stacks on host ops)."""
+    kept only on the rows that carry them (device/stream/bytes on GPU events, shapes on host
+    ops)."""
     table = strings.strings
     cat_ids = cols["cat"]
     lookup = np.zeros(len(table), dtype=np.int8)
@@ -455,12 +455,10 @@ def _native_x(cols: dict[str, np.ndarray], strings: _Interner) -> tuple[dict, in
     nbytes = np.where(gpu, cols["nbytes"], 0)
     shapes = np.where(ops, cols["dims"], -1).astype(np.int32)
     types = np.where(ops, cols["types"], -1).astype(np.int32)
-    stack = cols["stack"]
-    extra = np.where(ops, np.where(stack >= 0, stack, cols["coll"]), -1).astype(np.int32)
     pid, tid = cols["pid"], cols["tid"]
     device, stream = _gpu_placement(gpu, device, stream, pid, tid, strings)
-    return _x_dict(cols["ts"], dur, cats, cols["name"], pid, tid, cols["external_id"], cols["correlation"],
-                   device, stream, shapes, types, nbytes, extra), negative
+    return _x_dict(cols["ts"], dur, cats, cols["name"], pid, tid, cols["correlation"], device, stream, shapes,
+                   types, nbytes), negative
 
 
 def _strict_x(xs: list, strings: _Interner) -> tuple[dict, int]:
@@ -481,7 +479,6 @@ def _strict_x(xs: list, strings: _Interner) -> tuple[dict, int]:
     name = strings.ids(list(map(_get_name, xs)))
     pid_arr, tid_arr = strings.pair_ids(list(map(_get_pid_tid, xs)))
     args = list(map(_get_args, xs))
-    ext = np.fromiter(map(_get_ext, args), dtype=np.int64, count=n)
     corr = np.fromiter(map(_get_corr, args), dtype=np.int64, count=n)
     device = np.full(n, -1, dtype=np.int64)
     stream = np.full(n, -1, dtype=np.int64)
@@ -495,29 +492,20 @@ def _strict_x(xs: list, strings: _Interner) -> tuple[dict, int]:
         nbytes[where] = np.fromiter(map(_get_nbytes, gargs), dtype=np.int64, count=len(where))
     shapes = np.full(n, -1, dtype=np.int32)
     types = np.full(n, -1, dtype=np.int32)
-    extra = np.full(n, -1, dtype=np.int32)
     if ops.any():
         where = np.flatnonzero(ops)
         oargs = list(compress(args, ops.tolist()))
         shapes[where] = strings.raw_ids(list(map(_get_dims, oargs)))
         types[where] = strings.raw_ids(list(map(_get_types, oargs)))
-        stacks = list(map(_get_stack, oargs))
-        colls = list(map(_get_coll, oargs))
-        if any(stacks) or any(colls):
-            ids = strings.ids([st or co or None for st, co in zip(stacks, colls)])
-            ids[ids == strings.index.get(None, -2)] = -1
-            extra[where] = ids
     device, stream = _gpu_placement(gpu, device, stream, pid_arr, tid_arr, strings)
-    return _x_dict(ts, dur, cats, name, pid_arr, tid_arr, ext, corr, device, stream, shapes, types,
-                   nbytes, extra), negative
+    return _x_dict(ts, dur, cats, name, pid_arr, tid_arr, corr, device, stream, shapes, types,
+                   nbytes), negative
 
 
 _get_ph, _get_cat, _get_ts, _get_dur, _get_name = map(attrgetter, ("ph", "cat", "ts", "dur", "name"))
 _get_pid_tid = attrgetter("pid", "tid")
-_get_ext, _get_corr, _get_device, _get_stream, _get_nbytes = map(
-    attrgetter, ("external_id", "correlation", "device", "stream", "nbytes"))
-_get_dims, _get_types, _get_stack, _get_coll = map(attrgetter, ("input_dims", "input_type", "call_stack",
-                                                                "collective_name"))
+_get_corr, _get_device, _get_stream, _get_nbytes = map(attrgetter, ("correlation", "device", "stream", "nbytes"))
+_get_dims, _get_types = map(attrgetter, ("input_dims", "input_type"))
 
 
 def _gpu_placement(gpu, device, stream, pid_arr, tid_arr, strings) -> tuple[np.ndarray, np.ndarray]:
@@ -541,8 +529,7 @@ def _gpu_placement(gpu, device, stream, pid_arr, tid_arr, strings) -> tuple[np.n
     return device, stream
 
 
-def _x_dict(ts, dur, cats, name, pid_arr, tid_arr, ext, corr, device, stream, shapes, types, nbytes,
-            extra) -> dict:
+def _x_dict(ts, dur, cats, name, pid_arr, tid_arr, corr, device, stream, shapes, types, nbytes) -> dict:
     return {
         "ts": ts,
         "dur": dur.astype(np.float32),
@@ -550,14 +537,12 @@ def _x_dict(ts, dur, cats, name, pid_arr, tid_arr, ext, corr, device, stream, sh
         "name": name,
         "pid": pid_arr,
         "tid": tid_arr,
-        "external_id": ext,
         "correlation": corr,
         "device": np.clip(device, -1, 32767).astype(np.int16),
         "stream": np.clip(stream, -1, _INT32_MAX).astype(np.int32),
         "shapes": shapes,
         "types": types,
         "nbytes": nbytes,
-        "extra": extra,
     }
 
 
@@ -577,7 +562,6 @@ def _loose_x(xs: list, strings: _Interner) -> tuple[dict, int]:
     tid_arr = strings.ids(list(map(attrgetter("tid"), xs)))
     empty = EMPTY_ARGS
     args = [a if a is not None else empty for a in map(_get_args, xs)]
-    ext = _int_column(list(map(attrgetter("external_id"), args)), -1, np.int64)
     corr = _int_column(list(map(attrgetter("correlation"), args)), -1, np.int64)
     device = _int_column(list(map(attrgetter("device"), args)), -1, np.int64)
     stream = _int_column(list(map(attrgetter("stream"), args)), -1, np.int64)
@@ -588,13 +572,8 @@ def _loose_x(xs: list, strings: _Interner) -> tuple[dict, int]:
     types = strings.ids([bytes(d).decode("utf-8", "replace") if d else None for d in kinds])
     types[types == strings.index.get(None, -2)] = -1
     nbytes = _int_column(list(map(attrgetter("nbytes"), args)), 0, np.int64)
-    stacks = list(map(attrgetter("call_stack"), args))
-    colls = list(map(attrgetter("collective_name"), args))
-    extra = strings.ids([st or co or None for st, co in zip(stacks, colls)])
-    extra[extra == strings.index.get(None, -2)] = -1
     device, stream = _gpu_placement(_rows_with_args(cats)[0], device, stream, pid_arr, tid_arr, strings)
-    x = _x_dict(ts, dur, cats, name, pid_arr, tid_arr, ext, corr, device, stream, shapes, types, nbytes,
-                extra)
+    x = _x_dict(ts, dur, cats, name, pid_arr, tid_arr, corr, device, stream, shapes, types, nbytes)
     return x, negative
 
 
@@ -739,7 +718,7 @@ class _Columns:
     def take(self, key: str, rows: np.ndarray) -> np.ndarray:
         """The finished column `key` in the order `rows`; frees the buffer."""
         col = self.cols.pop(key)
-        return col[rows]
+        return np.take(col, rows)
 
 
 _INT_BOUNDS = [(np.dtype(dt), int(np.iinfo(dt).min), int(np.iinfo(dt).max)) for dt in (np.int8, np.int16, np.int32)]
@@ -753,11 +732,10 @@ def _narrowest_int(lo: int, hi: int, widest: np.dtype) -> np.dtype:
 
 
 _X_DTYPES = {"ts": np.float64, "dur": np.float32, "cat": np.int8, "name": np.int32, "thread": np.int32,
-             "external_id": np.int64, "correlation": np.int64, "device": np.int16, "stream": np.int32,
-             "shapes": np.int32, "types": np.int32, "nbytes": np.int64, "extra": np.int32}
+             "correlation": np.int64, "device": np.int16, "stream": np.int32, "shapes": np.int32,
+             "types": np.int32, "nbytes": np.int64}
 """Each column's widest type; those in `_X_NARROW` are stored narrower while their values fit."""
-_X_NARROW = ("name", "thread", "external_id", "correlation", "device", "stream", "shapes", "types", "nbytes",
-             "extra")
+_X_NARROW = ("name", "thread", "correlation", "device", "stream", "shapes", "types", "nbytes")
 _MEM_DTYPES = {"ts": np.float64, "thread": np.int32, "nbytes": np.int64, "total_allocated": np.int64,
                "total_reserved": np.int64, "device_type": np.int8, "device_id": np.int16, "addr": np.int64}
 
@@ -769,13 +747,12 @@ ORDER_BLOCK = 1 << 20
 def _start_order(ts: np.ndarray, dur: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """`rows` (default: all) ordered by start, longer first on equal starts (then as given): a
     stable sort on start alone (fast on a trace's nearly sorted runs), then only the tied rows
-    re-sorted. int32 positions when they fit: the order is held while every column is put in
-    it, and at 2.5 M rows a GB each byte of it is 2.5 MB."""
+    re-sorted. intp positions, as `argsort` gives them and `np.take` wants them: with int32
+    (4 bytes less a row, 10 MB at 1 GB) numpy converted the order again for every column put
+    in it, and the gathers took twice as long."""
     order = np.argsort(ts if rows is None else ts[rows], kind="stable")
     if rows is not None:
         order = rows[order]
-    if len(ts) < np.iinfo(np.int32).max:
-        order = order.astype(np.int32)
     n = len(order)
     tied = np.zeros(n, dtype=bool)
     for a in range(0, max(n - 1, 0), ORDER_BLOCK):
@@ -856,12 +833,11 @@ class _Merger:
             elif kind == "process_labels" and isinstance(value, str):
                 self.meta.process_labels[pid] = value
         if n:
-            values = {k: x[k] for k in ("ts", "dur", "cat", "external_id", "correlation", "device", "stream",
-                                        "nbytes")}
+            values = {k: x[k] for k in ("ts", "dur", "cat", "correlation", "device", "stream", "nbytes")}
             values["name"] = remap[x["name"]]
             pairs = chunk.threads if chunk.threads is not None else _thread_pairs(x["pid"], x["tid"])
             values["thread"] = self._threads(pairs, remap)
-            for k in ("shapes", "types", "extra"):  # -1 (absent) picks the -1 at the end of remap
+            for k in ("shapes", "types"):  # -1 (absent) picks the -1 at the end of remap
                 values[k] = remap[x[k]]
             self.x.append(values, size_hint)
         mem = chunk.mem
@@ -885,7 +861,7 @@ class _Merger:
         py = cat == Cat.PYTHON_FUNCTION
 
         if valid.all() and not py.any():  # the usual case: no row set to build
-            main_rows, py_rows = _start_order(ts, dur), np.empty(0, dtype=np.int32)
+            main_rows, py_rows = _start_order(ts, dur), np.empty(0, dtype=np.intp)
         else:
             main_rows, py_rows = (_start_order(ts, dur, np.flatnonzero(m)) for m in (valid & ~py, valid & py))
         del ts, dur, cat, valid, py
@@ -1104,6 +1080,7 @@ def load_trace(
     finally:
         meta.uncompressed_bytes = reader.total
         reader.close()
+    return_freed_memory()  # the decoding threads' freed slices, before the sort needs room
     events, python, memory = merger.finish()
     if not len(events) and not len(memory):
         if meta.warnings:

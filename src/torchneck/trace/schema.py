@@ -22,13 +22,11 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     """The `args` of one event. Absent fields take a sentinel default (-1, 0, ""), never None,
     so whole columns convert to numpy without a per-value check."""
 
-    external_id: int = msgspec.field(default=-1, name="External id")
     correlation: int = -1
     device: int = -1
     stream: int = -1
     input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
-    call_stack: str = msgspec.field(default="", name="Call stack")
     nbytes: int = msgspec.field(default=0, name="bytes")
     # cpu_instant_event "[memory]" events
     mem_bytes: int = msgspec.field(default=0, name="Bytes")
@@ -40,8 +38,6 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     # metadata ("M") events
     name: str | None = None
     labels: str | None = None
-    # collectives
-    collective_name: str = msgspec.field(default="", name="Collective name")
 
 
 EMPTY_ARGS = Args()
@@ -106,13 +102,11 @@ _EVENT_TYPES = (Event, InstantEvent, GlobalInstantEvent, MetadataEvent, *map(_ph
 
 
 class LooseArgs(msgspec.Struct, gc=False):
-    external_id: Any = msgspec.field(default=None, name="External id")
     correlation: Any = None
     device: Any = None
     stream: Any = None
     input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
-    call_stack: Any = msgspec.field(default=None, name="Call stack")
     nbytes: Any = msgspec.field(default=None, name="bytes")
     mem_bytes: Any = msgspec.field(default=None, name="Bytes")
     total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
@@ -122,7 +116,6 @@ class LooseArgs(msgspec.Struct, gc=False):
     addr: Any = msgspec.field(default=None, name="Addr")
     name: Any = None
     labels: Any = None
-    collective_name: Any = msgspec.field(default=None, name="Collective name")
 
 
 class LooseEvent(msgspec.Struct, gc=False):

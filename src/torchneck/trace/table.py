@@ -96,14 +96,12 @@ class EventTable:
     cat: np.ndarray  # int8, `Cat`
     name: np.ndarray  # int32, index into `strings`
     thread: np.ndarray  # int32, index into `threads`
-    external_id: np.ndarray  # int32 (int64 when a value needs it), -1 if absent
     correlation: np.ndarray  # int32 (int64 when a value needs it), -1 if absent
     device: np.ndarray  # int16, GPU device for GPU events, -1 otherwise
     stream: np.ndarray  # int32, GPU stream for GPU events, -1 otherwise
     shapes: np.ndarray  # int32, "Input Dims" JSON text id, -1 if absent
     types: np.ndarray  # int32, "Input type" JSON text id (dtypes), -1 if absent
     nbytes: np.ndarray  # int32 (int64 when a value needs it), bytes moved by memcpy/memset, 0 otherwise
-    extra: np.ndarray  # int32, a per-category string: "Call stack" / collective name; -1 if absent
     strings: list[str]
     threads: Threads
 
@@ -144,14 +142,12 @@ class EventTable:
             cat=self.cat[mask],
             name=self.name[mask],
             thread=self.thread[mask],
-            external_id=self.external_id[mask],
             correlation=self.correlation[mask],
             device=self.device[mask],
             stream=self.stream[mask],
             shapes=self.shapes[mask],
             types=self.types[mask],
             nbytes=self.nbytes[mask],
-            extra=self.extra[mask],
             strings=self.strings,
             threads=self.threads,
         )
