@@ -41,7 +41,7 @@ def depth_of(nesting: Nesting, rows: np.ndarray) -> np.ndarray:
     table (2 bytes an event) since only a few thousand drawn rows need it: climbed here, all
     of them one level at a time."""
     depth = np.zeros(len(rows), dtype=np.int32)
-    up = nesting.parent[np.asarray(rows)]
+    up = nesting.parent[np.asarray(rows, dtype=np.intp)]
     while True:
         climbing = np.flatnonzero(up >= 0)
         if not len(climbing):
