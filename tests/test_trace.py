@@ -718,9 +718,22 @@ def test_rows_starting_in_a_window_on_sorted_and_unsorted_tables(monkeypatch):
     shuffled = table.select(np.random.default_rng(0).permutation(len(table)))
     for t in (table, shuffled):
         got = ops_mod.rows_starting_in(t, lo, hi)
-        assert got.dtype == np.int32
-        np.testing.assert_array_equal(got, np.flatnonzero((t.ts >= lo) & (t.ts < hi)))
-    assert len(ops_mod.rows_starting_in(table, lo, hi)) > 3000
+        want = np.flatnonzero((t.ts >= lo) & (t.ts < hi))
+        if t is table:  # sorted, as loaded: one range of it
+            assert isinstance(got, slice)
+            got = np.arange(len(t))[got]
+        else:
+            assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, want)
+    assert len(want) > 3000
+    # Rows picked by a mask over the window are the same from a slice as from its index array.
+    window = ops_mod.rows_starting_in(table, lo, hi)
+    as_array = np.arange(window.start, window.stop, dtype=np.int32)
+    mask = table.cat[window] == Cat.CPU_OP
+    from_slice = ops_mod.rows_where(window, mask)
+    assert from_slice.dtype == np.int32 and len(from_slice) > 37
+    np.testing.assert_array_equal(from_slice, as_array[mask])
+    np.testing.assert_array_equal(ops_mod.cpu_ops_among(table, window), ops_mod.cpu_ops_among(table, as_array))
 
 
 def test_analyses_on_a_second_thread_equal_one_thread(monkeypatch):

@@ -9,7 +9,7 @@ import numpy as np
 from ..trace.table import Cat, EventTable, in_categories
 from .groups import distinct
 from .intervals import union_length
-from .ops import Nesting
+from .ops import Nesting, Rows, rows_where
 
 _REGION = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)")
 _GRAPH_CALL = re.compile(r"^## Call CompiledFxGraph|^CompiledFunction$|^CompiledFunctionBackward$")
@@ -18,7 +18,7 @@ _COMPILE_SPAN = re.compile(r"^(dynamo|entire_frame_compile|_compile\.compile_inn
 """dynamo's own `dynamo_timed` spans: a region that compiles (first call, recompile) holds one."""
 
 
-def compiled_summary(table: EventTable, nesting: Nesting, rows: np.ndarray, lo: float, hi: float) -> dict:
+def compiled_summary(table: EventTable, nesting: Nesting, rows: Rows, lo: float, hi: float) -> dict:
     """Compiled frames within `rows`.
 
     `Torch-Compiled Region: F/C` marks frame F compiled for the C-th time (C > 0: a recompile).
@@ -31,9 +31,12 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: np.ndarray, lo: 
     and `eager_us`, the rest: code between graphs run eagerly. Backends that
     leave no graph-call span (`eager`) make the split unknowable: `eager_us` is then None.
     """
+    none = np.empty(0, dtype=np.int32)
     region_ids = table.names_matching(lambda s: bool(_REGION.match(s)))
+    if not region_ids.any():  # no compiled region in the trace: no pass over the window's rows
+        return {"present": False}
     host = in_categories(table.cat[rows], (Cat.CPU_OP, Cat.USER_ANNOTATION))
-    reg = rows[host & region_ids[table.name[rows]]] if len(region_ids) else rows[:0]
+    reg = rows_where(rows, host & region_ids[table.name[rows]])
     if not len(reg):
         return {"present": False}
     frames: dict[int, dict] = {}
@@ -56,7 +59,7 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: np.ndarray, lo: 
             frame_of_row[r]["nested_calls"] += 1
             frame_of_row[outer]["nested_us"] += float(table.dur[r])
     is_graph_name = table.names_matching(lambda s: bool(_GRAPH_CALL.match(s)))
-    graph_rows = rows[is_graph_name[table.name[rows]]] if len(is_graph_name) else rows[:0]
+    graph_rows = rows_where(rows, is_graph_name[table.name[rows]]) if len(is_graph_name) else none
     for r in graph_rows.tolist():
         # A graph call counts for the region it runs in directly (not through a nested region,
         # and not inside another graph call: CompiledFunction wraps inductor's graph call).
@@ -64,7 +67,7 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: np.ndarray, lo: 
         if owner in frame_of_row:
             frame_of_row[owner]["graph_us"] += float(table.dur[r])
     is_compile_name = table.names_matching(lambda s: bool(_COMPILE_SPAN.match(s)))
-    compile_rows = rows[is_compile_name[table.name[rows]]] if len(is_compile_name) else rows[:0]
+    compile_rows = rows_where(rows, is_compile_name[table.name[rows]]) if len(is_compile_name) else none
     for r in compile_rows.tolist():  # the outermost compile span of a region that compiled
         owner = _enclosing(r, nesting, lambda p: p in frame_of_row or bool(is_compile_name[table.name[p]]))
         if owner in frame_of_row:
@@ -76,7 +79,7 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: np.ndarray, lo: 
         rest = d["time_us"] - d["nested_us"] - d["graph_us"] - d["compile_us"]
         d["eager_us"] = max(rest, 0.0) if split else None
     threads = distinct(table.thread[reg])
-    cpu = rows[(table.cat[rows] == Cat.CPU_OP) & np.isin(table.thread[rows], threads)]
+    cpu = rows_where(rows, (table.cat[rows] == Cat.CPU_OP) & np.isin(table.thread[rows], threads))
     in_region = union_length(table.ts[reg], table.ts[reg] + table.dur[reg], lo, hi)
     top_ops = cpu[nesting.parent[cpu] < 0] if len(cpu) else cpu
     eager_us = 0.0

@@ -241,20 +241,39 @@ def _nest_by_stack(ts: np.ndarray, dur: np.ndarray, end: np.ndarray):
     return np.array(par, dtype=np.int64), np.array(dep, dtype=np.int32), np.array(child)
 
 
-def cpu_ops_among(table: EventTable, rows: np.ndarray) -> np.ndarray:
-    """The CPU ops among `rows`: `rows` itself, not a copy, when they all are (the analyses
-    are handed the window's CPU ops, selected once)."""
+Rows = np.ndarray | slice
+"""Rows of a table: an index array, or a slice of the start-sorted table. The events starting
+in a window are one range of it, and a slice reads each column as a view where an index array
+would gather a copy: at 7 M events, the window's row list alone was 29 MB, each gather of a
+column through it up to as much again."""
+
+
+def rows_where(rows: Rows, mask: np.ndarray) -> np.ndarray:
+    """The rows of `rows` where `mask` (one flag per row of `rows`) is set, as an index array
+    (int32 when it fits); from a slice, found `ROW_BLOCK` flags at a time."""
+    if not isinstance(rows, slice):
+        return rows[mask]
+    start = rows.start or 0
+    index = np.int32 if start + len(mask) < np.iinfo(np.int32).max else np.int64
+    parts = [(np.flatnonzero(mask[a:a + ROW_BLOCK]) + (start + a)).astype(index)
+             for a in range(0, len(mask), ROW_BLOCK)]
+    return np.concatenate(parts) if parts else np.empty(0, dtype=index)
+
+
+def cpu_ops_among(table: EventTable, rows: Rows) -> np.ndarray:
+    """The CPU ops among `rows`: `rows` itself, not a copy, when it is an index array of CPU ops
+    only (the analyses are handed the window's CPU ops, selected once)."""
     is_op = table.cat[rows] == Cat.CPU_OP
-    return rows if is_op.all() else rows[is_op]
+    return rows if not isinstance(rows, slice) and is_op.all() else rows_where(rows, is_op)
 
 
-def rows_starting_in(table: EventTable, lo: float, hi: float) -> np.ndarray:
-    """Rows (int32 when they fit) whose start lies in [lo, hi). On a table sorted by start, as
-    loaded, that is one range: no mask and no int64 row list as long as the table."""
+def rows_starting_in(table: EventTable, lo: float, hi: float) -> Rows:
+    """Rows whose start lies in [lo, hi). On a table sorted by start, as loaded, that is one
+    range, returned as a slice; otherwise an index array (int32 when it fits)."""
     ts = table.ts
-    index = np.int32 if len(ts) < np.iinfo(np.int32).max else np.int64
     if ascending(ts):
-        return np.arange(np.searchsorted(ts, lo, side="left"), np.searchsorted(ts, hi, side="left"), dtype=index)
+        return slice(int(np.searchsorted(ts, lo, side="left")), int(np.searchsorted(ts, hi, side="left")))
+    index = np.int32 if len(ts) < np.iinfo(np.int32).max else np.int64
     return np.flatnonzero((ts >= lo) & (ts < hi)).astype(index)
 
 
@@ -438,9 +457,9 @@ def conv_bias_before_batch_norm(table: EventTable, nesting: Nesting, rows: np.nd
     return {"recorded": True, "pairs": int(len(hits)), "conv_us": float(table.dur[hits].sum()) if len(hits) else 0.0}
 
 
-def annotations(table: EventTable, rows: np.ndarray, top: int = 20) -> list[dict]:
+def annotations(table: EventTable, rows: Rows, top: int = 20) -> list[dict]:
     """User annotations (`record_function` blocks, module names) other than steps, by total time."""
-    ann = rows[table.cat[rows] == Cat.USER_ANNOTATION]
+    ann = rows_where(rows, table.cat[rows] == Cat.USER_ANNOTATION)
     if not len(ann):
         return []
     names = table.name[ann]

@@ -7,7 +7,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from ..trace.table import Cat, Trace
+from ..trace.table import Trace
 from .compiled import compiled_summary
 from .distributed import collectives
 from .gpu import end_of_launched_work, gpu_summary
@@ -56,7 +56,7 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None) -> tuple[
         rows = rows_starting_in(t, lo, cpu_hi)  # the events of the profiled steps
         if nested is not None:
             nesting = nested.result()
-        cpu_ops = rows[t.cat[rows] == Cat.CPU_OP]  # what the op analyses read of them
+        cpu_ops = cpu_ops_among(t, rows)  # what the op analyses read of them
         ops = {
             "by_name": op_table(t, nesting, cpu_ops),
             "by_shape": op_table(t, nesting, cpu_ops, by_shape=True, top=20),

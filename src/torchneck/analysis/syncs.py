@@ -7,7 +7,7 @@ import re
 import numpy as np
 
 from ..trace.table import Cat, EventTable, in_categories
-from .ops import Nesting
+from .ops import Nesting, Rows, rows_where
 
 _SYNC_CALLS = re.compile(r"(cuda|hip)(Stream|Device|Event)Synchronize|cuStreamSynchronize|"
                          r"cuCtxSynchronize|cuEventSynchronize")
@@ -19,7 +19,7 @@ answer before the CPU can go on: on a GPU each is a sync, on any device each bre
 compiled graph."""
 
 
-def host_syncs(table: EventTable, nesting: Nesting, rows: np.ndarray) -> dict:
+def host_syncs(table: EventTable, nesting: Nesting, rows: Rows) -> dict:
     """Sync calls, device-to-host copies and scalar-producing ops among `rows`.
 
     Each sync is charged to the outermost CPU op on its thread that contains it (the op the
@@ -29,17 +29,19 @@ def host_syncs(table: EventTable, nesting: Nesting, rows: np.ndarray) -> dict:
     sync_ids = table.names_matching(lambda s: bool(_SYNC_CALLS.search(s)))
     scalar_ids = table.names_matching(lambda s: s in _SCALAR_OPS)
     cat = table.cat[rows]
-    is_sync_call = (in_categories(cat, (Cat.RUNTIME, Cat.DRIVER)) & sync_ids[table.name[rows]]) | (cat == Cat.SYNC)
-    is_scalar = (cat == Cat.CPU_OP) & scalar_ids[table.name[rows]]
-    dtoh = (cat == Cat.GPU_MEMCPY) & table.names_matching(lambda s: "DtoH" in s)[table.name[rows]]
-    sync_rows = rows[is_sync_call]
+    name = table.name[rows]
+    is_sync_call = (in_categories(cat, (Cat.RUNTIME, Cat.DRIVER)) & sync_ids[name]) | (cat == Cat.SYNC)
+    is_scalar = (cat == Cat.CPU_OP) & scalar_ids[name]
+    dtoh = (cat == Cat.GPU_MEMCPY) & table.names_matching(lambda s: "DtoH" in s)[name]
+    del cat, name
+    sync_rows = rows_where(rows, is_sync_call)
     by_cause: dict[str, dict] = {}
     for r, cause in zip(sync_rows.tolist(), outermost_ops(table, nesting, sync_rows).tolist()):
         key = names[table.name[cause]] if cause >= 0 else names[table.name[r]]
         d = by_cause.setdefault(key, {"op": key, "count": 0, "wait_us": 0.0})
         d["count"] += 1
         d["wait_us"] += float(table.dur[r])
-    scalar_rows = rows[is_scalar]
+    scalar_rows = rows_where(rows, is_scalar)
     scalar: dict[str, dict] = {}
     for r in scalar_rows.tolist():
         if nesting.parent[r] >= 0 and table.cat[nesting.parent[r]] == Cat.CPU_OP and \
@@ -55,7 +57,7 @@ def host_syncs(table: EventTable, nesting: Nesting, rows: np.ndarray) -> dict:
         "by_cause": sorted(by_cause.values(), key=lambda d: -d["wait_us"]),
         "scalar_ops": sorted(scalar.values(), key=lambda d: -d["time_us"]),
         "dtoh_copies": int(dtoh.sum()),
-        "dtoh_us": float(table.dur[rows[dtoh]].sum()),
+        "dtoh_us": float(table.dur[rows_where(rows, dtoh)].sum()),
     }
 
 

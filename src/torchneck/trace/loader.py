@@ -720,6 +720,32 @@ class _Columns:
         col = self.cols.pop(key)
         return np.take(col, rows)
 
+    def trim(self) -> None:
+        """Give back the capacity beyond the rows held (up to half of it, after the last
+        growth): numpy reallocates in place, and glibc shrinks a large block where it lies."""
+        for col in self.cols.values():
+            if len(col) > self.size:
+                try:
+                    col.resize(self.size, refcheck=False)
+                except ValueError:  # not its own buffer: a copy would cost more than it saves
+                    pass
+
+    def pairs_by_size(self) -> list[tuple[str, str | None]]:
+        """The columns in pairs gathered at once, neither pair holding more bytes a row than the
+        widest column alone: while a pair is gathered, its two new columns sit beside the whole
+        old table, so pairing the widest two would raise the load's peak by their sum."""
+        width = {k: col.itemsize for k, col in self.cols.items()}
+        left = sorted(width, key=lambda k: -width[k])
+        widest = width[left[0]] if left else 0
+        pairs: list[tuple[str, str | None]] = []
+        while left:
+            a = left.pop(0)
+            b = next((k for k in left if width[a] + width[k] <= widest), None)
+            if b is not None:
+                left.remove(b)
+            pairs.append((a, b))
+        return pairs
+
 
 _INT_BOUNDS = [(np.dtype(dt), int(np.iinfo(dt).min), int(np.iinfo(dt).max)) for dt in (np.int8, np.int16, np.int32)]
 
@@ -849,9 +875,10 @@ class _Merger:
     def finish(self) -> tuple[EventTable, EventTable, MemoryTable]:
         """Sort (by start, longer first on ties, so parents precede their children) and split off
         python_function rows, two columns at a time: peak memory is the table, the two row
-        orders and two columns."""
+        orders and new columns as wide as the widest (`pairs_by_size`)."""
         x = self.x
         n = x.size
+        x.trim()
         ts = x.cols["ts"][:n]
         dur = x.cols["dur"][:n]
         cat = x.cols["cat"][:n]
@@ -868,9 +895,8 @@ class _Merger:
         python = {k: x.cols[k][py_rows] for k in _X_DTYPES}
         del py_rows
         main = {}
-        keys = list(_X_DTYPES)  # two columns at a time: numpy gathers with the GIL released
-        with ThreadPoolExecutor(1) as other:
-            for a, b in zip(keys[0::2], [*keys[1::2], None]):
+        with ThreadPoolExecutor(1) as other:  # two columns at a time: numpy gathers without the GIL
+            for a, b in x.pairs_by_size():
                 other_column = other.submit(x.take, b, main_rows) if b else None
                 main[a] = x.take(a, main_rows)
                 if other_column is not None:
