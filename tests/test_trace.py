@@ -778,3 +778,54 @@ def test_host_rows_grouped_by_thread_equal_a_stable_sort(by_mask, monkeypatch):
     assert len(np.unique(table.thread[host])) >= 2 and len(want) > 1000
     np.testing.assert_array_equal(got, want)
     assert ops_mod._sorted_by_start(table) and not ops_mod._sorted_by_start(table.select(np.arange(len(table))[::-1]))
+
+
+def test_with_stack_trace_places_ops_and_findings_in_the_users_functions(tmp_path):
+    """A `with_stack=True` trace: `analyze` lists ops by the user's function that ran them (its
+    first line) and points the float64 finding there; counts equal a reading of the JSON."""
+    import subprocess
+    import sys
+
+    from conftest import SCRIPTS, planted_line
+
+    script = SCRIPTS / "with_stack_trace.py"
+    trace = tmp_path / "stack.json"
+    subprocess.run([sys.executable, str(script), str(trace)], check=True, capture_output=True, timeout=300,
+                   env=dict(__import__("os").environ, OMP_NUM_THREADS="1"))
+    r = torchneck("analyze", str(trace), "--json", str(tmp_path / "r.json"))
+    assert r.returncode == 0, r.stderr
+    report = validate_report(json.loads((tmp_path / "r.json").read_text()))
+    lines = report["ops_by_line"]
+    assert lines and all(e["source"] == "stack" and e["file"].endswith("with_stack_trace.py") for e in lines)
+    mask_line, forward_line = planted_line(script, "# DEF make_mask"), planted_line(script, "# DEF forward")
+    by = {(e["op"], e["function"]): e for e in lines}
+    assert by[("aten::mm", "make_mask")]["line"] == mask_line
+    assert by[("aten::mm", "forward")]["line"] == forward_line
+
+    # Independently: aten::mm events inside each function's frames on the same thread.
+    events = json.loads(trace.read_text())["traceEvents"]
+    frames = [e for e in events if e.get("cat") == "python_function" and e["name"].endswith((": make_mask", ": forward"))]
+    count = {"make_mask": 0, "forward": 0}
+    for op in (e for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::mm"):
+        inside = [f for f in frames if f["tid"] == op["tid"] and f["ts"] <= op["ts"] <= f["ts"] + f["dur"]]
+        assert len(inside) == 1
+        count[inside[0]["name"].rsplit(": ", 1)[1]] += 1
+    assert count == {"make_mask": 6, "forward": 6}
+    assert by[("aten::mm", "make_mask")]["count"] == 6 and by[("aten::mm", "forward")]["count"] == 6
+
+    f64 = next(f for f in report["findings"] if f["kind"] == "dtype_float64")
+    assert f64["where"][0] == {"file": "with_stack_trace.py", "line": mask_line, "function": "make_mask"}
+    assert "make_mask() at" in r.stdout  # the console names the function (its line may fold)
+
+
+def test_which_trace_frames_are_the_users_code():
+    from torchneck.analysis.trace_stacks import is_user_frame_file, parse_frame_name
+
+    assert parse_frame_name("models/net.py(42): forward") == ("forward", 42, "models/net.py")
+    assert parse_frame_name("<built-in method mm of type object at 0x7f>") is None
+    for library in ("torch/nn/modules/module.py", "typing.py", "logging/__init__.py", "numpy/_core/x.py",
+                    "transformers/trainer.py", "<frozen importlib._bootstrap>", "<string>",
+                    "/opt/venv/lib/python3.11/site-packages/timm/models/vit.py"):
+        assert not is_user_frame_file(library), library
+    for mine in ("train.py", "models/resnet.py", "my-scripts/run.py", "/home/me/project/train.py"):
+        assert is_user_frame_file(mine), mine

@@ -151,7 +151,8 @@ def analyse_trace_file(path: str, rank: int | None = None, progress=None, with_v
     if rank is not None and trace.meta.rank is not None and trace.meta.rank != rank:
         return None
     analysis, nesting = analyze_with_nesting(trace)
-    return {"analysis": analysis, "views": trace_views(trace, nesting) if with_views else {}}
+    return {"analysis": analysis, "views": trace_views(trace, nesting) if with_views else {},
+            "ops_by_line": ops_by_user_line(trace, None, None, nesting)}  # with_stack traces: by function
 
 
 def report_from_traces(paths: list[str], rank: int | None = None, progress=None) -> dict:
@@ -176,9 +177,9 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None)
     analyses = [r["analysis"] for r in results]
     main = analyses[0]
     per_rank: dict[int, dict] = {}
-    for i, a in enumerate(analyses):
+    for i, (a, r) in enumerate(zip(analyses, results)):
         key = a["trace"]["rank"] if a["trace"]["rank"] is not None else i
-        fs = diagnose(Evidence(analysis=a))
+        fs = diagnose(Evidence(analysis=a, ops_by_line=r["ops_by_line"]))
         for f in fs:
             f.rank = a["trace"]["rank"]
         per_rank.setdefault(key, {"findings": [f.to_dict() for f in fs]})
@@ -198,7 +199,7 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None)
     if len(analyses) > FULL_RANKS_MAX:  # the others are summarised in `distributed.ranks`
         analyses = analyses[:1]
     return report_envelope("analyze", verdict(main, None, findings), findings, ranks=analyses,
-                     warnings=warnings, views=results[0]["views"],
+                     warnings=warnings, views=results[0]["views"], ops_by_line=results[0]["ops_by_line"],
                      **sections)
 
 

@@ -477,6 +477,12 @@ def annotations(table: EventTable, rows: Rows, top: int = 20) -> list[dict]:
     return out
 
 
+def has_line_marks(table: EventTable) -> bool:
+    """Whether the trace holds `torchneck@` spans (recorded by `torchneck run`): only then is
+    `enclosing_sites` worth its pass and its row-long array."""
+    return any(s.startswith(LINE_PREFIX) for s in table.strings)
+
+
 def enclosing_sites(table, nesting: Nesting) -> np.ndarray:
     """Per row, the string id of the innermost `torchneck@` span enclosing it (itself included),
     or -1. Found by pointer jumping up the nesting's parent links (log depth passes)."""

@@ -7,9 +7,17 @@ import numpy as np
 from ..sites import parse_site
 from ..trace.table import Cat, Trace
 from .intervals import merge
-from .ops import Nesting, cpu_ops_among, enclosing_sites, host_nesting, rows_starting_in
+from .ops import (
+    Nesting,
+    cpu_ops_among,
+    enclosing_sites,
+    has_line_marks,
+    host_nesting,
+    rows_starting_in,
+)
 from .python_stacks import Samples, hotspots, user_line_at
 from .steps import find_steps
+from .trace_stacks import enclosing_user_frames, parse_frame_name
 
 
 def run_phases(run: dict) -> dict:
@@ -94,17 +102,22 @@ def trace_clock_offset_us(trace: Trace, run: dict) -> float | None:
     return float(np.median(diffs)) if diffs else None
 
 
-def ops_by_user_line(trace: Trace, samples: Samples, offset_us: float | None,
+def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | None,
                      nesting: Nesting | None = None, top: int = 25) -> list[dict]:
     """CPU ops' self time in the profiled steps, grouped by (op, the user's line that caused it).
 
     The line comes, most exact first, from the `torchneck@` span the op runs inside (see
     `capture/lines.py`: every torch call from the user's code is wrapped while profiling), or
     else from the Python sample covering the op's start on the main thread (every ~1-2 ms, so
-    an op shorter than that is placed by the sample of its moment, not by its own stack).
-    Each entry says which (`source`: "trace" or "samples").
+    an op shorter than that is placed by the sample of its moment, not by its own stack), or
+    else, in a `with_stack=True` trace, from the innermost user function enclosing the op
+    (`trace_stacks`: its first line, the function rather than the statement).
+    Each entry says which (`source`: "trace", "samples" or "stack"). Without samples, marks or
+    Python events nothing can place an op: then [] at once.
     """
     t = trace.events
+    if samples is None and not len(trace.python) and not has_line_marks(t):
+        return []
     steps = find_steps(t)
     if not steps:
         return []
@@ -116,17 +129,24 @@ def ops_by_user_line(trace: Trace, samples: Samples, offset_us: float | None,
         nesting = host_nesting(t)
     n_strings = len(t.strings)
     key = np.full(len(rows), -1, dtype=np.int64)
-    marked = enclosing_sites(t, nesting)[rows]
-    key[marked >= 0] = marked[marked >= 0]
-    rest = np.flatnonzero(marked < 0)
-    if len(rest) and offset_us is not None and samples.start_monotonic_ns is not None and len(samples.end_s):
+    if has_line_marks(t):
+        marked = enclosing_sites(t, nesting)[rows]
+        key[marked >= 0] = marked[marked >= 0]
+        del marked
+    rest = np.flatnonzero(key < 0)
+    if len(rest) and samples is not None and offset_us is not None and samples.start_monotonic_ns is not None \
+            and len(samples.end_s):
         main = _main_thread(t, rows)
         rest = rest[t.thread[rows[rest]] == main]
         since_start_s = ((t.ts[rows[rest]] - offset_us) * 1e3 - samples.start_monotonic_ns) / 1e9
         fids = user_line_at(samples, since_start_s)
         ok = fids >= 0
         key[rest[ok]] = n_strings + fids[ok]
-    width = n_strings + len(samples.frames) + 1
+    rest = np.flatnonzero(key < 0)
+    if len(rest) and len(trace.python):
+        framed = enclosing_user_frames(trace, rows[rest])
+        key[rest[framed >= 0]] = framed[framed >= 0]
+    width = n_strings + (len(samples.frames) if samples is not None else 0) + 1
     combined = t.name[rows].astype(np.int64) * width + (key + 1)
     uniq, inverse = np.unique(combined, return_inverse=True)
     self_us = np.bincount(inverse, weights=nesting.self_time[rows])
@@ -137,8 +157,11 @@ def ops_by_user_line(trace: Trace, samples: Samples, offset_us: float | None,
         k -= 1
         entry = {"op": t.strings[name_id], "self_us": float(self_us[g]), "count": int(count[g])}
         site = parse_site(t.strings[k]) if 0 <= k < n_strings else None
+        frame = parse_frame_name(t.strings[k]) if 0 <= k < n_strings and site is None else None
         if site:
             entry.update({"file": site[2], "line": site[1], "function": site[0], "source": "trace"})
+        elif frame:
+            entry.update({"file": frame[2], "line": frame[1], "function": frame[0], "source": "stack"})
         elif k >= n_strings:
             fn, file, line = samples.frames[k - n_strings]
             entry.update({"file": file, "line": line, "function": fn, "source": "samples"})

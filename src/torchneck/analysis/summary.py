@@ -21,6 +21,7 @@ from .ops import (
     dispatch_overhead,
     enclosing_sites,
     float64_ops,
+    has_line_marks,
     host_nesting,
     op_table,
     rows_starting_in,
@@ -70,7 +71,8 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None) -> tuple[
         }
         del cpu_ops
         syncs = host_syncs(t, nesting, rows)
-        memory = memory_summary(t, trace.memory, lo, hi, nesting, sites=enclosing_sites(t, nesting))
+        memory = memory_summary(t, trace.memory, lo, hi, nesting,
+                                sites=enclosing_sites(t, nesting) if has_line_marks(t) else None)
         compiled = compiled_summary(t, nesting, rows, lo, cpu_hi)
         gpu, breakdown, comm = gpu.result(), breakdown.result(), comm.result()
     durations = np.array([s.duration for s in steps])

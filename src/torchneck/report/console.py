@@ -65,7 +65,7 @@ class ConsoleRenderer:
         if run:
             self._phases(run["phases"])
             self._python(report.get("python") or {})
-            self._ops_by_line(report.get("ops_by_line") or [])
+        self._ops_by_line(report.get("ops_by_line") or [])  # analyze: from a with_stack trace's frames
         for analysis in report.get("ranks", [])[:1]:
             self._steps(analysis)
             self._ops(analysis)
@@ -287,6 +287,8 @@ class ConsoleRenderer:
         t.add_column("self ms", justify="right")
         for r in rows[: self.top]:
             where = f"{os.path.basename(r['file'])}:{r['line']}" if r.get("file") else "(no user frame)"
+            if r.get("source") == "stack":  # a trace's Python frame: the function, at its first line
+                where = f"{r['function']}() at {where}"
             t.add_row(escape(r["op"]), escape(where), str(r["count"]), _ms(r["self_us"]))
         self.console.print(t)
 

@@ -1,0 +1,139 @@
+"""The user's functions from a trace's own Python events (`with_stack=True` traces).
+
+With `with_stack=True`, PyTorch's profiler records every Python call as a `python_function`
+event named `<file>(<line>): <function>` on the thread that made it, nested like the call stack
+around the ops it ran. The innermost such event of the user's own code that encloses an op
+names the user's function that ran it. `<line>` is the line the frame was at when the call
+began: a function's first line (its `def`), not the line inside it that called torch, so this
+places an op by function, not by statement.
+
+Which frames are the user's: the profiler shortens a file's path to be relative to the
+`sys.path` entry it was imported from (`torch/nn/modules/module.py`, `typing.py`, `train.py`),
+so a path alone cannot say whose code it is. A frame is a library's when its top-level module
+is part of the standard library, a well-known ML library, or a package installed here; or when
+its path is absolute and lies in an installation (`sites.is_user_file`); `<built-in ...>` and
+`<frozen ...>` pseudo-files are nobody's source.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import site
+import sys
+from importlib.machinery import PathFinder
+
+import numpy as np
+
+from ..sites import is_user_file
+from ..trace.table import Cat, EventTable, Trace
+from .ops import Nesting, host_nesting
+
+FRAME_NAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<function>.+)$")
+"""`python_function` event names: `<file>(<line>): <function>`."""
+
+KNOWN_LIBRARIES = frozenset({
+    "torch", "torchvision", "torchaudio", "torchtext", "torchdata", "torchrec", "torchao", "torchtune",
+    "functorch", "torchgen", "triton", "numpy", "scipy", "pandas", "sklearn", "PIL", "cv2", "jax",
+    "transformers", "tokenizers", "datasets", "accelerate", "diffusers", "peft", "timm", "einops",
+    "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "apex", "xformers", "flash_attn",
+    "tqdm", "tensorboard", "wandb", "hydra", "omegaconf", "safetensors", "huggingface_hub", "torchneck",
+})
+"""Libraries whose frames are not the user's even when this machine, which may not be the one
+that recorded the trace, does not have them installed."""
+
+
+def _site_dirs() -> list[str]:
+    dirs = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
+    user = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
+    return [d for d in [*dirs, user] if d and os.path.isdir(d)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _installed_here(top: str) -> bool:
+    """A package or module `top` installed in this Python's site directories (not the current
+    directory, where the user's own script may lie)."""
+    try:
+        return PathFinder.find_spec(top, _site_dirs()) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@functools.lru_cache(maxsize=65536)
+def is_user_frame_file(path: str) -> bool:
+    """Whether a `python_function` frame's file is the user's own code (see the module doc)."""
+    if not path or path.startswith("<"):
+        return False
+    if os.path.isabs(path):
+        return is_user_file(path)
+    top = re.split(r"[/\\]", path, maxsplit=1)[0]
+    if top.endswith(".py"):
+        top = top[:-3]
+    if not top.isidentifier():
+        return True  # not importable by that name: the user's script or a file beside it
+    return not (top in sys.stdlib_module_names or top in KNOWN_LIBRARIES or _installed_here(top))
+
+
+def parse_frame_name(name: str) -> tuple[str, int, str] | None:
+    """(function, line, file) of a `python_function` event name, or None."""
+    m = FRAME_NAME.match(name)
+    if m is None:
+        return None
+    return m.group("function"), int(m.group("line")), m.group("file")
+
+
+def user_frames(table: EventTable) -> np.ndarray:
+    """Rows of a trace's python-event table that are frames of the user's own code."""
+    mine = table.names_matching(lambda s: (p := parse_frame_name(s)) is not None and is_user_frame_file(p[2]))
+    if not len(mine) or not mine.any():
+        return np.empty(0, dtype=np.intp)
+    return np.flatnonzero((table.cat == Cat.PYTHON_FUNCTION) & mine[table.name])
+
+
+def enclosing_user_frames(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """For each event row of `trace.events` in `rows`: the string id of the name of the
+    innermost user frame (a `python_function` event of the user's code) on the same thread
+    that encloses the event's start, or -1 (no Python events, or only library frames).
+
+    Per thread, the candidate is the last user frame starting at or before the event; while
+    it ended before the event began, its enclosing user frame is tried instead (frames nest
+    like the call stack, so the first one still open is the innermost)."""
+    out = np.full(len(rows), -1, dtype=np.int32)
+    py = trace.python
+    if not len(py) or not len(rows):
+        return out
+    frame_rows = user_frames(py)
+    if not len(frame_rows):
+        return out
+    frames = py.select(frame_rows)
+    nesting = _frame_nesting(frames)
+    events = trace.events
+    start = events.ts[rows]
+    frame_end = frames.ts + frames.dur
+    threads = events.thread[rows]
+    for th in np.unique(frames.thread).tolist():
+        on_thread = np.flatnonzero(frames.thread == th)  # ascending start: the table's order
+        at = np.flatnonzero(threads == th)
+        if not len(at):
+            continue
+        j = np.searchsorted(frames.ts[on_thread], start[at], side="right") - 1
+        cand = np.where(j >= 0, on_thread[np.maximum(j, 0)], -1)
+        while True:
+            closed = cand >= 0
+            closed[closed] = frame_end[cand[closed]] < start[at[closed]]
+            if not closed.any():
+                break
+            cand[closed] = nesting.parent[cand[closed]]
+        found = cand >= 0
+        out[at[found]] = frames.name[cand[found]]
+    return out
+
+
+def _frame_nesting(frames: EventTable) -> Nesting:
+    """Parents among the user frames alone, by the same call-stack walk as the host ops'."""
+    as_host = EventTable(**{k: getattr(frames, k) for k in (
+        "ts", "dur", "name", "thread", "correlation", "device", "stream", "shapes", "types", "nbytes")},
+        cat=np.full(len(frames), int(Cat.USER_ANNOTATION), dtype=np.int8),
+        strings=frames.strings, threads=frames.threads)
+    return host_nesting(as_host)
