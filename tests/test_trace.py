@@ -814,7 +814,10 @@ def test_with_stack_trace_places_ops_and_findings_in_the_users_functions(tmp_pat
     assert by[("aten::mm", "make_mask")]["count"] == 6 and by[("aten::mm", "forward")]["count"] == 6
 
     f64 = next(f for f in report["findings"] if f["kind"] == "dtype_float64")
-    assert f64["where"][0] == {"file": "with_stack_trace.py", "line": mask_line, "function": "make_mask"}
+    # Only the function whose ops had float64 inputs: forward runs ops of the same names on float32.
+    assert f64["where"] == [{"file": "with_stack_trace.py", "line": mask_line, "function": "make_mask"}]
+    placed = report["ranks"][0]["ops"]["float64"]["where"]
+    assert placed[0]["source"] == "stack" and placed[0]["count"] == report["ranks"][0]["ops"]["float64"]["count"]
     assert "make_mask() at" in r.stdout  # the console names the function (its line may fold)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -340,8 +341,10 @@ def dispatch_overhead(table: EventTable, nesting: Nesting, rows: np.ndarray, spa
     }
 
 
-def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int = 10) -> dict:
-    """CPU ops with a float64 *tensor* input (needs record_shapes): self time and the top ops.
+def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int = 10,
+                place: Callable[[np.ndarray], list[dict]] | None = None) -> dict:
+    """CPU ops with a float64 *tensor* input (needs record_shapes): self time and the top ops;
+    with `place`, also `where`: `place(rows)` of those ops (the user's code that ran them).
 
     An input counts when its type is `double` and its shape has at least one dimension: a Python
     float passed to an op (`x * 0.5`) arrives as a 0-dim double "wrapped number", and ops on those
@@ -361,8 +364,11 @@ def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int 
         keep[i] = ok
     hit = cand[keep]
     ops = op_table(table, nesting, hit, by_shape=True, top=top) if len(hit) else []
-    return {"recorded": True, "self_us": float(nesting.self_time[hit].sum(dtype=np.float64)), "count": int(len(hit)),
-            "ops": ops}
+    out = {"recorded": True, "self_us": float(nesting.self_time[hit].sum(dtype=np.float64)), "count": int(len(hit)),
+           "ops": ops}
+    if place is not None:
+        out["where"] = place(hit) if len(hit) else []
+    return out
 
 
 def _double_tensor_input(types_json: str, shapes_json: str) -> bool:

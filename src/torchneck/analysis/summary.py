@@ -29,6 +29,7 @@ from .ops import (
 from .patterns import filled_then_copied_to_gpu, unaligned_half_matmuls
 from .steps import BREAKDOWN_CATEGORIES, find_steps, step_breakdown
 from .syncs import host_syncs
+from .trace_stacks import user_code_of
 
 
 def analyze_trace(trace: Trace, nesting: Nesting | None = None) -> dict:
@@ -63,7 +64,7 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None) -> tuple[
             "by_shape": op_table(t, nesting, cpu_ops, by_shape=True, top=20),
             "dispatch": dispatch_overhead(t, nesting, cpu_ops, span, len(steps)),
             "annotations": annotations(t, rows),
-            "float64": float64_ops(t, nesting, cpu_ops),
+            "float64": float64_ops(t, nesting, cpu_ops, place=lambda hit: user_code_of(trace, nesting, hit)),
             "conv_bias_bn": conv_bias_before_batch_norm(t, nesting, cpu_ops),
             "half_matmul_unaligned": unaligned_half_matmuls(t, nesting, cpu_ops),
             "filled_then_copied": filled_then_copied_to_gpu(t, nesting, cpu_ops),

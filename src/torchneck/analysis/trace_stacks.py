@@ -26,9 +26,9 @@ from importlib.machinery import PathFinder
 
 import numpy as np
 
-from ..sites import is_user_file
+from ..sites import is_user_file, parse_site
 from ..trace.table import Cat, EventTable, Trace
-from .ops import Nesting, host_nesting
+from .ops import Nesting, enclosing_sites, has_line_marks, host_nesting
 
 FRAME_NAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<function>.+)$")
 """`python_function` event names: `<file>(<line>): <function>`."""
@@ -137,3 +137,35 @@ def _frame_nesting(frames: EventTable) -> Nesting:
         cat=np.full(len(frames), int(Cat.USER_ANNOTATION), dtype=np.int8),
         strings=frames.strings, threads=frames.threads)
     return host_nesting(as_host)
+
+
+def user_code_of(trace: Trace, nesting: Nesting, rows: np.ndarray, top: int = 3) -> list[dict]:
+    """Where in the user's code the ops `rows` ran, most self time first: `{file, line, function,
+    self_us, count, source}`, from the `torchneck@` span around each op (`source` "trace", the
+    exact line: traces of `torchneck run`) or else the innermost user frame of a `with_stack`
+    trace ("stack", the function's first line). [] when the trace holds neither. For findings
+    about particular rows (float64 inputs), where grouping all ops of a name by line would also
+    name the lines that ran the same op on other data."""
+    t = trace.events
+    marks = has_line_marks(t)
+    if not len(rows) or not (marks or len(trace.python)):
+        return []
+    key = enclosing_sites(t, nesting)[rows].astype(np.int64) if marks else np.full(len(rows), -1, np.int64)
+    rest = np.flatnonzero(key < 0)
+    if len(rest) and len(trace.python):
+        framed = enclosing_user_frames(trace, rows[rest])
+        key[rest] = framed
+    placed = key >= 0
+    if not placed.any():
+        return []
+    uniq, inverse = np.unique(key[placed], return_inverse=True)
+    self_us = np.bincount(inverse, weights=nesting.self_time[rows[placed]].astype(np.float64))
+    count = np.bincount(inverse)
+    out = []
+    for g in np.argsort(-self_us, kind="stable")[:top].tolist():
+        name = t.strings[int(uniq[g])]
+        site, frame = parse_site(name), parse_frame_name(name)
+        function, line, file = site or frame
+        out.append({"file": file, "line": line, "function": function, "self_us": float(self_us[g]),
+                    "count": int(count[g]), "source": "trace" if site else "stack"})
+    return out

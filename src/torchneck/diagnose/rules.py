@@ -248,8 +248,10 @@ class DtypeFloat64:
             kind=self.kind,
             title=f"float64 (double) tensors in {len(names)} op(s): {100 * s / ev.window_s:.0f}% of the time",
             time_lost_s=lost, time_lost_pct=_pct(lost, ev),
-            where=ev.lines_for_ops(names), ops=sorted(names),
-            evidence={"float64_self_s": s, "ops": f["ops"][:5]},
+            # The lines that ran these very ops when the trace places them; else every line
+            # running ops of these names (live runs' samples), float64 or not.
+            where=where_of(f.get("where") or []) or ev.lines_for_ops(names), ops=sorted(names),
+            evidence={"float64_self_s": s, "ops": f["ops"][:5], "where": f.get("where") or []},
             fix="Create these tensors as float32 (NumPy arrays default to float64: "
                 "torch.from_numpy(x).float(), or dtype=torch.float32).",
             docs=DOCS["tuning"])]
