@@ -71,7 +71,7 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None) -> tuple[
             "main_thread": _busiest_cpu_thread(t, cpu_ops),
         }
         del cpu_ops
-        syncs = host_syncs(t, nesting, rows)
+        syncs = host_syncs(t, nesting, rows, place=lambda ops, waits: user_code_of(trace, nesting, ops, waits))
         memory = memory_summary(t, trace.memory, lo, hi, nesting,
                                 sites=enclosing_sites(t, nesting) if has_line_marks(t) else None)
         compiled = compiled_summary(t, nesting, rows, lo, cpu_hi)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 
@@ -19,11 +20,13 @@ answer before the CPU can go on: on a GPU each is a sync, on any device each bre
 compiled graph."""
 
 
-def host_syncs(table: EventTable, nesting: Nesting, rows: Rows) -> dict:
+def host_syncs(table: EventTable, nesting: Nesting, rows: Rows,
+               place: Callable[[np.ndarray, np.ndarray], list[dict]] | None = None) -> dict:
     """Sync calls, device-to-host copies and scalar-producing ops among `rows`.
 
     Each sync is charged to the outermost CPU op on its thread that contains it (the op the
-    user's code called), so `.item()` shows as `aten::item`, not as a runtime call.
+    user's code called), so `.item()` shows as `aten::item`, not as a runtime call. With
+    `place`, also `where`: `place(those ops, their waits)`, the user's code that waited.
     """
     names = table.strings
     sync_ids = table.names_matching(lambda s: bool(_SYNC_CALLS.search(s)))
@@ -36,7 +39,8 @@ def host_syncs(table: EventTable, nesting: Nesting, rows: Rows) -> dict:
     del cat, name
     sync_rows = rows_where(rows, is_sync_call)
     by_cause: dict[str, dict] = {}
-    for r, cause in zip(sync_rows.tolist(), outermost_ops(table, nesting, sync_rows).tolist()):
+    causes = outermost_ops(table, nesting, sync_rows)
+    for r, cause in zip(sync_rows.tolist(), causes.tolist()):
         key = names[table.name[cause]] if cause >= 0 else names[table.name[r]]
         d = by_cause.setdefault(key, {"op": key, "count": 0, "wait_us": 0.0})
         d["count"] += 1
@@ -51,7 +55,7 @@ def host_syncs(table: EventTable, nesting: Nesting, rows: Rows) -> dict:
         d = scalar.setdefault(key, {"op": key, "count": 0, "time_us": 0.0})
         d["count"] += 1
         d["time_us"] += float(table.dur[r])
-    return {
+    out = {
         "sync_calls": int(len(sync_rows)),
         "sync_wait_us": float(table.dur[sync_rows].sum()),
         "by_cause": sorted(by_cause.values(), key=lambda d: -d["wait_us"]),
@@ -59,6 +63,9 @@ def host_syncs(table: EventTable, nesting: Nesting, rows: Rows) -> dict:
         "dtoh_copies": int(dtoh.sum()),
         "dtoh_us": float(table.dur[rows_where(rows, dtoh)].sum()),
     }
+    if place is not None:
+        out["where"] = place(np.where(causes >= 0, causes, sync_rows), table.dur[sync_rows]) if len(sync_rows) else []
+    return out
 
 
 def outermost_ops(table: EventTable, nesting: Nesting, rows: np.ndarray) -> np.ndarray:

@@ -7,7 +7,8 @@ names the user's function that ran it. `<line>` is the line the frame was at whe
 began: a function's first line (its `def`), not the line inside it that called torch, so this
 places an op by function, not by statement.
 
-Which frames are the user's: the profiler shortens a file's path to be relative to the
+Which frames are the user's: the file of a thread's outermost `<module>` frame is the script
+being run. Otherwise the profiler shortens a file's path to be relative to the
 `sys.path` entry it was imported from (`torch/nn/modules/module.py`, `typing.py`, `train.py`),
 so a path alone cannot say whose code it is. A frame is a library's when its top-level module
 is part of the standard library, a well-known ML library, or a package installed here; or when
@@ -83,9 +84,29 @@ def parse_frame_name(name: str) -> tuple[str, int, str] | None:
     return m.group("function"), int(m.group("line")), m.group("file")
 
 
+def script_files(table: EventTable) -> set[str]:
+    """Files of the scripts the profiled threads ran: a thread's earliest `<module>` frame,
+    open when profiling began, is the script's own top level (`python train.py`), whose file
+    is the user's even when it shares its name with a module of the standard library
+    (`profile.py`, `trace.py`, `queue.py`). A module imported while profiling starts later."""
+    is_module = table.names_matching(lambda s: s.endswith(": <module>"))
+    if not len(is_module) or not is_module.any():
+        return set()
+    out = set()
+    for th in np.unique(table.thread).tolist():
+        on_thread = np.flatnonzero(table.thread == th)
+        first = table.ts[on_thread[0]]  # ascending start: the table's order
+        for r in on_thread[table.ts[on_thread] == first].tolist():
+            if is_module[table.name[r]] and (p := parse_frame_name(table.strings[table.name[r]])):
+                out.add(p[2])
+    return out
+
+
 def user_frames(table: EventTable) -> np.ndarray:
     """Rows of a trace's python-event table that are frames of the user's own code."""
-    mine = table.names_matching(lambda s: (p := parse_frame_name(s)) is not None and is_user_frame_file(p[2]))
+    scripts = script_files(table)
+    mine = table.names_matching(lambda s: (p := parse_frame_name(s)) is not None and (
+        p[2] in scripts or is_user_frame_file(p[2])))
     if not len(mine) or not mine.any():
         return np.empty(0, dtype=np.intp)
     return np.flatnonzero((table.cat == Cat.PYTHON_FUNCTION) & mine[table.name])
@@ -139,13 +160,15 @@ def _frame_nesting(frames: EventTable) -> Nesting:
     return host_nesting(as_host)
 
 
-def user_code_of(trace: Trace, nesting: Nesting, rows: np.ndarray, top: int = 3) -> list[dict]:
-    """Where in the user's code the ops `rows` ran, most self time first: `{file, line, function,
-    self_us, count, source}`, from the `torchneck@` span around each op (`source` "trace", the
+def user_code_of(trace: Trace, nesting: Nesting, rows: np.ndarray, weights: np.ndarray | None = None,
+                 top: int = 3) -> list[dict]:
+    """Where in the user's code the ops `rows` ran, most time first: `{file, line, function,
+    time_us, count, source}`, from the `torchneck@` span around each op (`source` "trace", the
     exact line: traces of `torchneck run`) or else the innermost user frame of a `with_stack`
-    trace ("stack", the function's first line). [] when the trace holds neither. For findings
-    about particular rows (float64 inputs), where grouping all ops of a name by line would also
-    name the lines that ran the same op on other data."""
+    trace ("stack", the function's first line). `time_us` sums `weights` (default: the ops'
+    self time). [] when the trace holds neither. For findings about particular rows (float64
+    inputs, the ops that waited on a sync), where grouping all ops of a name by line would also
+    name the lines that ran the same op harmlessly."""
     t = trace.events
     marks = has_line_marks(t)
     if not len(rows) or not (marks or len(trace.python)):
@@ -159,13 +182,14 @@ def user_code_of(trace: Trace, nesting: Nesting, rows: np.ndarray, top: int = 3)
     if not placed.any():
         return []
     uniq, inverse = np.unique(key[placed], return_inverse=True)
-    self_us = np.bincount(inverse, weights=nesting.self_time[rows[placed]].astype(np.float64))
+    w = nesting.self_time[rows[placed]] if weights is None else np.asarray(weights)[placed]
+    time_us = np.bincount(inverse, weights=w.astype(np.float64))
     count = np.bincount(inverse)
     out = []
-    for g in np.argsort(-self_us, kind="stable")[:top].tolist():
+    for g in np.argsort(-time_us, kind="stable")[:top].tolist():
         name = t.strings[int(uniq[g])]
         site, frame = parse_site(name), parse_frame_name(name)
         function, line, file = site or frame
-        out.append({"file": file, "line": line, "function": function, "self_us": float(self_us[g]),
+        out.append({"file": file, "line": line, "function": function, "time_us": float(time_us[g]),
                     "count": int(count[g]), "source": "trace" if site else "stack"})
     return out

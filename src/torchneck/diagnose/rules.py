@@ -275,7 +275,9 @@ class HostSync:
             kind=self.kind,
             title=f"{s['sync_calls']} host syncs block the CPU for {100 * wait / ev.window_s:.0f}% of the time",
             time_lost_s=wait, time_lost_pct=_pct(wait, ev),
-            where=ev.lines_for_ops(set(causes)), ops=causes, evidence=s,
+            # The code that waited, when the trace places the syncs' ops; else the lines
+            # running ops of those names.
+            where=where_of(s.get("where") or []) or ev.lines_for_ops(set(causes)), ops=causes, evidence=s,
             fix="Avoid .item(), .cpu(), .numpy() and printing tensors inside the step; keep values "
                 "on the device (e.g. torch.nonzero instead of a NumPy round trip), log every N steps.",
             docs=DOCS["tuning"])]
