@@ -76,7 +76,8 @@ def claim_by_priority(
     """Split [lo, hi] among interval sets given in priority order: each instant goes to the
     first set covering it. Returns one length per set plus, last, the unclaimed length.
 
-    This is how the TensorBoard plugin's step breakdown makes categories sum to step time.
+    This is how the TensorBoard plugin's step breakdown makes categories sum to step time. One
+    window, one union per set: the definition `claim_by_priority_in_windows` is tested against.
     """
     # Set k claims what it adds to the union of the sets before it.
     covered_s, covered_e = np.empty(0), np.empty(0)
@@ -95,31 +96,12 @@ def claim_by_priority(
     return out
 
 
-def covered_in_windows(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """For each window [lo[i], hi[i]], the length of it that the intervals cover. One merge
-    and two binary searches for all windows, instead of a merge per window."""
-    s, e = merge(starts, ends)
-    lo = np.asarray(lo, dtype=np.float64)
-    hi = np.asarray(hi, dtype=np.float64)
-    if len(s) == 0:
-        return np.zeros(len(lo))
-    done = np.concatenate(([0.0], np.cumsum(e - s)))  # done[j]: length of the first j intervals
-
-    def covered_up_to(x: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(s, x, side="right")  # intervals starting at or before x
-        last = np.maximum(i - 1, 0)
-        partial = np.clip(np.minimum(x, e[last]) - s[last], 0.0, None)
-        return np.where(i > 0, done[last] + partial, 0.0)
-
-    return np.maximum(covered_up_to(hi) - covered_up_to(lo), 0.0)
-
-
 def claim_by_priority_in_windows(
-    spans: Iterable[tuple[np.ndarray, np.ndarray]], lo: np.ndarray, hi: np.ndarray, count: int | None = None
+    spans: Iterable[tuple[np.ndarray, np.ndarray]], lo: np.ndarray, hi: np.ndarray
 ) -> np.ndarray:
     """`claim_by_priority` for many windows at once: rows are windows, columns the sets in
-    priority order plus, last, the unclaimed length. `spans` may be a generator (`count`, how
-    many sets it yields, is then only a hint), so only one raw set is held at a time.
+    priority order plus, last, the unclaimed length. `spans` may be a generator, so only one
+    raw set is held at a time.
 
     One sweep instead of a union per set: each set is merged on its own (nested host ops shrink
     to a few spans), then all their ends are sorted together; between two consecutive ends the

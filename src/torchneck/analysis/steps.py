@@ -112,8 +112,7 @@ def step_breakdown(table: EventTable, steps: list[Step]) -> list[dict[str, float
     ends = np.array([s.end for s in steps], dtype=np.float64)
     out = np.zeros((len(steps), len(BREAKDOWN_CATEGORIES)))
     for which, rows in _step_batches(table, starts, ends):
-        out[which] = claim_by_priority_in_windows(names.spans(table, rows), starts[which], ends[which],
-                                                  len(BREAKDOWN_CATEGORIES) - 1)
+        out[which] = claim_by_priority_in_windows(names.spans(table, rows), starts[which], ends[which])
     return [dict(zip(BREAKDOWN_CATEGORIES, map(float, row))) for row in out]
 
 
