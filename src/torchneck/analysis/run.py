@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..sites import parse_site
 from ..trace.table import Cat, Trace
 from .intervals import merge
 from .ops import (
     Nesting,
     cpu_ops_among,
-    enclosing_sites,
     has_line_marks,
     host_nesting,
     rows_starting_in,
 )
 from .python_stacks import Samples, hotspots, user_line_at
 from .steps import find_steps
-from .trace_stacks import enclosing_user_frames, parse_frame_name
+from .trace_stacks import describe_site, trace_site_keys
 
 
 def run_phases(run: dict) -> dict:
@@ -106,13 +104,13 @@ def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | N
                      nesting: Nesting | None = None, top: int = 25) -> list[dict]:
     """CPU ops' self time in the profiled steps, grouped by (op, the user's line that caused it).
 
-    The line comes, most exact first, from the `torchneck@` span the op runs inside (see
-    `capture/lines.py`: every torch call from the user's code is wrapped while profiling), or
+    The line comes, most exact first, from the trace itself (`trace_stacks.trace_site_keys`):
+    the `torchneck@` span the op runs inside (see `capture/lines.py`: every torch call from the
+    user's code is wrapped while profiling) or, in a `with_stack=True` trace, the innermost
+    user function around the op (its first line: the function rather than the statement); or
     else from the Python sample covering the op's start on the main thread (every ~1-2 ms, so
-    an op shorter than that is placed by the sample of its moment, not by its own stack), or
-    else, in a `with_stack=True` trace, from the innermost user function enclosing the op
-    (`trace_stacks`: its first line, the function rather than the statement).
-    Each entry says which (`source`: "trace", "samples" or "stack"). Without samples, marks or
+    an op shorter than that is placed by the sample of its moment, not by its own stack).
+    Each entry says which (`source`: "trace", "stack" or "samples"). Without samples, marks or
     Python events nothing can place an op: then [] at once.
     """
     t = trace.events
@@ -128,11 +126,7 @@ def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | N
     if nesting is None:
         nesting = host_nesting(t)
     n_strings = len(t.strings)
-    key = np.full(len(rows), -1, dtype=np.int64)
-    if has_line_marks(t):
-        marked = enclosing_sites(t, nesting)[rows]
-        key[marked >= 0] = marked[marked >= 0]
-        del marked
+    key = trace_site_keys(trace, nesting, rows)
     rest = np.flatnonzero(key < 0)
     if len(rest) and samples is not None and offset_us is not None and samples.start_monotonic_ns is not None \
             and len(samples.end_s):
@@ -142,10 +136,6 @@ def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | N
         fids = user_line_at(samples, since_start_s)
         ok = fids >= 0
         key[rest[ok]] = n_strings + fids[ok]
-    rest = np.flatnonzero(key < 0)
-    if len(rest) and len(trace.python):
-        framed = enclosing_user_frames(trace, rows[rest])
-        key[rest[framed >= 0]] = framed[framed >= 0]
     width = n_strings + (len(samples.frames) if samples is not None else 0) + 1
     combined = t.name[rows].astype(np.int64) * width + (key + 1)
     uniq, inverse = np.unique(combined, return_inverse=True)
@@ -156,12 +146,9 @@ def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | N
         name_id, k = divmod(int(uniq[g]), width)
         k -= 1
         entry = {"op": t.strings[name_id], "self_us": float(self_us[g]), "count": int(count[g])}
-        site = parse_site(t.strings[k]) if 0 <= k < n_strings else None
-        frame = parse_frame_name(t.strings[k]) if 0 <= k < n_strings and site is None else None
-        if site:
-            entry.update({"file": site[2], "line": site[1], "function": site[0], "source": "trace"})
-        elif frame:
-            entry.update({"file": frame[2], "line": frame[1], "function": frame[0], "source": "stack"})
+        where = describe_site(t.strings[k]) if 0 <= k < n_strings else None
+        if where:
+            entry.update(where)
         elif k >= n_strings:
             fn, file, line = samples.frames[k - n_strings]
             entry.update({"file": file, "line": line, "function": fn, "source": "samples"})

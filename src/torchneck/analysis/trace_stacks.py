@@ -160,24 +160,42 @@ def _frame_nesting(frames: EventTable) -> Nesting:
     return host_nesting(as_host)
 
 
+def trace_site_keys(trace: Trace, nesting: Nesting, rows: np.ndarray) -> np.ndarray:
+    """Per row (int64): the string id of the `torchneck@` span around it (the exact line, in
+    traces of `torchneck run`), or else of its innermost user frame (`with_stack` traces);
+    -1 where the trace says neither. `describe_site` reads an id back."""
+    t = trace.events
+    key = np.full(len(rows), -1, dtype=np.int64)
+    if has_line_marks(t):
+        key[:] = enclosing_sites(t, nesting)[rows]
+    rest = np.flatnonzero(key < 0)
+    if len(rest) and len(trace.python):
+        key[rest] = enclosing_user_frames(trace, rows[rest])
+    return key
+
+
+def describe_site(name: str) -> dict | None:
+    """`{file, line, function, source}` of a `torchneck@` span's name ("trace") or of a Python
+    frame's ("stack"); None for any other name."""
+    site = parse_site(name)
+    if site is not None:
+        return {"file": site[2], "line": site[1], "function": site[0], "source": "trace"}
+    frame = parse_frame_name(name)
+    if frame is not None:
+        return {"file": frame[2], "line": frame[1], "function": frame[0], "source": "stack"}
+    return None
+
+
 def user_code_of(trace: Trace, nesting: Nesting, rows: np.ndarray, weights: np.ndarray | None = None,
                  top: int = 3) -> list[dict]:
     """Where in the user's code the ops `rows` ran, most time first: `{file, line, function,
-    time_us, count, source}`, from the `torchneck@` span around each op (`source` "trace", the
-    exact line: traces of `torchneck run`) or else the innermost user frame of a `with_stack`
-    trace ("stack", the function's first line). `time_us` sums `weights` (default: the ops'
-    self time). [] when the trace holds neither. For findings about particular rows (float64
+    time_us, count, source}` (`trace_site_keys`). `time_us` sums `weights` (default: the ops'
+    self time). [] when the trace places none. For findings about particular rows (float64
     inputs, the ops that waited on a sync), where grouping all ops of a name by line would also
     name the lines that ran the same op harmlessly."""
-    t = trace.events
-    marks = has_line_marks(t)
-    if not len(rows) or not (marks or len(trace.python)):
+    if not len(rows) or not (len(trace.python) or has_line_marks(trace.events)):
         return []
-    key = enclosing_sites(t, nesting)[rows].astype(np.int64) if marks else np.full(len(rows), -1, np.int64)
-    rest = np.flatnonzero(key < 0)
-    if len(rest) and len(trace.python):
-        framed = enclosing_user_frames(trace, rows[rest])
-        key[rest] = framed
+    key = trace_site_keys(trace, nesting, rows)
     placed = key >= 0
     if not placed.any():
         return []
@@ -187,9 +205,6 @@ def user_code_of(trace: Trace, nesting: Nesting, rows: np.ndarray, weights: np.n
     count = np.bincount(inverse)
     out = []
     for g in np.argsort(-time_us, kind="stable")[:top].tolist():
-        name = t.strings[int(uniq[g])]
-        site, frame = parse_site(name), parse_frame_name(name)
-        function, line, file = site or frame
-        out.append({"file": file, "line": line, "function": function, "time_us": float(time_us[g]),
-                    "count": int(count[g]), "source": "trace" if site else "stack"})
+        where = describe_site(trace.events.strings[int(uniq[g])])
+        out.append({**where, "time_us": float(time_us[g]), "count": int(count[g])})
     return out
