@@ -7,7 +7,7 @@ import numpy as np
 from ..sites import parse_site
 from ..trace.table import Cat, EventTable, MemoryTable
 from .groups import distinct
-from .ops import Nesting
+from .ops import Nesting, innermost_open
 
 DEVICE_TYPES = {0: "cpu", 1: "cuda"}
 
@@ -61,19 +61,11 @@ def _top_allocators(table: EventTable, memory: MemoryTable, win: np.ndarray, top
         o = ops[table.thread[ops] == thread]
         if not len(o):
             continue
-        # Innermost containing op: the latest-starting op that starts before the allocation;
-        # if it ended before it, climb its enclosing ops (nesting parents) until one contains
-        # it. Vectorised: one climb step for all allocations at a time, stack depth steps in all.
+        # Innermost containing op: climbing from the latest op started by the allocation to
+        # the enclosing CPU ops (nesting parents) until one is still open.
         o = o[np.argsort(table.ts[o], kind="stable")]
-        starts = table.ts[o]
-        t = memory.ts[a]
-        cand = np.searchsorted(starts, t, side="right") - 1
-        row = np.where(cand >= 0, o[np.maximum(cand, 0)], -1)
-        while True:  # each step moves a row to an enclosing op, or to -1
-            ended = (row >= 0) & (table.ts[np.maximum(row, 0)] + table.dur[np.maximum(row, 0)] < t)
-            if not ended.any():
-                break
-            row = np.where(ended, _enclosing_op(table, nesting, nesting.parent[np.maximum(row, 0)]), row)
+        row = innermost_open(o, table.ts[o], memory.ts[a], end_of=lambda r: table.ts[r] + table.dur[r],
+                             up=lambda r: _enclosing_op(table, nesting, nesting.parent[r]))
         for i, r in zip(a.tolist(), row.tolist()):
             if r < 0:
                 continue

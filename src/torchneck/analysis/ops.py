@@ -37,6 +37,24 @@ class Nesting:
     self_time: np.ndarray  # float32 (durations are float32 in the table; sums are taken in float64)
 
 
+def innermost_open(candidates: np.ndarray, starts: np.ndarray, t: np.ndarray,
+                   end_of: Callable[[np.ndarray], np.ndarray],
+                   up: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """For each instant in `t`, the innermost of nested spans open at it, or -1. `candidates`
+    are the spans' ids in start order (`starts`, parallel and ascending): the latest starting at
+    or before the instant is tried first and, while it ended before the instant (`end_of`),
+    its enclosing span (`up`, -1 at the top) instead; spans nest like a call stack, so the
+    first one still open is the innermost. All instants climb together, one level a step."""
+    j = np.searchsorted(starts, t, side="right") - 1
+    found = np.where(j >= 0, candidates[np.maximum(j, 0)], -1)
+    while True:
+        closed = found >= 0
+        closed[closed] = end_of(found[closed]) < t[closed]
+        if not closed.any():
+            return found
+        found[closed] = up(found[closed])
+
+
 def depth_of(nesting: Nesting, rows: np.ndarray) -> np.ndarray:
     """How many host events enclose each of `rows` (0: top level). Not kept per row of the
     table (2 bytes an event) since only a few thousand drawn rows need it: climbed here, all
@@ -510,7 +528,15 @@ def has_line_marks(table: EventTable) -> bool:
 
 def enclosing_sites(table, nesting: Nesting) -> np.ndarray:
     """Per row, the string id of the innermost `torchneck@` span enclosing it (itself included),
-    or -1. Found by pointer jumping up the nesting's parent links (log depth passes)."""
+    or -1. Found by pointer jumping up the nesting's parent links (log depth passes); kept with
+    the nesting, since the memory, float64, sync and per-line analyses all ask for it."""
+    cached = getattr(nesting, "_sites", None)
+    if cached is None:
+        cached = nesting._sites = _enclosing_sites(table, nesting)
+    return cached
+
+
+def _enclosing_sites(table, nesting: Nesting) -> np.ndarray:
     n = len(table)
     site = np.full(n, -1, dtype=np.int32)
     ann = np.flatnonzero(table.cat == Cat.USER_ANNOTATION)

@@ -23,13 +23,14 @@ import os
 import re
 import site
 import sys
+from dataclasses import replace
 from importlib.machinery import PathFinder
 
 import numpy as np
 
 from ..sites import is_user_file, parse_site
 from ..trace.table import Cat, EventTable, Trace
-from .ops import Nesting, enclosing_sites, has_line_marks, host_nesting
+from .ops import Nesting, enclosing_sites, has_line_marks, host_nesting, innermost_open
 
 FRAME_NAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<function>.+)$")
 """`python_function` event names: `<file>(<line>): <function>`."""
@@ -115,49 +116,38 @@ def user_frames(table: EventTable) -> np.ndarray:
 def enclosing_user_frames(trace: Trace, rows: np.ndarray) -> np.ndarray:
     """For each event row of `trace.events` in `rows`: the string id of the name of the
     innermost user frame (a `python_function` event of the user's code) on the same thread
-    that encloses the event's start, or -1 (no Python events, or only library frames).
-
-    Per thread, the candidate is the last user frame starting at or before the event; while
-    it ended before the event began, its enclosing user frame is tried instead (frames nest
-    like the call stack, so the first one still open is the innermost)."""
+    that is open at the event's start (`ops.innermost_open`), or -1 (no Python events, or
+    only library frames)."""
     out = np.full(len(rows), -1, dtype=np.int32)
-    py = trace.python
-    if not len(py) or not len(rows):
+    if not len(trace.python) or not len(rows):
         return out
-    frame_rows = user_frames(py)
-    if not len(frame_rows):
+    frames, parent = _user_frame_index(trace.python)
+    if not len(frames):
         return out
-    frames = py.select(frame_rows)
-    nesting = _frame_nesting(frames)
-    events = trace.events
-    start = events.ts[rows]
+    start = trace.events.ts[rows]
+    threads = trace.events.thread[rows]
     frame_end = frames.ts + frames.dur
-    threads = events.thread[rows]
     for th in np.unique(frames.thread).tolist():
-        on_thread = np.flatnonzero(frames.thread == th)  # ascending start: the table's order
         at = np.flatnonzero(threads == th)
         if not len(at):
             continue
-        j = np.searchsorted(frames.ts[on_thread], start[at], side="right") - 1
-        cand = np.where(j >= 0, on_thread[np.maximum(j, 0)], -1)
-        while True:
-            closed = cand >= 0
-            closed[closed] = frame_end[cand[closed]] < start[at[closed]]
-            if not closed.any():
-                break
-            cand[closed] = nesting.parent[cand[closed]]
-        found = cand >= 0
-        out[at[found]] = frames.name[cand[found]]
+        on_thread = np.flatnonzero(frames.thread == th)  # ascending start: the table's order
+        found = innermost_open(on_thread, frames.ts[on_thread], start[at],
+                               end_of=lambda f: frame_end[f], up=lambda f: parent[f])
+        out[at[found >= 0]] = frames.name[found[found >= 0]]
     return out
 
 
-def _frame_nesting(frames: EventTable) -> Nesting:
-    """Parents among the user frames alone, by the same call-stack walk as the host ops'."""
-    as_host = EventTable(**{k: getattr(frames, k) for k in (
-        "ts", "dur", "name", "thread", "correlation", "device", "stream", "shapes", "types", "nbytes")},
-        cat=np.full(len(frames), int(Cat.USER_ANNOTATION), dtype=np.int8),
-        strings=frames.strings, threads=frames.threads)
-    return host_nesting(as_host)
+def _user_frame_index(python: EventTable) -> tuple[EventTable, np.ndarray]:
+    """The user's frames among a trace's Python events, and each one's enclosing user frame
+    (or -1), found by the host ops' call-stack walk over them alone; built once per table (the
+    per-line, float64 and sync analyses each place rows)."""
+    cached = getattr(python, "_user_frames", None)
+    if cached is None:
+        frames = python.select(user_frames(python))
+        as_host = replace(frames, cat=np.full(len(frames), int(Cat.USER_ANNOTATION), dtype=np.int8))
+        cached = python._user_frames = (frames, host_nesting(as_host).parent)
+    return cached
 
 
 def trace_site_keys(trace: Trace, nesting: Nesting, rows: np.ndarray) -> np.ndarray:
