@@ -85,3 +85,22 @@ def test_rank_from_the_file_name_when_the_trace_has_no_distributed_info(tmp_path
     assert [x["rank"] for x in dist["ranks"]] == [0, 1]
     # rank 0 spends 2.1 ms per step in all_reduce, rank 1 0.1 ms: rank 1 arrives last, rank 0 waits 2 ms
     assert dist["straggler"]["rank"] == 1 and round(dist["straggler"]["wait_per_step_us"]) == 2000
+
+
+def test_ranks_killed_after_their_trace_keep_their_machine_in_the_report(tmp_path):
+    """A rank killed by the launcher after its profiled window leaves env.json and its trace but
+    no run.json: its trace is analysed, and the merged report still says which machine ran it."""
+    from torchneck.jobs import report_from_job_dir
+
+    trace = (DATA / "trace_diff__control__control.json.gz").read_bytes()
+    for rank in (0, 1):
+        d = tmp_path / f"rank-{rank}"
+        d.mkdir()
+        (d / "env.json").write_text(json.dumps({"hostname": f"node{rank}", "torch": "2.13.0"}))
+        (d / "trace.json.gz").write_bytes(trace)
+    (tmp_path / "job.json").write_text(json.dumps({"launcher": "torch.distributed.run", "exit_code": 1, "wall_s": 9.0,
+                                                   "target": {"script": "train.py", "module": None, "args": []}}))
+    report = validate_report(report_from_job_dir(tmp_path, workers=1))
+    assert report["env"]["hostname"] == "node0"
+    assert {f["rank"] for f in report["distributed"]["failed"]} == {0, 1}
+    assert all("killed before it finished" in f["error"] for f in report["distributed"]["failed"])

@@ -331,7 +331,7 @@ def test_ids_are_stored_in_the_narrowest_type_that_holds_every_value(tmp_path, b
     p.write_text(json.dumps({"traceEvents": events}))
     t = load_trace(p).events
     assert t.correlation.dtype == np.dtype(np.int64 if big else np.int8)
-    assert t.nbytes.dtype == np.dtype(np.int64 if big else np.int8)
+    assert t.nbytes.rows.tolist() == [3]  # kept only where set
     assert t.stream.dtype == t.device.dtype == t.thread.dtype == np.int8
     assert t.correlation[:3].tolist() == [base, base + 2, base + 4]
     assert t.nbytes[3] == (3 * 2**31 if big else 64)
@@ -834,3 +834,91 @@ def test_which_trace_frames_are_the_users_code():
         assert not is_user_frame_file(library), library
     for mine in ("train.py", "models/resnet.py", "my-scripts/run.py", "/home/me/project/train.py"):
         assert is_user_frame_file(mine), mine
+
+
+def test_bytes_moved_follow_their_rows_through_the_sort(tmp_path):
+    """Bytes moved are kept only on the rows that have them; after the start-time sort each
+    copy still carries its own count (events written out of order, python rows split off)."""
+    rng = np.random.default_rng(3)
+    events = []
+    for i in rng.permutation(400).tolist():
+        if i % 7 == 0:
+            events.append({"ph": "X", "cat": "gpu_memcpy", "name": f"Memcpy HtoD {i}", "pid": 0, "tid": 7,
+                           "ts": i, "dur": 1, "args": {"bytes": 1000 + i, "device": 0, "stream": 7}})
+        elif i % 5 == 0:
+            events.append({"ph": "X", "cat": "python_function", "name": f"f{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1})
+        else:
+            events.append({"ph": "X", "cat": "cpu_op", "name": f"op {i}", "pid": 1, "tid": 1, "ts": i, "dur": 1})
+    p = tmp_path / "moved.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    t = load_trace(p).events
+    names = [t.strings[i] for i in t.name]
+    expected = [1000 + int(s.rsplit(" ", 1)[1]) if s.startswith("Memcpy") else 0 for s in names]
+    assert np.asarray(t.nbytes).tolist() == expected and len(t.nbytes.rows) == 58
+
+
+def test_a_sparse_column_reads_like_the_dense_one():
+    from torchneck.trace.table import SparseColumn
+
+    dense = np.zeros(50, dtype=np.int64)
+    dense[[0, 7, 8, 31, 49]] = [5, -2, 3**30, 11, 4]
+    col = SparseColumn.from_dense(dense)
+    rows = np.array([49, 0, 1, 8, 8, 30, 31])
+    np.testing.assert_array_equal(col[rows], dense[rows])
+    np.testing.assert_array_equal(col[dense > 3], dense[dense > 3])
+    for key in (slice(None), slice(5, 32), slice(8, 9), slice(40, 10), slice(1, 50, 7)):
+        np.testing.assert_array_equal(col[key], dense[key])
+    assert [col[i] for i in (0, 1, 8, -1)] == [5, 0, 3**30, 4] and len(col) == 50
+    assert len(SparseColumn.from_dense(np.zeros(3, dtype=np.int64))[np.array([0, 2])]) == 2
+
+
+def _tables_equal(a, b):
+    assert len(a) == len(b)
+    for col in ("ts", "dur", "cat", "name", "thread", "correlation", "device", "stream", "shapes", "types"):
+        np.testing.assert_array_equal(getattr(a, col), getattr(b, col), err_msg=col)
+    np.testing.assert_array_equal(np.asarray(a.nbytes), np.asarray(b.nbytes))
+
+
+def test_the_in_place_sort_gives_the_numpy_sort(tmp_path, monkeypatch):
+    """The C sort and permutation (`_order.c`) and numpy's argsort and gathers give the same
+    tables: ties on start (longer first, then file order), python rows split off, rows without
+    a start dropped, runs out of order as a trace's CPU and GPU parts are."""
+    import torchneck.trace.loader as loader
+
+    if loader._order is None:
+        pytest.skip("built without a C compiler: only the numpy path exists")
+    rng = np.random.default_rng(11)
+    events = []
+    for i in range(3000):
+        kind = rng.choice(["cpu_op", "python_function", "kernel", "gpu_memcpy"])
+        e = {"ph": "X", "cat": str(kind), "name": f"e{i % 37}", "pid": int(kind in ("kernel", "gpu_memcpy")),
+             "tid": int(rng.integers(3)), "ts": float(rng.integers(0, 400)) + (0.5 if i % 11 == 0 else 0),
+             "dur": float(rng.integers(0, 5)), "args": {"correlation": i, "device": 0, "stream": 7}}
+        if kind == "gpu_memcpy":
+            e["args"]["bytes"] = 10 + i
+        if i % 97 == 0:
+            del e["ts"]
+        events.append(e)
+    events.sort(key=lambda e: (e["cat"] in ("kernel", "gpu_memcpy"), e.get("ts", 0) // 50))  # runs
+    p = tmp_path / "ties.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    native = load_trace(p)
+    monkeypatch.setattr(loader, "_order", None)
+    numpy_sorted = load_trace(p)
+    _tables_equal(native.events, numpy_sorted.events)
+    _tables_equal(native.python, numpy_sorted.python)
+    assert len(native.python) > 500 and len(native.events) + len(native.python) == 3000 - 31
+
+
+def test_the_c_permutation_refuses_what_is_not_a_permutation():
+    from torchneck.trace import loader
+
+    if loader._order is None:
+        pytest.skip("built without a C compiler")
+    col, wide = np.arange(6, dtype=np.int16) * 10, np.arange(6, dtype=np.float64) / 2
+    loader._order.permute((col, wide), np.array([4, 0, 3, 1, 2, 5], dtype=np.int32))
+    assert col.tolist() == [40, 0, 30, 10, 20, 50] and wide.tolist() == [2, 0, 1.5, 0.5, 1, 2.5]
+    for bad in ([0, 0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 6], [-1, 1, 2, 3, 4, 5], [1, 0]):
+        with pytest.raises(ValueError):  # and nothing moved
+            loader._order.permute((col, wide), np.array(bad, dtype=np.int32))
+    assert col.tolist() == [40, 0, 30, 10, 20, 50]

@@ -46,6 +46,7 @@ def analyse_rank(rank_dir: str) -> dict:
             return {"report": write_run_report(d)}
         if (d / "trace.json.gz").exists():  # killed after its window, before run.json
             report = report_from_traces([str(d / "trace.json.gz")])
+            report["env"] = _read(d / "env.json") or {}  # written at its start: the machine is known
             return {"report": report, "note": "killed before it finished (no run.json); its trace was analysed"}
         return {"report": None, "note": "killed before it wrote any evidence beyond env.json"}
     except TorchneckError as exc:
@@ -119,9 +120,10 @@ def report_from_job_dir(run_dir: Path, workers: int | None = None) -> dict:
         f"Rank {main_rank}: {main_verdict}",
         f"Biggest problem: {top[0]['title']}." if top else "No significant problem found.",
     ]))
+    # (a rank killed after its window has an `analyze` report, without run-only sections)
     return report_envelope(
-        "run", verdict, findings, run=run, env=main.get("env"), python=main.get("python"),
-        ops_by_line=main.get("ops_by_line"), compile=main.get("compile"),
+        "run", verdict, findings, run=run, env=main.get("env") or {}, python=main.get("python") or {},
+        ops_by_line=main.get("ops_by_line") or [], compile=main.get("compile") or {"present": False, "available": False},
         ranks=[(reports[r].get("ranks") or [None])[0] for r in sorted(reports)
                if reports[r].get("ranks") and (len(reports) <= FULL_RANKS_MAX or r == main_rank)],
         warnings=[f"rank {r}: {w}" for r in sorted(reports) for w in reports[r].get("warnings") or []],
