@@ -6,7 +6,7 @@ Generates traces of the requested sizes by replicating a real GPU trace
 wall time, MB/s and the child's peak RSS. With --hta, also loads the smallest file with Holistic
 Trace Analysis (installed into benchmarks/_out/hta-venv: HolisticTraceAnalysis, pandas<3, psutil)
 in the same run and prints the ratios. Each size is also timed with TORCHNECK_PURE_PYTHON=1 (the
-msgspec decoder and numpy nesting, without the two C extensions), interleaved, as the baseline of
+msgspec decoder, numpy sort and nesting, without the C extensions), interleaved, as the baseline of
 their gain. With --against REV, the same runs of git revision REV (checked out in a temporary
 worktree, its C extensions built there) are interleaved with this checkout's and the ratio
 printed: this VM's speed drifts by a quarter within minutes, so only runs taken turn about
