@@ -922,3 +922,31 @@ def test_the_c_permutation_refuses_what_is_not_a_permutation():
         with pytest.raises(ValueError):  # and nothing moved
             loader._order.permute((col, wide), np.array(bad, dtype=np.int32))
     assert col.tolist() == [40, 0, 30, 10, 20, 50]
+
+
+def test_the_c_sort_and_permutation_on_random_runs():
+    """`_order.start_order` equals a lexsort on (start, longer first, row) and `permute` equals
+    numpy's gather, for every column width, on inputs shaped like traces (sorted runs, ties,
+    reversed stretches) and on shuffled ones."""
+    from torchneck.trace import loader
+
+    if loader._order is None:
+        pytest.skip("built without a C compiler")
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 2, 31, 32, 33, 1000, 40_000):
+        runs = np.concatenate([np.sort(rng.integers(0, 500, size=k)) for k in rng.multinomial(n, [0.5, 0.3, 0.2])])
+        for ts in (runs.astype(np.float64), rng.permutation(runs).astype(np.float64), runs[::-1].astype(np.float64)):
+            dur = rng.integers(0, 4, size=n).astype(np.float32)
+            order = np.arange(n, dtype=np.int32)
+            loader._order.start_order(ts, dur, order)
+            expected = np.lexsort((np.arange(n), -dur, ts))
+            np.testing.assert_array_equal(order, expected)
+            rows = np.flatnonzero(rng.random(n) < 0.5)  # a subset, as for python rows
+            subset = rows.astype(np.int32)
+            loader._order.start_order(ts, dur, subset)
+            np.testing.assert_array_equal(subset, rows[np.lexsort((rows, -dur[rows], ts[rows]))])
+            columns = [rng.integers(-100, 100, size=n).astype(dt) for dt in (np.int8, np.int16, np.float32, np.float64)]
+            before = [c.copy() for c in columns]
+            loader._order.permute(tuple(columns), order)
+            for c, b in zip(columns, before):
+                np.testing.assert_array_equal(c, b[order])

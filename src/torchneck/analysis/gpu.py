@@ -180,31 +180,46 @@ def end_of_launched_work(table: EventTable, lo: float, hi: float) -> float:
 
 def launching_rows(table: EventTable, rows: np.ndarray) -> np.ndarray:
     """For GPU events `rows`: the runtime/driver call that launched each (same correlation id;
-    the last such call if an id repeats), or -1."""
-    keys, rt = _launch_index(table)
-    out = np.full(len(rows), -1, dtype=rt.dtype)
-    if not len(rt) or not len(rows):
+    the last such call if an id repeats), or -1 (also for rows that are no GPU event)."""
+    gpu, launcher = _launch_index(table)
+    out = np.full(len(rows), -1, dtype=launcher.dtype)
+    if not len(gpu) or not len(rows):
         return out
-    wanted = table.correlation[rows]
-    at = np.searchsorted(keys, wanted, side="right") - 1
-    ok = (at >= 0) & (wanted >= 0)
-    ok[ok] = keys[at[ok]] == wanted[ok]
-    out[ok] = rt[at[ok]]
+    at = np.minimum(np.searchsorted(gpu, rows), len(gpu) - 1)
+    found = gpu[at] == rows
+    out[found] = launcher[at[found]]
     return out
 
 
 def _launch_index(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
-    """(correlation ids, runtime/driver rows) sorted by id, the last call of a repeated id last;
-    built once per table: three analyses look launches up, and each sort of a GB trace's ~1 M
-    calls cost ~30 MB and 50 ms.
-
-    Where ids and rows fit 31 bits (always, but for a foreign trace's huge ids), each call is
-    one int64, id above row, sorted in place: no argsort order and no gathered copies beside
-    it (at 3 GB the index took ~60 MB at its peak that way, now ~40), and the two halves are
-    read back through an int32 view of it."""
+    """(GPU event rows ascending, the row of the runtime/driver call that launched each or -1),
+    built once per table: three analyses and the timeline look launches up. Kept per GPU event
+    rather than as the calls sorted by id, the index the lookup is made from: a trace has ~3
+    runtime calls for each GPU event (cudaLaunchKernel, but also allocations, syncs, event
+    records), so that index was ~3x larger (19 MB at 3 GB, now 7)."""
     cached = getattr(table, "_launch_index", None)
     if cached is not None:
         return cached
+    keys, calls = _calls_by_correlation(table)
+    index = np.int32 if len(table) < 2**31 else np.int64
+    gpu = np.flatnonzero(in_categories(table.cat, GPU_CATEGORIES)).astype(index)
+    launcher = np.full(len(gpu), -1, dtype=calls.dtype)
+    for a in range(0, len(gpu), ROW_BLOCK):  # a block at a time: no row-long intp temporaries
+        wanted = table.correlation[gpu[a:a + ROW_BLOCK]]
+        at = np.searchsorted(keys, wanted, side="right") - 1
+        ok = (at >= 0) & (wanted >= 0)
+        ok[ok] = keys[at[ok]] == wanted[ok]
+        launcher[a:a + ROW_BLOCK][ok] = calls[at[ok]]
+    table._launch_index = (gpu, launcher)
+    return table._launch_index
+
+
+def _calls_by_correlation(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
+    """(correlation ids, runtime/driver rows) sorted by id, the last call of a repeated id last.
+
+    Where ids and rows fit 31 bits (always, but for a foreign trace's huge ids), each call is
+    one int64, id above row, sorted in place: no argsort order and no gathered copies beside
+    it, and the two halves are read back through an int32 view of it."""
     is_call = in_categories(table.cat, (Cat.RUNTIME, Cat.DRIVER))
     n = len(table)
     corr = table.correlation
@@ -220,15 +235,12 @@ def _launch_index(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
         packed.sort(kind="stable")  # by id, then row (timsort: ids come nearly in order)
         halves = packed.view(np.int32)  # little-endian: row, id of each call in turn
         lo, hi = (0, 1) if np.little_endian else (1, 0)
-        cached = (halves[hi::2].copy(), halves[lo::2].copy())
-    else:  # ids beyond 31 bits: an order and two gathers
-        rt = np.flatnonzero(is_call & (corr >= 0))
-        del is_call
-        keys = corr[rt]
-        order = np.argsort(keys, kind="stable")
-        cached = (keys[order], rt[order])
-    table._launch_index = cached
-    return cached
+        return halves[hi::2].copy(), halves[lo::2].copy()
+    rt = np.flatnonzero(is_call & (corr >= 0))  # ids beyond 31 bits: an order and two gathers
+    del is_call
+    keys = corr[rt]
+    order = np.argsort(keys, kind="stable")
+    return keys[order], rt[order]
 
 
 def launch_statistics(table: EventTable, kernels: np.ndarray) -> dict:
