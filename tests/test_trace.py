@@ -823,6 +823,38 @@ def test_with_stack_trace_places_ops_and_findings_in_the_users_functions(tmp_pat
     assert "make_mask() at" in r.stdout  # the console names the function (its line may fold)
 
 
+def test_a_pytorch_1_12_with_stack_trace_places_ops_as_its_own_call_stacks_do(tmp_path):
+    """A real trace written by PyTorch 1.12 (tests/scripts/torch112_with_stack.py): relative frame
+    names and the old per-op "Call stack" arg beside the python_function events. Each op is
+    placed in the user's function its own "Call stack" names (outermost first there, the def
+    line, as the frames give it), and the float64 finding points at make_mask."""
+    from conftest import SCRIPTS, planted_line
+
+    path = DATA / "torch112_cpu__with_stack.json.gz"
+    r = torchneck("analyze", str(path), "--json", str(tmp_path / "r.json"))
+    assert r.returncode == 0, r.stderr
+    report = validate_report(json.loads((tmp_path / "r.json").read_text()))
+    script = SCRIPTS / "torch112_with_stack.py"
+    mask_line, forward_line = planted_line(script, "# DEF make_mask"), planted_line(script, "# DEF forward")
+    got = {(e["op"], e["function"], e["line"]): e["count"] for e in report["ops_by_line"]}
+
+    # The reference: each op's innermost frame of the script in its own "Call stack".
+    expected: dict = {}
+    for e in json.loads(gzip.open(path).read())["traceEvents"]:
+        stack = (e.get("args") or {}).get("Call stack") or ""
+        mine = [f for f in stack.split(";") if f.startswith("torch112_with_stack.py(")]
+        if e.get("cat") == "cpu_op" and mine:
+            line, function = mine[-1][len("torch112_with_stack.py("):].split("): ")
+            key = (e["name"], function, int(line))
+            expected[key] = expected.get(key, 0) + 1
+    assert expected[("aten::mm", "make_mask", mask_line)] == expected[("aten::mm", "forward", forward_line)] == 5
+    for key in (("aten::mm", "make_mask", mask_line), ("aten::mm", "forward", forward_line),
+                ("aten::copy_", "make_mask", mask_line), ("aten::clamp_min", "forward", forward_line)):
+        assert got[key] == expected[key]
+    f64 = next(f for f in report["findings"] if f["kind"] == "dtype_float64")
+    assert f64["where"][0] == {"file": "torch112_with_stack.py", "line": mask_line, "function": "make_mask"}
+
+
 def test_which_trace_frames_are_the_users_code():
     from torchneck.analysis.trace_stacks import is_user_frame_file, parse_frame_name
 
