@@ -180,3 +180,35 @@ def test_a_wait_is_charged_to_the_line_that_waits(run_dir):
     f = report["findings"][0]
     assert f["kind"] == "python_hotspot" and f["where"][0]["line"] == planted_line(script)
     assert "waits" in f["title"] and "DataLoader workers" in f["fix"]
+
+
+def test_a_sigterm_after_the_script_waits_for_its_evidence(tmp_path):
+    """torchrun stops the other ranks with SIGTERM when one fails. A SIGTERM that lands once
+    the script is over (here: while its error is formatted, and while the evidence is being
+    written) is held back until run.json and the trace are on disk, then ends the process as
+    asked; the script's own error is what run.json reports."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "in_error"
+    r = torchneck("run", "--out", str(out), "--quiet", str(SCRIPTS / "sigterm_in_error_report.py"))
+    assert r.returncode == -signal.SIGTERM, r.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "exception" and run["error"] == "Boom: boom"
+    assert (out / "trace.json.gz").exists() and (out / "samples.json").exists()
+
+    out = tmp_path / "while_writing"  # the signal at the start of writing the evidence
+    code = ("import os, signal, sys\n"
+            "import torchneck.capture.session as s\n"
+            "real = s.CaptureSession.end\n"
+            "def end(self, *a):\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    return real(self, *a)\n"
+            "s.CaptureSession.end = end\n"
+            "from torchneck.cli import main\n"
+            "sys.exit(main())\n")
+    r = subprocess.run([sys.executable, "-c", code, "run", "--out", str(out), "--quiet",
+                        str(SCRIPTS / "python_hotspot.py")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == -signal.SIGTERM, r.stderr
+    assert json.loads((out / "run.json").read_text())["status"] == "ok"

@@ -43,7 +43,7 @@ def chunk_view(chunk):
             "negative": chunk.negative_dur}
     for part, cols in (("x", chunk.x), ("mem", chunk.mem)):
         for k, v in cols.items():
-            if k in ("name", "pid", "tid", "shapes", "types"):
+            if k in ("name", "pid", "tid", "shapes", "types", "stack"):
                 view[f"{part}.{k}"] = text(v)
             else:
                 view[f"{part}.{k}"] = (str(np.asarray(v).dtype), np.asarray(v).tobytes())  # bit-exact
@@ -145,6 +145,8 @@ ACCEPTED = {
                                                  1.7976931348623157e308)),
     "args torchneck does not keep": _event(args={"Collective name": "allreduce", "Call stack": None}) + b"," +
                                     _event(args={"Call stack": "a.py(3): f\nb.py(4): g", "External id": 1.5}),
+    "call stacks (PyTorch 1.8-1.12), escaped or empty": _event(args={"Call stack": "C:\\u\\t.py(3): f;b.py(4): g;"})
+    + b"," + _event(args={"Call stack": ""}) + b"," + _event(cat="kernel", args={"Call stack": "a.py(1): h"}),
     "flows, metadata, memory, others": b",".join([
         b'{"ph":"f","id":1,"pid":1,"tid":1,"ts":1,"cat":"ac2g","name":"ac2g","bp":"e"}',
         b'{"ph":"s","id":1,"pid":1,"tid":1,"ts":1,"cat":"ac2g","name":"ac2g"}',
@@ -187,6 +189,7 @@ DECLINED = {
     "missing phase": b'{"ts":1,"name":"a"}',
     "not an object": b"[1, 2]",
     "labels not a string": _event(args={"labels": 3}),
+    "call stack not a string": _event(args={"Call stack": ["a.py(1): f"]}),
     "negative zero pid": _event().replace(b'"pid": 7', b'"pid": -0'),
     "invalid utf-8": _event(name="x").replace(b'"x"', b'"\xff"'),
     "lone high surrogate, even in a skipped field": _event().replace(b'"ph"', b'"x": "\\ud800", "ph"'),

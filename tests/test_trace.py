@@ -855,6 +855,46 @@ def test_a_pytorch_1_12_with_stack_trace_places_ops_as_its_own_call_stacks_do(tm
     assert f64["where"][0] == {"file": "torch112_with_stack.py", "line": mask_line, "function": "make_mask"}
 
 
+def test_a_pytorch_1_8_trace_reads_like_a_current_one(tmp_path):
+    """A real trace written by PyTorch 1.8.1 (tests/scripts/torch18_train.py): ops filed as
+    `Operator`, string tids, "Input dims", the profiler's step and the optimizer's spans filed
+    as ops too, and each op's Python stack in its "Call stack" arg (innermost first, each frame
+    at the line it was running). Steps, shapes and ops by the user's exact line all read."""
+    from conftest import SCRIPTS, planted_line
+
+    path = DATA / "torch18_cpu__train.json.gz"
+    r = torchneck("analyze", str(path), "--json", str(tmp_path / "r.json"))
+    assert r.returncode == 0, r.stderr
+    report = validate_report(json.loads((tmp_path / "r.json").read_text()))
+    events = json.loads(gzip.open(path).read())["traceEvents"]
+    a = report["ranks"][0]
+    spans = sorted((e["ts"], e["dur"]) for e in events if e.get("name", "").startswith("ProfilerStep#"))
+    assert [s["duration_us"] for s in a["steps"]["items"]] == [d for _, d in spans] and len(spans) == 3
+    names = {o["name"] for o in a["ops"]["by_name"]}
+    assert not any(n.startswith(("ProfilerStep#", "Optimizer.")) for n in names)  # spans, not ops
+    assert {x["name"] for x in a["ops"]["annotations"]} == {"Optimizer.step#SGD.step",
+                                                             "Optimizer.zero_grad#SGD.zero_grad"}
+    assert any(o["name"] == "aten::pow" and o["shapes"] == "[[32, 64], []]" for o in a["ops"]["by_shape"])
+
+    # The reference: each op's innermost frame of the script in its own "Call stack".
+    script = SCRIPTS / "torch18_train.py"
+    lo, hi = spans[0][0], spans[-1][0] + spans[-1][1]
+    expected: dict = {}
+    for e in events:
+        frames = [f for f in (e.get("args") or {}).get("Call stack", "").split(";") if "torch18_train.py(" in f]
+        if e.get("cat") == "Operator" and frames and lo <= e["ts"] < hi and not e["name"].startswith(
+                ("ProfilerStep#", "Optimizer.")):
+            line, function = frames[0].split("torch18_train.py(")[1].split("): ")
+            expected[(e["name"], function, int(line))] = expected.get((e["name"], function, int(line)), 0) + 1
+    got = {(e["op"], e["function"], e["line"]): e["count"] for e in report["ops_by_line"]}
+    assert all(e["source"] == "stack" and e["file"].endswith("torch18_train.py") for e in report["ops_by_line"])
+    assert got == {k: v for k, v in expected.items() if k in got} and len(got) == 25  # the top 25
+    forward, pow_line = planted_line(script, "# CALL model"), planted_line(script, "# CALL float64")
+    # two Linear layers and one pow a step, 3 steps; 1.8 records each op twice, nested (its
+    # autograd and its CPU kernel)
+    assert got[("aten::addmm", "train_step", forward)] == 12 and got[("aten::pow", "features", pow_line)] == 6
+
+
 def test_which_trace_frames_are_the_users_code():
     from torchneck.analysis.trace_stacks import is_user_frame_file, parse_frame_name
 

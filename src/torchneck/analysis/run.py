@@ -15,7 +15,7 @@ from .ops import (
 )
 from .python_stacks import Samples, hotspots, user_line_at
 from .steps import find_steps
-from .trace_stacks import describe_site, trace_site_keys
+from .trace_stacks import describe_site, has_call_stacks, trace_site_keys
 
 
 def run_phases(run: dict) -> dict:
@@ -114,7 +114,7 @@ def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | N
     Python events nothing can place an op: then [] at once.
     """
     t = trace.events
-    if samples is None and not len(trace.python) and not has_line_marks(t):
+    if samples is None and not len(trace.python) and not has_line_marks(t) and not has_call_stacks(trace):
         return []
     steps = find_steps(t)
     if not steps:
@@ -125,8 +125,8 @@ def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | N
         return []
     if nesting is None:
         nesting = host_nesting(t)
-    n_strings = len(t.strings)
     key = trace_site_keys(trace, nesting, rows)
+    n_strings = len(t.strings)  # after: placing by "Call stack" may add frame names
     rest = np.flatnonzero(key < 0)
     if len(rest) and samples is not None and offset_us is not None and samples.start_monotonic_ns is not None \
             and len(samples.end_s):

@@ -150,10 +150,50 @@ def _user_frame_index(python: EventTable) -> tuple[EventTable, np.ndarray]:
     return cached
 
 
+def has_call_stacks(trace: Trace) -> bool:
+    """Whether ops carry their Python stack as a "Call stack" arg and no `python_function`
+    events say more: PyTorch 1.8-1.11 `with_stack=True` traces."""
+    return not len(trace.python) and len(trace.events.call_stack.rows) > 0
+
+
+def call_stack_sites(table: EventTable, rows: np.ndarray) -> np.ndarray:
+    """Per row (int64): the string id of the innermost user frame, `<file>(<line>): <function>`,
+    in the row's own "Call stack" arg, or -1. Before PyTorch 1.12 that arg lists the frames
+    innermost first, each at the line it was running (the call itself, not the `def`); the
+    last is the script's `<module>`, whose file is the user's whatever its name (as
+    `script_files`). 1.12 lists them outermost first, but writes `python_function` events too,
+    which `trace_site_keys` reads instead."""
+    out = np.full(len(rows), -1, dtype=np.int64)
+    stack = table.call_stack[rows].astype(np.int64) - 1
+    has = np.flatnonzero(stack >= 0)
+    if not len(has):
+        return out
+    cache = table.__dict__.setdefault("_stack_frames", {})
+    uniq, inverse = np.unique(stack[has], return_inverse=True)
+    frames = np.empty(len(uniq), dtype=np.int64)
+    for i, sid in enumerate(uniq.tolist()):
+        if sid not in cache:
+            cache[sid] = _innermost_user_frame(table, table.strings[sid])
+        frames[i] = cache[sid]
+    out[has] = frames[inverse]
+    return out
+
+
+def _innermost_user_frame(table: EventTable, stack: str) -> int:
+    entries = [(e, parse_frame_name(e)) for e in stack.split(";") if e]
+    script = entries[-1][1][2] if entries and entries[-1][1] and entries[-1][1][0] == "<module>" else None
+    for text, frame in entries:
+        if frame is not None and (frame[2] == script or is_user_frame_file(frame[2])):
+            return table.intern(text)
+    return -1
+
+
 def trace_site_keys(trace: Trace, nesting: Nesting, rows: np.ndarray) -> np.ndarray:
     """Per row (int64): the string id of the `torchneck@` span around it (the exact line, in
-    traces of `torchneck run`), or else of its innermost user frame (`with_stack` traces);
-    -1 where the trace says neither. `describe_site` reads an id back."""
+    traces of `torchneck run`), or else of its innermost user frame (`with_stack` traces: from
+    the `python_function` events, or before PyTorch 1.12 from the op's "Call stack"); -1
+    where the trace says neither. `describe_site` reads an id back. May add frame names to
+    the table's strings."""
     t = trace.events
     key = np.full(len(rows), -1, dtype=np.int64)
     if has_line_marks(t):
@@ -161,6 +201,8 @@ def trace_site_keys(trace: Trace, nesting: Nesting, rows: np.ndarray) -> np.ndar
     rest = np.flatnonzero(key < 0)
     if len(rest) and len(trace.python):
         key[rest] = enclosing_user_frames(trace, rows[rest])
+    elif len(rest) and has_call_stacks(trace):
+        key[rest] = call_stack_sites(t, rows[rest])
     return key
 
 
@@ -183,7 +225,7 @@ def user_code_of(trace: Trace, nesting: Nesting, rows: np.ndarray, weights: np.n
     self time). [] when the trace places none. For findings about particular rows (float64
     inputs, the ops that waited on a sync), where grouping all ops of a name by line would also
     name the lines that ran the same op harmlessly."""
-    if not len(rows) or not (len(trace.python) or has_line_marks(trace.events)):
+    if not len(rows) or not (len(trace.python) or has_line_marks(trace.events) or has_call_stacks(trace)):
         return []
     key = trace_site_keys(trace, nesting, rows)
     placed = key >= 0

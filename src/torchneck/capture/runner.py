@@ -16,6 +16,7 @@ import sys
 import threading
 import traceback
 import types
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,7 +72,29 @@ def check_target(target: Target) -> types.CodeType | None:
 
 
 class _Terminated(BaseException):
-    """Raised in the main thread when SIGTERM arrives, so finally-blocks and our report run."""
+    """Raised in the main thread when SIGTERM arrives while the script runs, so its
+    finally-blocks and our report run."""
+
+
+@contextmanager
+def sigterm_held_back():
+    """Hold back a SIGTERM until the block is done, then deliver it to whatever handled it
+    before (by default: the process ends). For writing a run's evidence once the script is
+    over: torchrun stops the other ranks with SIGTERM when one fails, and a rank whose script
+    has just died of the lost peer must still write what it saw (measured: 2 runs in 3 lost
+    rank 0's run.json to that signal). Outside the main thread signals cannot be handled:
+    nothing changes there."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: arrived.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        if arrived:
+            signal.raise_signal(signal.SIGTERM)
 
 
 class _TimedOut(BaseException):
@@ -90,9 +113,17 @@ def run_target(target: Target, code: types.CodeType | None, timeout: float | Non
     timer = None
     timed_out = threading.Event()
     old_term = None
+    script_running = [True]  # once it is over, a SIGTERM goes to the handler from before
     if threading.current_thread() is threading.main_thread():
         def on_term(signum, frame):
-            raise _Terminated()
+            if script_running[0]:
+                script_running[0] = False
+                raise _Terminated()
+            if callable(old_term):  # e.g. `sigterm_held_back`, while the evidence is written
+                old_term(signum, frame)
+            elif old_term != signal.SIG_IGN:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.raise_signal(signal.SIGTERM)
 
         old_term = signal.signal(signal.SIGTERM, on_term)
     if timeout:
@@ -120,8 +151,10 @@ def run_target(target: Target, code: types.CodeType | None, timeout: float | Non
             module.__package__ = None
             sys.modules["__main__"] = module
             exec(code, module.__dict__)
+        script_running[0] = False
         return Outcome(0, "ok")
     except SystemExit as exc:
+        script_running[0] = False
         code_ = exc.code
         if code_ is None:
             return Outcome(0, "exit")
@@ -130,6 +163,7 @@ def run_target(target: Target, code: types.CodeType | None, timeout: float | Non
         print(code_, file=sys.stderr)
         return Outcome(1, "exit", f"the script exited: {code_}")
     except KeyboardInterrupt:
+        script_running[0] = False
         if timed_out.is_set():
             return Outcome(124, "timeout", f"stopped after --timeout {timeout:g} s",
                            _format_tb(sys.exc_info()))
@@ -137,6 +171,7 @@ def run_target(target: Target, code: types.CodeType | None, timeout: float | Non
     except _Terminated:
         return Outcome(143, "terminated", "terminated (SIGTERM)", _format_tb(sys.exc_info()))
     except BaseException as exc:  # the script's own error: report it, keep what we captured
+        script_running[0] = False
         if on_exception is not None:
             on_exception(exc)
         return Outcome(1, "exception", f"{type(exc).__name__}: {exc}".splitlines()[0][:300],

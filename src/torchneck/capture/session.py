@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import TorchneckError
-from .runner import Outcome, Target, check_target, run_target
+from .runner import Outcome, Target, check_target, run_target, sigterm_held_back
 from .window import ProfiledWindow, WindowOptions
 
 
@@ -155,8 +155,9 @@ def capture_run(target: Target, options: WindowOptions, out: str | None, timeout
     session = CaptureSession(make_run_dir(out, target.label), options, status)
     session.begin()
     outcome = Outcome(1, "terminated", "torchneck stopped before the script ended")
-    try:
-        outcome = run_target(target, code, timeout)
-    finally:
-        result = session.end(outcome, target)
+    with sigterm_held_back():  # a SIGTERM after the script: once its evidence is written
+        try:
+            outcome = run_target(target, code, timeout)
+        finally:
+            result = session.end(outcome, target)
     return result

@@ -49,7 +49,7 @@ typedef struct {
 typedef struct {
     Py_ssize_t n, cap;
     double *ts, *dur;
-    int32_t *cat, *name, *pid, *tid, *thread, *dims, *types;
+    int32_t *cat, *name, *pid, *tid, *thread, *dims, *types, *stack;
     int64_t *corr, *device, *stream, *nbytes;
 } XCols;
 
@@ -78,7 +78,7 @@ typedef struct {
     int32_t id; /* -1: nothing yet */
 } Recent;
 
-enum { R_NAME, R_CAT, R_PID, R_TID, R_DIMS, R_TYPES, RECENT_SLOTS };
+enum { R_NAME, R_CAT, R_PID, R_TID, R_DIMS, R_TYPES, R_STACK, RECENT_SLOTS };
 
 /* The distinct (pid, tid) pairs of the slice's complete events, so each row gets its thread
    here rather than by a sort of every row's pair afterwards. */
@@ -132,7 +132,7 @@ static int xcols_grow(XCols *x, Py_ssize_t want) {
     if (cap < want) cap = want;
     GROW(ts, double); GROW(dur, double);
     GROW(cat, int32_t); GROW(name, int32_t); GROW(pid, int32_t); GROW(tid, int32_t); GROW(thread, int32_t);
-    GROW(dims, int32_t); GROW(types, int32_t);
+    GROW(dims, int32_t); GROW(types, int32_t); GROW(stack, int32_t);
     GROW(corr, int64_t); GROW(device, int64_t); GROW(stream, int64_t);
     GROW(nbytes, int64_t);
     x->cap = cap;
@@ -142,7 +142,7 @@ static int xcols_grow(XCols *x, Py_ssize_t want) {
 static void xcols_free(XCols *x) {
     free(x->ts); free(x->dur);
     free(x->cat); free(x->name); free(x->pid); free(x->tid); free(x->thread);
-    free(x->dims); free(x->types);
+    free(x->dims); free(x->types); free(x->stack);
     free(x->corr); free(x->device); free(x->stream);
     free(x->nbytes);
 }
@@ -767,6 +767,8 @@ enum {
     A_CORR, A_DEVICE, A_STREAM, A_NBYTES, A_DIMS, A_TYPES,
     A_INT_CHECKED, /* Bytes, Total Allocated, ... : must be integers */
     A_STR_OR_NULL, /* name, labels */
+    A_DIMS_OLD,    /* "Input dims": PyTorch 1.8's spelling, read where "Input Dims" is absent */
+    A_STACK,       /* "Call stack" (PyTorch 1.8-1.12): a string (or null, none) */
     A_COUNT
 };
 
@@ -789,6 +791,8 @@ static int args_key(const unsigned char *k, int64_t len) {
     case 10:
         if (key_is(k, len, "Input Dims")) return A_DIMS;
         if (key_is(k, len, "Input type")) return A_TYPES;
+        if (key_is(k, len, "Input dims")) return A_DIMS_OLD;
+        if (key_is(k, len, "Call stack")) return A_STACK;
         break;
     case 9: if (key_is(k, len, "Device Id")) return A_INT_CHECKED; break;
     case 15:
@@ -825,13 +829,14 @@ static int parse_args(Scan *s, Args *a, int depth) {
             Field *fp = &a->f[which];
             if (read_field(s, fp, depth + 1) < 0) return -1;
             switch (which) {
-            case A_DIMS: case A_TYPES: /* kept as raw JSON text, whatever it is */
+            case A_DIMS: case A_TYPES: case A_DIMS_OLD: /* kept as raw JSON text, whatever it is */
                 if (fp->type == STRING) { /* with its quotes */
                     fp->off -= 1;
                     fp->len += 2;
                 }
                 fp->type = OTHER;
                 break;
+            case A_STACK: /* a string or null, as A_STR_OR_NULL */
             case A_STR_OR_NULL:
                 if (!(fp->type == STRING || (fp->type == OTHER && fp->len == 4 &&
                                            memcmp(s->base + fp->off, "null", 4) == 0)))
@@ -927,10 +932,17 @@ static int emit_x(Scan *s, Field *ev, Args *a) {
     if (int_arg(s, &a->f[A_NBYTES], 0, &x->nbytes[i]) < 0) return -1;
     for (int k = A_DIMS; k <= A_TYPES; k++) {
         const Field *f = &a->f[k];
+        if (k == A_DIMS && f->type == ABSENT) f = &a->f[A_DIMS_OLD];
         int32_t id = -1;
         if (f->type != ABSENT && intern_id(s, k == A_DIMS ? R_DIMS : R_TYPES, f->off, f->len, KIND_RAW, &id) < 0) return -1;
         if (k == A_DIMS) x->dims[i] = id;
         else x->types[i] = id;
+    }
+    { /* an empty stack (traces recorded without with_stack) counts as none */
+        const Field *f = &a->f[A_STACK];
+        int32_t id = -1;
+        if (f->type == STRING && f->len > 0 && intern_id(s, R_STACK, f->off, f->len, KIND_JSON, &id) < 0) return -1;
+        x->stack[i] = id;
     }
     x->n++;
     return 0;
@@ -1097,11 +1109,11 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         XCols *x = &s.x;
         Py_ssize_t n = x->n;
         PyObject *cols = Py_BuildValue(
-            "{sNsNsNsNsNsNsNsNsNsNsNsNsN}",
+            "{sNsNsNsNsNsNsNsNsNsNsNsNsNsN}",
             "ts", bytes_of(x->ts, n, 8), "dur", bytes_of(x->dur, n, 8),
             "cat", bytes_of(x->cat, n, 4), "name", bytes_of(x->name, n, 4),
             "pid", bytes_of(x->pid, n, 4), "tid", bytes_of(x->tid, n, 4), "thread", bytes_of(x->thread, n, 4),
-            "dims", bytes_of(x->dims, n, 4), "types", bytes_of(x->types, n, 4),
+            "dims", bytes_of(x->dims, n, 4), "types", bytes_of(x->types, n, 4), "stack", bytes_of(x->stack, n, 4),
             "correlation", bytes_of(x->corr, n, 8),
             "device", bytes_of(x->device, n, 8), "stream", bytes_of(x->stream, n, 8),
             "nbytes", bytes_of(x->nbytes, n, 8));

@@ -435,7 +435,7 @@ def _scan_columns(data, length: int | None = None, start: int = 0) -> ChunkColum
     return chunk
 
 
-_SCANNED_DTYPES = {**dict.fromkeys(("cat", "name", "pid", "tid", "thread", "dims", "types"), np.int32),
+_SCANNED_DTYPES = {**dict.fromkeys(("cat", "name", "pid", "tid", "thread", "dims", "types", "stack"), np.int32),
                    "ts": np.float64, "dur": np.float64, "correlation": np.int64,
                    "device": np.int64, "stream": np.int64, "nbytes": np.int64}
 
@@ -460,10 +460,11 @@ def _native_x(cols: dict[str, np.ndarray], strings: _Interner) -> tuple[dict, in
     nbytes = np.where(gpu, cols["nbytes"], 0)
     shapes = np.where(ops, cols["dims"], -1).astype(np.int32)
     types = np.where(ops, cols["types"], -1).astype(np.int32)
+    stack = np.where(ops, cols["stack"], -1).astype(np.int32)
     pid, tid = cols["pid"], cols["tid"]
     device, stream = _gpu_placement(gpu, device, stream, pid, tid, strings)
     return _x_dict(cols["ts"], dur, cats, cols["name"], pid, tid, cols["correlation"], device, stream, shapes,
-                   types, nbytes), negative
+                   types, nbytes, stack), negative
 
 
 def _strict_x(xs: list, strings: _Interner) -> tuple[dict, int]:
@@ -497,20 +498,35 @@ def _strict_x(xs: list, strings: _Interner) -> tuple[dict, int]:
         nbytes[where] = np.fromiter(map(_get_nbytes, gargs), dtype=np.int64, count=len(where))
     shapes = np.full(n, -1, dtype=np.int32)
     types = np.full(n, -1, dtype=np.int32)
+    stack = np.full(n, -1, dtype=np.int32)
     if ops.any():
         where = np.flatnonzero(ops)
         oargs = list(compress(args, ops.tolist()))
         shapes[where] = strings.raw_ids(list(map(_get_dims, oargs)))
         types[where] = strings.raw_ids(list(map(_get_types, oargs)))
+        stack[where] = _stack_ids(list(map(_get_stack, oargs)), strings)
     device, stream = _gpu_placement(gpu, device, stream, pid_arr, tid_arr, strings)
     return _x_dict(ts, dur, cats, name, pid_arr, tid_arr, corr, device, stream, shapes, types,
-                   nbytes), negative
+                   nbytes, stack), negative
 
 
 _get_ph, _get_cat, _get_ts, _get_dur, _get_name = map(attrgetter, ("ph", "cat", "ts", "dur", "name"))
 _get_pid_tid = attrgetter("pid", "tid")
 _get_corr, _get_device, _get_stream, _get_nbytes = map(attrgetter, ("correlation", "device", "stream", "nbytes"))
-_get_dims, _get_types = map(attrgetter, ("input_dims", "input_type"))
+_get_types, _get_stack = attrgetter("input_type"), attrgetter("call_stack")
+
+
+def _stack_ids(stacks: list, strings: _Interner) -> np.ndarray:
+    """Ids of "Call stack" strings; -1 for an empty or absent one (or, in the loose path, one
+    that is not a string)."""
+    ids = strings.ids([s if isinstance(s, str) and s else "" for s in stacks])
+    ids[ids == strings.index.get("", -2)] = -1
+    return ids
+
+
+def _get_dims(args) -> msgspec.Raw:
+    """"Input Dims", or PyTorch 1.8's "Input dims" where that is absent."""
+    return args.input_dims if args.input_dims else args.input_dims_old
 
 
 def _gpu_placement(gpu, device, stream, pid_arr, tid_arr, strings) -> tuple[np.ndarray, np.ndarray]:
@@ -534,7 +550,7 @@ def _gpu_placement(gpu, device, stream, pid_arr, tid_arr, strings) -> tuple[np.n
     return device, stream
 
 
-def _x_dict(ts, dur, cats, name, pid_arr, tid_arr, corr, device, stream, shapes, types, nbytes) -> dict:
+def _x_dict(ts, dur, cats, name, pid_arr, tid_arr, corr, device, stream, shapes, types, nbytes, stack) -> dict:
     return {
         "ts": ts,
         "dur": dur.astype(np.float32),
@@ -548,6 +564,7 @@ def _x_dict(ts, dur, cats, name, pid_arr, tid_arr, corr, device, stream, shapes,
         "shapes": shapes,
         "types": types,
         "nbytes": nbytes,
+        "stack": stack,
     }
 
 
@@ -570,15 +587,17 @@ def _loose_x(xs: list, strings: _Interner) -> tuple[dict, int]:
     corr = _int_column(list(map(attrgetter("correlation"), args)), -1, np.int64)
     device = _int_column(list(map(attrgetter("device"), args)), -1, np.int64)
     stream = _int_column(list(map(attrgetter("stream"), args)), -1, np.int64)
-    dims = list(map(attrgetter("input_dims"), args))
+    dims = list(map(_get_dims, args))
     shapes = strings.ids([bytes(d).decode("utf-8", "replace") if d else None for d in dims])
     shapes[shapes == strings.index.get(None, -2)] = -1
     kinds = list(map(attrgetter("input_type"), args))
     types = strings.ids([bytes(d).decode("utf-8", "replace") if d else None for d in kinds])
     types[types == strings.index.get(None, -2)] = -1
     nbytes = _int_column(list(map(attrgetter("nbytes"), args)), 0, np.int64)
+    stack = _stack_ids(list(map(_get_stack, args)), strings)
+    stack[~_rows_with_args(cats)[1]] = -1
     device, stream = _gpu_placement(_rows_with_args(cats)[0], device, stream, pid_arr, tid_arr, strings)
-    x = _x_dict(ts, dur, cats, name, pid_arr, tid_arr, corr, device, stream, shapes, types, nbytes)
+    x = _x_dict(ts, dur, cats, name, pid_arr, tid_arr, corr, device, stream, shapes, types, nbytes, stack)
     return x, negative
 
 
@@ -766,7 +785,10 @@ _X_DTYPES = {"ts": np.float64, "dur": np.float32, "cat": np.int8, "name": np.int
              "correlation": np.int64, "device": np.int16, "stream": np.int32, "shapes": np.int32,
              "types": np.int32}
 """Each column's widest type; those in `_X_NARROW` are stored narrower while their values fit.
-(Bytes moved, set on ~1% of rows, are kept apart as a `SparseColumn`.)"""
+(Bytes moved and call stacks, set on few rows, are kept apart: `SPARSE_COLUMNS`.)"""
+SPARSE_COLUMNS = {"nbytes": np.int64, "call_stack": np.int32}
+"""Columns kept as `SparseColumn`s, with their values' type; the chunks' `stack` string ids are
+stored as `call_stack`, 1 + the id (0: none)."""
 _X_NARROW = ("name", "thread", "correlation", "device", "stream", "shapes", "types")
 _MEM_DTYPES = {"ts": np.float64, "thread": np.int32, "nbytes": np.int64, "total_allocated": np.int64,
                "total_reserved": np.int64, "device_type": np.int8, "device_id": np.int16, "addr": np.int64}
@@ -822,8 +844,8 @@ class _Merger:
         self.threads = Threads()
         self.x = _Columns(_X_DTYPES, _X_NARROW)
         self.mem = _Columns(_MEM_DTYPES)
-        self.moved_rows: list[np.ndarray] = []  # rows (in load order) with bytes moved, ascending
-        self.moved_bytes: list[np.ndarray] = []
+        # the sparse columns (`SPARSE_COLUMNS`): their rows (in load order, ascending) and values
+        self.sparse: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {k: ([], []) for k in SPARSE_COLUMNS}
         self.negative_dur = 0
         self.bytes_seen = 0
 
@@ -879,9 +901,12 @@ class _Merger:
                 self.meta.process_labels[pid] = value
         if n:
             moved = np.flatnonzero(x["nbytes"])
-            if len(moved):
-                self.moved_rows.append(moved + self.x.size)
-                self.moved_bytes.append(x["nbytes"][moved].astype(np.int64))
+            with_stack = np.flatnonzero(x["stack"] >= 0)
+            for k, at, value in (("nbytes", moved, lambda at: x["nbytes"][at].astype(np.int64)),
+                                 ("call_stack", with_stack, lambda at: remap[x["stack"][at]] + 1)):
+                if len(at):
+                    self.sparse[k][0].append(at + self.x.size)
+                    self.sparse[k][1].append(value(at))
             values = {k: x[k] for k in ("ts", "dur", "cat", "correlation", "device", "stream")}
             values["name"] = remap[x["name"]]
             pairs = chunk.threads if chunk.threads is not None else _thread_pairs(x["pid"], x["tid"])
@@ -895,18 +920,21 @@ class _Merger:
             mem["thread"] = self._threads(_thread_pairs(mem.pop("pid"), mem.pop("tid")), remap)
             self.mem.append(mem)
 
-    def _moved_bytes(self, order: np.ndarray, loaded: int) -> SparseColumn:
-        """The bytes-moved column of the table put in `order` (load-order rows): where the few
-        rows that have one went."""
-        if not self.moved_rows:
-            return SparseColumn(np.empty(0), np.empty(0), len(order))
-        old_rows = np.concatenate(self.moved_rows)
-        values = np.concatenate(self.moved_bytes)
-        has = np.zeros(loaded, dtype=bool)
-        has[old_rows] = True
-        rows = np.flatnonzero(has[order])
-        del has
-        return SparseColumn(rows, values[np.searchsorted(old_rows, order[rows])], len(order))
+    def _sparse_columns(self, order: np.ndarray, loaded: int) -> dict[str, SparseColumn]:
+        """The sparse columns of the table put in `order` (load-order rows): where the few rows
+        that have a value went."""
+        out = {}
+        for k, (parts, values) in self.sparse.items():
+            if not parts:
+                out[k] = SparseColumn(np.empty(0), np.empty(0, dtype=SPARSE_COLUMNS[k]), len(order))
+                continue
+            old_rows = np.concatenate(parts)
+            has = np.zeros(loaded, dtype=bool)
+            has[old_rows] = True
+            rows = np.flatnonzero(has[order])
+            del has
+            out[k] = SparseColumn(rows, np.concatenate(values)[np.searchsorted(old_rows, order[rows])], len(order))
+        return out
 
     def finish(self) -> tuple[EventTable, EventTable, MemoryTable]:
         """Sort (by start, longer first on ties, so parents precede their children) and split off
@@ -941,7 +969,7 @@ class _Merger:
                 main[a] = x.take(a, main_rows)
                 if other_column is not None:
                     main[b] = other_column.result()
-        main["nbytes"] = self._moved_bytes(main_rows, n)
+        main.update(self._sparse_columns(main_rows, n))
         del main_rows
         return self._tables(main, python)
 
@@ -967,7 +995,7 @@ class _Merger:
             order = np.concatenate(parts)
             del parts
         del ts, dur, cat
-        nbytes = self._moved_bytes(order[:m], n)
+        sparse = self._sparse_columns(order[:m], n)
         with ThreadPoolExecutor(2) as pool:  # two walks on two cores (the C walk drops the GIL)
             for done in [pool.submit(_order.permute, tuple(c[:n] for c in group), order)
                          for group in _halves_by_width(list(x.cols.values()))]:
@@ -983,13 +1011,13 @@ class _Merger:
                 except ValueError:
                     col = col[:m]
             main[k] = col
-        main["nbytes"] = nbytes
+        main.update(sparse)
         return self._tables(main, python)
 
     def _tables(self, main: dict, python: dict) -> tuple[EventTable, EventTable, MemoryTable]:
         table = EventTable(**main, strings=self.strings, threads=self.threads)
-        python_table = EventTable(**python, nbytes=SparseColumn(np.empty(0), np.empty(0), len(python["ts"])),
-                                  strings=self.strings, threads=self.threads)
+        none = {k: SparseColumn(np.empty(0), np.empty(0, dtype=dt), len(python["ts"])) for k, dt in SPARSE_COLUMNS.items()}
+        python_table = EventTable(**python, **none, strings=self.strings, threads=self.threads)
         m = self.mem
         morder = np.argsort(m.cols["ts"][:m.size], kind="stable")
         memory = MemoryTable(**{k: m.take(k, morder) for k in _MEM_DTYPES})
@@ -1266,16 +1294,22 @@ def rank_from_path(path) -> int | None:
     return None
 
 
+_PROFILER_SPANS = ("ProfilerStep#", "Optimizer.step#", "Optimizer.zero_grad#", "enumerate(DataLoader)#")
+"""Spans `torch.profiler` and `torch.optim`/`DataLoader` record around the user's code: kineto
+files them as `user_annotation` since PyTorch 1.9, PyTorch 1.8 as `Operator` like any op."""
+
+
 def _is_framework_span(name: str) -> bool:
     return (name.endswith(" (dynamo_timed)")
-            or name.startswith(("Torch-Compiled Region:", "## Call CompiledFxGraph", LINE_PREFIX))
+            or name.startswith(("Torch-Compiled Region:", "## Call CompiledFxGraph", LINE_PREFIX, *_PROFILER_SPANS))
             or name in ("CompiledFunction", "CompiledFunctionBackward"))
 
 
 def _spans_not_ops(events: EventTable) -> None:
     """Spans that torch.compile records as `cpu_op` (compile stages `... (dynamo_timed)`,
-    `Torch-Compiled Region`, compiled-graph calls), and torchneck's own line spans (C++
-    `RecordFunctionFast`, also `cpu_op`), are annotations, not operators: as ops they would top
+    `Torch-Compiled Region`, compiled-graph calls), torchneck's own line spans (C++
+    `RecordFunctionFast`, also `cpu_op`) and, in PyTorch 1.8 traces, the profiler's step and the
+    optimizer's spans (`_PROFILER_SPANS`) are annotations, not operators: as ops they would top
     the op table and swallow their children's self time."""
     if not len(events):
         return

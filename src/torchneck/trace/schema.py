@@ -26,7 +26,9 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     device: int = -1
     stream: int = -1
     input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")
+    input_dims_old: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input dims")  # PyTorch 1.8
     input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
+    call_stack: str | None = msgspec.field(default="", name="Call stack")  # PyTorch 1.8-1.12
     nbytes: int = msgspec.field(default=0, name="bytes")
     # cpu_instant_event "[memory]" events
     mem_bytes: int = msgspec.field(default=0, name="Bytes")
@@ -106,7 +108,9 @@ class LooseArgs(msgspec.Struct, gc=False):
     device: Any = None
     stream: Any = None
     input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")
+    input_dims_old: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input dims")
     input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
+    call_stack: Any = msgspec.field(default=None, name="Call stack")
     nbytes: Any = msgspec.field(default=None, name="bytes")
     mem_bytes: Any = msgspec.field(default=None, name="Bytes")
     total_allocated: Any = msgspec.field(default=None, name="Total Allocated")

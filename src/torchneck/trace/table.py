@@ -86,8 +86,8 @@ class SparseColumn:
     numpy column: `col[rows]` for an int, a slice, an index array or a boolean mask."""
 
     def __init__(self, rows: np.ndarray, values: np.ndarray, length: int):
-        self.rows = np.asarray(rows, dtype=np.int64)
-        self.values = np.asarray(values, dtype=np.int64)
+        self.rows = np.asarray(rows, dtype=np.int32 if length < 2**31 else np.int64)
+        self.values = np.asarray(values)
         self.length = int(length)
 
     @classmethod
@@ -95,7 +95,9 @@ class SparseColumn:
         rows = np.flatnonzero(dense)
         return cls(rows, np.asarray(dense)[rows], len(dense))
 
-    dtype = np.dtype(np.int64)
+    @property
+    def dtype(self) -> np.dtype:
+        return self.values.dtype
 
     def __len__(self) -> int:
         return self.length
@@ -104,19 +106,19 @@ class SparseColumn:
         if isinstance(key, (int, np.integer)):
             i = int(key) + (self.length if key < 0 else 0)
             at = int(np.searchsorted(self.rows, i))
-            return int(self.values[at]) if at < len(self.rows) and self.rows[at] == i else 0
+            return self.values[at].item() if at < len(self.rows) and self.rows[at] == i else 0
         if isinstance(key, slice):
             start, stop, step = key.indices(self.length)
             if step == 1:  # the stored rows inside, shifted
                 a, b = np.searchsorted(self.rows, [start, stop])
-                out = np.zeros(max(stop - start, 0), dtype=np.int64)
+                out = np.zeros(max(stop - start, 0), dtype=self.dtype)
                 out[self.rows[a:b] - start] = self.values[a:b]
                 return out
             key = np.arange(start, stop, step)
         key = np.asarray(key)
         if key.dtype == bool:
             key = np.flatnonzero(key)
-        out = np.zeros(key.shape, dtype=np.int64)
+        out = np.zeros(key.shape, dtype=self.dtype)
         if not len(self.rows) or not key.size:
             return out
         at = np.minimum(np.searchsorted(self.rows, key), len(self.rows) - 1)
@@ -151,7 +153,8 @@ class EventTable:
     stream: np.ndarray  # int32, GPU stream for GPU events, -1 otherwise
     shapes: np.ndarray  # int32, "Input Dims" JSON text id, -1 if absent
     types: np.ndarray  # int32, "Input type" JSON text id (dtypes), -1 if absent
-    nbytes: SparseColumn  # bytes moved by memcpy/memset, 0 on other rows
+    nbytes: SparseColumn  # int64, bytes moved by memcpy/memset, 0 on other rows
+    call_stack: SparseColumn  # int32, 1 + id of the op's "Call stack" text (PyTorch 1.8-1.12), 0 if none
     strings: list[str]
     threads: Threads
 
@@ -172,6 +175,16 @@ class EventTable:
             index = {s: i for i, s in enumerate(self.strings)}
             self._string_index = index
         return index.get(text, -1)
+
+    def intern(self, text: str) -> int:
+        """Id of `text` in `strings`, appended when absent (analyses name things the trace only
+        holds inside other strings, e.g. one frame of a "Call stack")."""
+        found = self.string_id(text)
+        if found < 0:
+            found = len(self.strings)
+            self.strings.append(text)
+            self._string_index[text] = found
+        return found
 
     def names_matching(self, predicate) -> np.ndarray:
         """Boolean mask over `strings` ids: which interned strings satisfy `predicate`."""
@@ -198,6 +211,7 @@ class EventTable:
             shapes=self.shapes[mask],
             types=self.types[mask],
             nbytes=SparseColumn.from_dense(self.nbytes[mask]),
+            call_stack=SparseColumn.from_dense(self.call_stack[mask]),
             strings=self.strings,
             threads=self.threads,
         )
