@@ -4,7 +4,7 @@ PyTorch 1.12, whose ops carry the old "Call stack" arg beside the python_functio
 Not run by the tests (they read the recorded file); to record it again, in a Python 3.10 venv:
     pip install torch==1.12.1 "numpy<2"
     cd tests/scripts && python torch112_with_stack.py trace.json && gzip -9 trace.json
-float64 work in one function, float32 work in another, called from module level.
+with_stack_trace.py's workload (a copy: this file must run alone under PyTorch 1.12).
 """
 
 import sys
