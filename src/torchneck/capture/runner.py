@@ -92,7 +92,7 @@ def sigterm_held_back():
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)  # None: set outside Python
         if arrived:
             signal.raise_signal(signal.SIGTERM)
 

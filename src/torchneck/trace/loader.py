@@ -901,12 +901,9 @@ class _Merger:
                 self.meta.process_labels[pid] = value
         if n:
             moved = np.flatnonzero(x["nbytes"])
+            self._keep_sparse("nbytes", moved, x["nbytes"][moved].astype(np.int64))
             with_stack = np.flatnonzero(x["stack"] >= 0)
-            for k, at, value in (("nbytes", moved, lambda at: x["nbytes"][at].astype(np.int64)),
-                                 ("call_stack", with_stack, lambda at: remap[x["stack"][at]] + 1)):
-                if len(at):
-                    self.sparse[k][0].append(at + self.x.size)
-                    self.sparse[k][1].append(value(at))
+            self._keep_sparse("call_stack", with_stack, remap[x["stack"][with_stack]] + 1)
             values = {k: x[k] for k in ("ts", "dur", "cat", "correlation", "device", "stream")}
             values["name"] = remap[x["name"]]
             pairs = chunk.threads if chunk.threads is not None else _thread_pairs(x["pid"], x["tid"])
@@ -919,6 +916,12 @@ class _Merger:
             mem = dict(mem)
             mem["thread"] = self._threads(_thread_pairs(mem.pop("pid"), mem.pop("tid")), remap)
             self.mem.append(mem)
+
+    def _keep_sparse(self, column: str, at: np.ndarray, values: np.ndarray) -> None:
+        """Values of a sparse column at rows `at` of the slice being added."""
+        if len(at):
+            self.sparse[column][0].append(at + self.x.size)
+            self.sparse[column][1].append(values)
 
     def _sparse_columns(self, order: np.ndarray, loaded: int) -> dict[str, SparseColumn]:
         """The sparse columns of the table put in `order` (load-order rows): where the few rows
