@@ -594,9 +594,10 @@ def _loose_x(xs: list, strings: _Interner) -> tuple[dict, int]:
     types = strings.ids([bytes(d).decode("utf-8", "replace") if d else None for d in kinds])
     types[types == strings.index.get(None, -2)] = -1
     nbytes = _int_column(list(map(attrgetter("nbytes"), args)), 0, np.int64)
+    gpu, ops = _rows_with_args(cats)
     stack = _stack_ids(list(map(_get_stack, args)), strings)
-    stack[~_rows_with_args(cats)[1]] = -1
-    device, stream = _gpu_placement(_rows_with_args(cats)[0], device, stream, pid_arr, tid_arr, strings)
+    stack[~ops] = -1
+    device, stream = _gpu_placement(gpu, device, stream, pid_arr, tid_arr, strings)
     x = _x_dict(ts, dur, cats, name, pid_arr, tid_arr, corr, device, stream, shapes, types, nbytes, stack)
     return x, negative
 
@@ -821,6 +822,14 @@ def _start_order(ts: np.ndarray, dur: np.ndarray, rows: np.ndarray | None = None
     return order
 
 
+def _row_sets(ts: np.ndarray, cat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Masks of the loaded rows: the table's, the python_function ones (their own table), and
+    those without a start (dropped)."""
+    valid = ~np.isnan(ts)
+    py = cat == Cat.PYTHON_FUNCTION
+    return valid & ~py, valid & py, ~valid
+
+
 def _halves_by_width(columns: list[np.ndarray]) -> list[list[np.ndarray]]:
     """The columns in two groups of about equal bytes a row (widest first, each to the lighter)."""
     groups: list[list[np.ndarray]] = [[], []]
@@ -956,13 +965,11 @@ class _Merger:
         whole = not skipped and not (cat == Cat.PYTHON_FUNCTION).any()  # the usual case: no row sets
         if _order is not None and n < 2**31:
             return self._finish_in_place(ts, dur, cat, whole)
-        valid = ~np.isnan(ts)
-        py = cat == Cat.PYTHON_FUNCTION
         if whole:
             main_rows, py_rows = _start_order(ts, dur), np.empty(0, dtype=np.intp)
         else:
-            main_rows, py_rows = (_start_order(ts, dur, np.flatnonzero(m)) for m in (valid & ~py, valid & py))
-        del ts, dur, cat, valid, py
+            main_rows, py_rows = (_start_order(ts, dur, np.flatnonzero(m)) for m in _row_sets(ts, cat)[:2])
+        del ts, dur, cat
         python = {k: x.cols[k][py_rows] for k in _X_DTYPES}
         del py_rows
         main = {}
@@ -988,10 +995,7 @@ class _Merger:
             _order.start_order(ts, dur, order)
             m, p = n, 0
         else:
-            valid = ~np.isnan(ts)
-            py = cat == Cat.PYTHON_FUNCTION
-            parts = [np.flatnonzero(mask).astype(np.int32) for mask in (valid & ~py, valid & py, ~valid)]
-            del valid, py
+            parts = [np.flatnonzero(mask).astype(np.int32) for mask in _row_sets(ts, cat)]
             for part in parts[:2]:
                 _order.start_order(ts, dur, part)
             m, p = len(parts[0]), len(parts[1])
