@@ -308,3 +308,53 @@ def test_a_cpu_running_ahead_of_a_busy_gpu(analyses):
     kinds = {f["kind"]: f for f in report["findings"]}
     assert "gpu_idle" not in kinds and "launch_bound" not in kinds
     assert kinds["tensor_cores"]["evidence"]["share"] <= 1.0
+
+
+def _launchers_by_dict(table):
+    """Reference: walk the table in row order, the last runtime/driver call of each id wins."""
+    from torchneck.trace.table import GPU_CATEGORIES, Cat
+
+    last = {}
+    for row, (cat, corr) in enumerate(zip(table.cat.tolist(), table.correlation.tolist())):
+        if cat in (Cat.RUNTIME, Cat.DRIVER) and corr >= 0:
+            last[corr] = row
+    gpu = [r for r, c in enumerate(table.cat.tolist()) if c in GPU_CATEGORIES]
+    return np.array(gpu), np.array([last.get(int(table.correlation[r]), -1) if table.correlation[r] >= 0 else -1
+                                    for r in gpu])
+
+
+@pytest.mark.parametrize("name", sorted(GPU))
+def test_each_gpu_event_is_linked_to_the_call_with_its_correlation_id(name, monkeypatch):
+    import torchneck.analysis.gpu as gpu_mod
+
+    monkeypatch.setattr(gpu_mod, "ROW_BLOCK", 1000)  # many blocks: an id's calls may sit in different ones
+    table = load_trace(GPU[name]).events
+    rows, expected = _launchers_by_dict(table)
+    np.testing.assert_array_equal(gpu_mod.launching_rows(table, rows), expected)
+    assert (expected >= 0).mean() > 0.5
+    # rows that are no GPU event get -1
+    assert (gpu_mod.launching_rows(table, np.flatnonzero(table.cat == 1)[:50]) == -1).all()
+
+
+def test_a_repeated_correlation_id_links_to_its_last_call(tmp_path, monkeypatch):
+    """Two calls with one id (e.g. a wrapped trace): the later one launched; an id no call has,
+    and a GPU event without one, get no launcher."""
+    import torchneck.analysis.gpu as gpu_mod
+
+    def x(cat, name, ts, corr=None, **args):
+        a = dict(args, **({} if corr is None else {"correlation": corr}))
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 1.0, "args": a}
+
+    events = [x("cuda_runtime", "cudaLaunchKernel", 1.0, 5), x("cuda_runtime", "cudaLaunchKernel", 3.0, 5),
+              x("cuda_runtime", "cudaMalloc", 4.0, 9), x("kernel", "k1", 6.0, 5, device=0, stream=7),
+              x("kernel", "k2", 7.0, 8, device=0, stream=7), x("kernel", "k3", 8.0, None, device=0, stream=7),
+              x("cuda_runtime", "cudaLaunchKernel", 2.0, 8 + 1000)]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    table = load_trace(p).events
+    for block in (1, 2, 1000):
+        monkeypatch.setattr(gpu_mod, "ROW_BLOCK", block)
+        table._launch_index = None
+        kernels = np.flatnonzero(table.cat == 4)
+        launchers = gpu_mod.launching_rows(table, kernels)
+        assert [table.ts[r] if r >= 0 else None for r in launchers.tolist()] == [3.0, None, None]

@@ -633,13 +633,55 @@ def test_native_walk_equals_the_numpy_nesting_exactly(path, cpu_trace, monkeypat
         pytest.skip("the C walk is not built")
     for p in (path, cpu_trace):
         table = load_trace(p).events
-        native = host_nesting(table)
-        with monkeypatch.context() as m:
-            m.setattr(ops, "_nest", None)
-            vectorised = host_nesting(table)
-        np.testing.assert_array_equal(native.parent, vectorised.parent)
-        np.testing.assert_array_equal(native.self_time, vectorised.self_time)
-        assert native.self_time.dtype == np.float32
+        _assert_every_walk_agrees(table, monkeypatch)
+
+
+def _assert_every_walk_agrees(table, monkeypatch) -> None:
+    """The C walk in row order with a stack per thread (the default on a loaded table), the C
+    walk over host rows grouped by thread, and the numpy path give identical arrays."""
+    import torchneck.analysis.ops as ops
+
+    calls = []
+    real = ops._native_table_walk
+    with monkeypatch.context() as m:
+        m.setattr(ops, "_native_table_walk", lambda *a: calls.append(1) or real(*a))
+        by_table = host_nesting(table)
+    assert calls, "a loaded table is in start order: the row-order walk must be used"
+    with monkeypatch.context() as m:
+        m.setattr(ops, "_native_table_walk", lambda *a: False)
+        by_rows = host_nesting(table)
+    with monkeypatch.context() as m:
+        m.setattr(ops, "_nest", None)
+        vectorised = host_nesting(table)
+    for other in (by_rows, vectorised):
+        np.testing.assert_array_equal(by_table.parent, other.parent)
+        np.testing.assert_array_equal(by_table.self_time, other.self_time)
+    assert by_table.self_time.dtype == np.float32
+
+
+def test_native_walks_agree_with_hundreds_of_interleaved_threads(tmp_path, monkeypatch):
+    """300 threads (ids beyond int8: the thread column is int16), their events interleaved in
+    time, nested a few deep, with ties and GPU rows between: every walk gives the same arrays."""
+    import torchneck.analysis.ops as ops
+
+    if ops._nest is None:
+        pytest.skip("the C walk is not built")
+    rng = np.random.default_rng(11)
+    events = []
+    for i in range(6000):
+        tid = int(rng.integers(0, 300))
+        ts = float(rng.integers(0, 2000))
+        for depth in range(int(rng.integers(1, 4))):  # nested: each inside the one before
+            events.append({"ph": "X", "cat": "cpu_op", "name": f"op{depth}", "pid": 1, "tid": tid,
+                           "ts": ts + depth, "dur": float(40 - 10 * depth)})
+        if i % 7 == 0:
+            events.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts, "dur": 3.0,
+                           "args": {"device": 0, "stream": 7}})
+    p = tmp_path / "threads.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    table = load_trace(p).events
+    assert table.thread.dtype == np.int16
+    _assert_every_walk_agrees(table, monkeypatch)
 
 
 @pytest.mark.parametrize("native", [True, False])
@@ -676,9 +718,12 @@ def test_distinct_equals_numpy_unique_for_small_and_wide_ranges():
         assert got.dtype == values.dtype
 
 
-def test_totals_by_id_equal_unique_and_bincount():
+@pytest.mark.parametrize("block", [97, 1 << 16])
+def test_totals_by_id_equal_unique_and_bincount(block, monkeypatch):
+    import torchneck.analysis.intervals as iv
     from torchneck.analysis.groups import totals_by_id
 
+    monkeypatch.setattr(iv, "ROW_BLOCK", block)  # counted in many blocks, or in one
     rng = np.random.default_rng(4)
     ids = rng.integers(0, 300, 4000).astype(np.int16)
     w = rng.random(4000)

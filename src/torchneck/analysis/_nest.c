@@ -13,6 +13,13 @@
  *   rows: int32[m]                         host rows, grouped by thread, by start within one
  *   bounds: int64[k+1]                     where each thread's rows begin in `rows`, and m
  *   parent: int32[n], self_time: float32[n]   written for `rows` only
+ * walk_table(ts, dur, cat, thread, host, parent, self_time) -> None
+ *   the same walk over a table sorted by start (longer first on ties), as the loader leaves
+ *   it: one pass in row order, one stack per thread, so no list of host rows grouped by thread
+ *   is built (4 bytes a host event: 25 MB at 3 GB, the walk's only large temporary).
+ *   cat: int8[n]; thread: int8, int16 or int32[n], >= 0 on host rows (a stack per id);
+ *   host: uint8[256] (bool), indexed by a row's cat byte: which categories are host events;
+ *   parent, self_time as for walk, written for host rows only.
  * Semantics are `_nest_by_stack`'s: an event's parent is the innermost earlier event of its
  * thread that has not ended by its start (end > start); self time is its duration less its
  * direct children's, at least 0.
@@ -20,6 +27,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -39,6 +47,43 @@ static int buffer_of(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t it
         return -1;
     }
     *count = view->len / item;
+    return 0;
+}
+
+typedef struct {
+    Frame *frames;
+    Py_ssize_t top, cap;
+} Stack;
+
+/* Pops the frames that ended by `start`, writing their final self time. */
+static inline void pop_ended(Stack *s, double start, float *self_time) {
+    while (s->top > 0 && s->frames[s->top - 1].end <= start) {
+        Frame *f = &s->frames[--s->top];
+        double own = f->dur - f->children;
+        self_time[f->row] = (float)(own > 0.0 ? own : 0.0);
+    }
+}
+
+/* Event `r` starting at `start`: its parent is the stack's top; pushed. -1 when out of memory. */
+static inline int push_event(Stack *s, int32_t r, double start, double d, int32_t *parent) {
+    if (s->top > 0) {
+        parent[r] = s->frames[s->top - 1].row;
+        s->frames[s->top - 1].children += d;
+    } else {
+        parent[r] = -1;
+    }
+    if (s->top == s->cap) {
+        Py_ssize_t cap = s->cap ? s->cap * 2 : 64;
+        Frame *grown = realloc(s->frames, (size_t)cap * sizeof(Frame));
+        if (!grown) return -1;
+        s->frames = grown;
+        s->cap = cap;
+    }
+    Frame *f = &s->frames[s->top++];
+    f->row = r;
+    f->end = start + d;
+    f->dur = d;
+    f->children = 0.0;
     return 0;
 }
 
@@ -79,53 +124,23 @@ static PyObject *walk(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    Py_ssize_t cap = 64;
-    Frame *stack = malloc((size_t)cap * sizeof(Frame));
-    if (!stack) {
-        PyErr_NoMemory();
-        goto done;
-    }
+    Stack stack = {NULL, 0, 0};
     int no_memory = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t b = 0; b + 1 < nb && !no_memory; b++) {
-        Py_ssize_t top = 0; /* frames on the stack */
         for (Py_ssize_t i = bounds[b]; i < bounds[b + 1]; i++) {
             int32_t r = rows[i];
-            double start = ts[r], d = (double)dur[r];
-            while (top > 0 && stack[top - 1].end <= start) { /* ended by now: its self time is final */
-                Frame *f = &stack[--top];
-                double own = f->dur - f->children;
-                self_time[f->row] = (float)(own > 0.0 ? own : 0.0);
+            double start = ts[r];
+            pop_ended(&stack, start, self_time);
+            if (push_event(&stack, r, start, (double)dur[r], parent) < 0) {
+                no_memory = 1;
+                break;
             }
-            if (top > 0) {
-                parent[r] = stack[top - 1].row;
-                stack[top - 1].children += d;
-            } else {
-                parent[r] = -1;
-            }
-            if (top == cap) {
-                Frame *grown = realloc(stack, (size_t)cap * 2 * sizeof(Frame));
-                if (!grown) {
-                    no_memory = 1;
-                    break;
-                }
-                stack = grown;
-                cap *= 2;
-            }
-            stack[top].row = r;
-            stack[top].end = start + (double)dur[r];
-            stack[top].dur = d;
-            stack[top].children = 0.0;
-            top++;
         }
-        while (top > 0) {
-            Frame *f = &stack[--top];
-            double own = f->dur - f->children;
-            self_time[f->row] = (float)(own > 0.0 ? own : 0.0);
-        }
+        pop_ended(&stack, INFINITY, self_time); /* the thread's last open frames */
     }
     Py_END_ALLOW_THREADS
-    free(stack);
+    free(stack.frames);
     if (no_memory) {
         PyErr_NoMemory();
         goto done;
@@ -136,8 +151,97 @@ done:
     return result;
 }
 
+static PyObject *walk_table(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *objs[7];
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6]))
+        return NULL;
+    /* ts, dur, cat, thread (1, 2 or 4 bytes: checked below), host, parent, self_time */
+    static const Py_ssize_t items[7] = {8, 4, 1, 0, 1, 4, 4};
+    static const int writable[7] = {0, 0, 0, 0, 0, 1, 1};
+    Py_buffer views[7];
+    Py_ssize_t counts[7];
+    int got = 0;
+    PyObject *result = NULL;
+    Stack *stacks = NULL;
+    Py_ssize_t n_threads = 0;
+    for (; got < 7; got++) {
+        Py_ssize_t item = items[got];
+        if (got == 3) { /* the thread column keeps the narrowest width its ids fit */
+            if (PyObject_GetBuffer(objs[3], &views[3], PyBUF_C_CONTIGUOUS) < 0) goto done;
+            item = views[3].itemsize;
+            PyBuffer_Release(&views[3]);
+            if (item != 1 && item != 2 && item != 4) {
+                PyErr_Format(PyExc_TypeError, "walk_table(): thread ids of %zd bytes", item);
+                goto done;
+            }
+        }
+        if (buffer_of(objs[got], &views[got], writable[got], item, &counts[got]) < 0) goto done;
+    }
+    const double *ts = views[0].buf;
+    const float *dur = views[1].buf;
+    const uint8_t *cat = views[2].buf;
+    const void *thread = views[3].buf;
+    const Py_ssize_t thread_width = views[3].itemsize;
+    const uint8_t *host = views[4].buf;
+    int32_t *parent = views[5].buf;
+    float *self_time = views[6].buf;
+    Py_ssize_t n = counts[0];
+    if (counts[1] != n || counts[2] != n || counts[3] != n || counts[5] != n || counts[6] != n
+            || counts[4] != 256 || n > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "walk_table(): inconsistent array lengths");
+        goto done;
+    }
+#define THREAD_AT(i) (thread_width == 1 ? (Py_ssize_t)((const int8_t *)thread)[i] \
+                      : thread_width == 2 ? (Py_ssize_t)((const int16_t *)thread)[i] \
+                      : (Py_ssize_t)((const int32_t *)thread)[i])
+    for (Py_ssize_t i = 0; i < n; i++) { /* one stack per thread id that holds host events */
+        if (!host[cat[i]]) continue;
+        Py_ssize_t th = THREAD_AT(i);
+        if (th < 0) {
+            PyErr_SetString(PyExc_ValueError, "walk_table(): negative thread id");
+            goto done;
+        }
+        if (th >= n_threads) n_threads = th + 1;
+    }
+    stacks = calloc((size_t)(n_threads ? n_threads : 1), sizeof(Stack));
+    if (!stacks) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int no_memory = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!host[cat[i]]) continue;
+        Stack *s = &stacks[THREAD_AT(i)];
+        double start = ts[i];
+        pop_ended(s, start, self_time);
+        if (push_event(s, (int32_t)i, start, (double)dur[i], parent) < 0) {
+            no_memory = 1;
+            break;
+        }
+    }
+    for (Py_ssize_t th = 0; th < n_threads; th++) pop_ended(&stacks[th], INFINITY, self_time);
+    Py_END_ALLOW_THREADS
+#undef THREAD_AT
+    if (no_memory) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    if (stacks) {
+        for (Py_ssize_t th = 0; th < n_threads; th++) free(stacks[th].frames);
+        free(stacks);
+    }
+    for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "walk(ts, dur, rows, bounds, parent, self_time) -> None (see the source)"},
+    {"walk_table", walk_table, METH_VARARGS,
+     "walk_table(ts, dur, cat, thread, host, parent, self_time) -> None (see the source)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..trace.table import GPU_CATEGORIES, Cat, EventTable, in_categories
 from .groups import distinct, totals_by_id
-from .intervals import ROW_BLOCK, ascending, merge, overlapping_rows, union_length
+from .intervals import ROW_BLOCK, UnionLength, ascending, merge, overlapping_rows
 from .steps import is_communication
 
 KERNEL_WAIT_US = 30.0
@@ -43,15 +43,18 @@ def kernel_family(name: str) -> str:
 
 def gpu_summary(table: EventTable, lo: float, hi: float) -> dict:
     """Everything GPU-side within [lo, hi]. `present` is False for traces without GPU activity."""
-    rows = overlapping_rows(table.ts, table.dur, lo, hi, mask=in_categories(table.cat, GPU_CATEGORIES))
+    gpu, _ = _launch_index(table)  # every GPU event's row, ascending (and built before the rest)
+    rows = _in_start_order(table, gpu[overlapping_rows(table.ts[gpu], table.dur[gpu], lo, hi)])
     if not len(rows):
         return {"present": False}
     span = hi - lo
-    _launch_index(table)  # built now, before the per-device arrays exist: a lower peak
     devices = []
     for dev in distinct(table.device[rows]).tolist():
-        drows = rows[table.device[rows] == dev]
+        on_device = table.device[rows] == dev
+        drows = rows if on_device.all() else rows[on_device]
+        del on_device
         devices.append(_device_summary(table, drows, lo, hi, span, dev))
+        del drows
     kernels = rows[table.cat[rows] == Cat.KERNEL]
     families: dict[str, dict] = {}
     # Classify each distinct kernel name once, then sum per name with bincount.
@@ -81,39 +84,61 @@ def gpu_summary(table: EventTable, lo: float, hi: float) -> dict:
     }
 
 
+def _in_start_order(table: EventTable, rows: np.ndarray) -> np.ndarray:
+    """`rows` ordered by start: as given on a table sorted by start (as loaded), checked a block
+    at a time; else sorted (tables built by hand), since the GPU analyses stream over rows in
+    start order."""
+    if all(ascending(table.ts[block]) for block in _blocks_with_next(rows)):
+        return rows
+    return rows[np.argsort(table.ts[rows], kind="stable")]
+
+
+def _blocks_with_next(rows: np.ndarray):
+    for a in range(0, max(len(rows) - 1, 0), ROW_BLOCK):
+        yield rows[a:a + ROW_BLOCK + 1]
+
+
 def _device_summary(table: EventTable, rows: np.ndarray, lo: float, hi: float, span: float,
                     dev: int) -> dict:
-    ts = table.ts[rows]
-    end = ts + table.dur[rows]
-    busy = union_length(ts, end, lo, hi)
+    """One device's busy time, HTA's temporal breakdown (compute, then communication not
+    overlapping compute, then memory), per-stream busy time and idle causes. `rows` are in start
+    order; every union is summed over `ROW_BLOCK` of them at a time (`UnionLength`), so the
+    device's events are never gathered whole (four float64 arrays as long as them, 12 MB each
+    for the 1.5 M GPU events of a 3 GB trace)."""
     comm_ids = table.names_matching(is_communication)
-    is_comm = comm_ids[table.name[rows]] & (table.cat[rows] == Cat.KERNEL)
-    is_compute = (table.cat[rows] == Cat.KERNEL) & ~is_comm
-    # HTA temporal breakdown: compute, then communication not overlapping compute, then memory.
-    compute = union_length(ts[is_compute], end[is_compute], lo, hi)
-    comm_any = union_length(ts[is_comm], end[is_comm], lo, hi)
-    is_compute |= is_comm
-    compute_or_comm = union_length(ts[is_compute], end[is_compute], lo, hi)
-    del ts, end, is_comm, is_compute
-    communication = compute_or_comm - compute
-    memory = busy - compute_or_comm
-    overlap = compute + comm_any - compute_or_comm
-    streams = []
-    for stream in distinct(table.stream[rows]).tolist():
-        srows = rows[table.stream[rows] == stream]
-        s_busy = union_length(table.ts[srows], table.ts[srows] + table.dur[srows], lo, hi)
-        streams.append({"stream": int(stream), "events": int(len(srows)), "busy_us": s_busy,
-                        "busy_pct": 100 * s_busy / span if span else 0.0})
+    busy, compute, comm_any, kernel_any = (UnionLength(lo, hi) for _ in range(4))
+    streams: dict[int, UnionLength] = {}
+    stream_events: dict[int, int] = {}
+    for block in (rows[a:a + ROW_BLOCK] for a in range(0, len(rows), ROW_BLOCK)):
+        ts = table.ts[block]
+        end = ts + table.dur[block]
+        busy.add(ts, end)
+        is_kernel = table.cat[block] == Cat.KERNEL
+        is_comm = comm_ids[table.name[block]] & is_kernel
+        comm_any.add(ts[is_comm], end[is_comm])
+        kernel_any.add(ts[is_kernel], end[is_kernel])  # compute or communication
+        is_kernel &= ~is_comm
+        compute.add(ts[is_kernel], end[is_kernel])
+        stream = table.stream[block]
+        for st in distinct(stream).tolist():
+            on = stream == st
+            streams.setdefault(st, UnionLength(lo, hi)).add(ts[on], end[on])
+            stream_events[st] = stream_events.get(st, 0) + int(np.count_nonzero(on))
+    communication = kernel_any.total - compute.total
+    memory = busy.total - kernel_any.total
+    overlap = compute.total + comm_any.total - kernel_any.total
     return {
         "device": int(dev),
-        "busy_us": busy,
-        "busy_pct": 100 * busy / span if span else 0.0,
-        "idle_us": span - busy,
-        "temporal": {"compute_us": compute, "communication_us": communication,
-                     "memory_us": memory, "idle_us": span - busy},
-        "comm_overlap_pct": 100 * overlap / comm_any if comm_any else 0.0,
+        "busy_us": busy.total,
+        "busy_pct": 100 * busy.total / span if span else 0.0,
+        "idle_us": span - busy.total,
+        "temporal": {"compute_us": compute.total, "communication_us": communication,
+                     "memory_us": memory, "idle_us": span - busy.total},
+        "comm_overlap_pct": 100 * overlap / comm_any.total if comm_any.total else 0.0,
         "idle_breakdown": idle_breakdown(table, rows, lo, hi),
-        "streams": sorted(streams, key=lambda s: -s["busy_us"]),
+        "streams": sorted(({"stream": int(st), "events": stream_events[st], "busy_us": u.total,
+                            "busy_pct": 100 * u.total / span if span else 0.0} for st, u in streams.items()),
+                          key=lambda d: -d["busy_us"]),
     }
 
 
@@ -126,37 +151,42 @@ def idle_breakdown(table: EventTable, rows: np.ndarray, lo: float, hi: float) ->
       (launch latency between consecutive kernels);
     - other: longer gaps with work queued (waits on events, other streams, the host);
     - edges: idle before the first and after the last GPU event of the window.
-    The four add up to the device's idle time in the window.
+    The four add up to the device's idle time in the window. Spans clipped to the window; a
+    gap is an event's start past the running end of the events before it. Read `ROW_BLOCK`
+    rows at a time, the running end carried over.
     """
     if not len(rows):
         return {"host_wait_us": 0.0, "kernel_wait_us": 0.0, "other_us": 0.0, "edges_us": hi - lo}
-    ts = table.ts[rows]
-    order = rows
-    if not ascending(ts):  # rows of the loaded (sorted) table come in start order already
-        by_start = np.argsort(ts, kind="stable")
-        order, ts = rows[by_start], ts[by_start]
-        del by_start
-    run_end = ts + table.dur[order]
-    np.clip(ts, lo, hi, out=ts)
-    np.clip(run_end, lo, hi, out=run_end)
-    np.maximum.accumulate(run_end, out=run_end)
-    edges = float((ts[0] - lo) + (hi - run_end[-1]))
-    np.subtract(ts[1:], run_end[:-1], out=ts[1:])  # ts[1:] now holds the gap before each event
-    idx = np.flatnonzero(ts[1:] > 0)
-    gap = ts[1:][idx]
-    idle_from = run_end[idx]
-    del ts, run_end
-    launcher = launching_rows(table, order[idx + 1])
-    del idx
-    launched = np.where(launcher >= 0, table.ts[np.maximum(launcher, 0)], np.nan)
-    del launcher
-    hw = launched > idle_from  # launched after the device went idle (as HTA: strictly after)
-    kw = ~hw & (gap < KERNEL_WAIT_US)
+    rows = _in_start_order(table, rows)
+    host_wait = kernel_wait = other = 0.0
+    first_start = float(np.clip(table.ts[rows[0]], lo, hi))
+    covered_to = first_start  # before the first event: no gap, the edge counts it
+    for block in (rows[a:a + ROW_BLOCK] for a in range(0, len(rows), ROW_BLOCK)):
+        ts = table.ts[block]
+        run_end = np.clip(ts + table.dur[block], lo, hi)
+        np.clip(ts, lo, hi, out=ts)
+        before = np.empty_like(run_end)  # the running end before each event
+        before[0] = covered_to
+        run_end[0] = max(run_end[0], covered_to)
+        np.maximum.accumulate(run_end, out=run_end)
+        before[1:] = run_end[:-1]
+        covered_to = float(run_end[-1])
+        del run_end
+        np.subtract(ts, before, out=ts)  # ts now holds the gap before each event
+        idx = np.flatnonzero(ts > 0)
+        gap, idle_from = ts[idx], before[idx]
+        launcher = launching_rows(table, block[idx])
+        launched = np.where(launcher >= 0, table.ts[np.maximum(launcher, 0)], np.nan)
+        hw = launched > idle_from  # launched after the device went idle (as HTA: strictly after)
+        kw = ~hw & (gap < KERNEL_WAIT_US)
+        host_wait += float(gap[hw].sum())
+        kernel_wait += float(gap[kw].sum())
+        other += float(gap[~hw & ~kw].sum())
     return {
-        "host_wait_us": float(gap[hw].sum()),
-        "kernel_wait_us": float(gap[kw].sum()),
-        "other_us": float(gap[~hw & ~kw].sum()),
-        "edges_us": edges,
+        "host_wait_us": host_wait,
+        "kernel_wait_us": kernel_wait,
+        "other_us": other,
+        "edges_us": float((first_start - lo) + (hi - covered_to)),
     }
 
 
@@ -165,17 +195,16 @@ def end_of_launched_work(table: EventTable, lo: float, hi: float) -> float:
     runtime calls in that span end after it. A GPU-bound program's CPU runs ahead of its GPU
     (by up to ~1000 queued launches), so its profiled steps end on the CPU long before the
     GPU has run them; measured on the CPU's span alone, such a GPU would look mostly idle."""
-    gpu = np.flatnonzero(in_categories(table.cat, GPU_CATEGORIES))
-    if not len(gpu):
-        return hi
-    launcher = launching_rows(table, gpu)
-    linked = launcher >= 0
-    gpu, launcher = gpu[linked], launcher[linked]
-    inside = (table.ts[launcher] >= lo) & (table.ts[launcher] < hi)
-    if not inside.any():
-        return hi
-    rows = gpu[inside]
-    return max(hi, float((table.ts[rows] + table.dur[rows]).max()))
+    gpu, launcher = _launch_index(table)
+    end = hi
+    for a in range(0, len(gpu), ROW_BLOCK):  # a block at a time: no temporaries as long as the index
+        calls = launcher[a:a + ROW_BLOCK]
+        linked = calls >= 0
+        started = table.ts[calls[linked]]
+        rows = gpu[a:a + ROW_BLOCK][linked][(started >= lo) & (started < hi)]
+        if len(rows):
+            end = max(end, float((table.ts[rows] + table.dur[rows]).max()))
+    return end
 
 
 def launching_rows(table: EventTable, rows: np.ndarray) -> np.ndarray:
@@ -193,54 +222,38 @@ def launching_rows(table: EventTable, rows: np.ndarray) -> np.ndarray:
 
 def _launch_index(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
     """(GPU event rows ascending, the row of the runtime/driver call that launched each or -1),
-    built once per table: three analyses and the timeline look launches up. Kept per GPU event
-    rather than as the calls sorted by id, the index the lookup is made from: a trace has ~3
+    built once per table: three analyses and the timeline look launches up.
+
+    Built from the GPU events' side: their distinct correlation ids, sorted, get the last call
+    of each id (the largest row) in one pass over the table a block at a time. A trace has ~3
     runtime calls for each GPU event (cudaLaunchKernel, but also allocations, syncs, event
-    records), so that index was ~3x larger (19 MB at 3 GB, now 7)."""
+    records), so sorting the calls by id instead cost ~45 MB of temporaries at 3 GB; this ~15."""
     cached = getattr(table, "_launch_index", None)
     if cached is not None:
         return cached
-    keys, calls = _calls_by_correlation(table)
-    index = np.int32 if len(table) < 2**31 else np.int64
-    gpu = np.flatnonzero(in_categories(table.cat, GPU_CATEGORIES)).astype(index)
-    launcher = np.full(len(gpu), -1, dtype=calls.dtype)
-    for a in range(0, len(gpu), ROW_BLOCK):  # a block at a time: no row-long intp temporaries
-        wanted = table.correlation[gpu[a:a + ROW_BLOCK]]
-        at = np.searchsorted(keys, wanted, side="right") - 1
-        ok = (at >= 0) & (wanted >= 0)
-        ok[ok] = keys[at[ok]] == wanted[ok]
-        launcher[a:a + ROW_BLOCK][ok] = calls[at[ok]]
+    n = len(table)
+    index = np.int32 if n < 2**31 else np.int64
+    gpu = np.concatenate([np.flatnonzero(in_categories(table.cat[a:a + ROW_BLOCK], GPU_CATEGORIES)).astype(index) + a
+                          for a in range(0, n, ROW_BLOCK)] or [np.empty(0, dtype=index)])
+    wanted = table.correlation[gpu]
+    keys = distinct(wanted[wanted >= 0])
+    last_call = np.full(len(keys), -1, dtype=index)
+    if len(keys):
+        for a in range(0, n, ROW_BLOCK):
+            c = table.correlation[a:a + ROW_BLOCK]
+            calls = np.flatnonzero(in_categories(table.cat[a:a + ROW_BLOCK], (Cat.RUNTIME, Cat.DRIVER)) & (c >= 0))
+            at = np.minimum(np.searchsorted(keys, c[calls]), len(keys) - 1)
+            hit = keys[at] == c[calls]
+            np.maximum.at(last_call, at[hit], (calls[hit] + a).astype(index))  # a repeated id: its last call
+    launcher = np.full(len(gpu), -1, dtype=index)
+    for a in range(0, len(gpu), ROW_BLOCK):
+        w = wanted[a:a + ROW_BLOCK]
+        if len(keys):
+            at = np.minimum(np.searchsorted(keys, w), len(keys) - 1)
+            ok = (w >= 0) & (keys[at] == w)
+            launcher[a:a + ROW_BLOCK][ok] = last_call[at[ok]]
     table._launch_index = (gpu, launcher)
     return table._launch_index
-
-
-def _calls_by_correlation(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
-    """(correlation ids, runtime/driver rows) sorted by id, the last call of a repeated id last.
-
-    Where ids and rows fit 31 bits (always, but for a foreign trace's huge ids), each call is
-    one int64, id above row, sorted in place: no argsort order and no gathered copies beside
-    it, and the two halves are read back through an int32 view of it."""
-    is_call = in_categories(table.cat, (Cat.RUNTIME, Cat.DRIVER))
-    n = len(table)
-    corr = table.correlation
-    if n < 2**31 and (corr.dtype.itemsize <= 4 or int(corr.max(initial=-1)) < 2**31):
-        parts = []
-        for a in range(0, n, ROW_BLOCK):
-            c = corr[a:a + ROW_BLOCK]
-            r = np.flatnonzero(is_call[a:a + ROW_BLOCK] & (c >= 0))
-            parts.append((c[r].astype(np.int64) << 32) | (r + a))
-        del is_call
-        packed = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-        del parts
-        packed.sort(kind="stable")  # by id, then row (timsort: ids come nearly in order)
-        halves = packed.view(np.int32)  # little-endian: row, id of each call in turn
-        lo, hi = (0, 1) if np.little_endian else (1, 0)
-        return halves[hi::2].copy(), halves[lo::2].copy()
-    rt = np.flatnonzero(is_call & (corr >= 0))  # ids beyond 31 bits: an order and two gathers
-    del is_call
-    keys = corr[rt]
-    order = np.argsort(keys, kind="stable")
-    return keys[order], rt[order]
 
 
 def launch_statistics(table: EventTable, kernels: np.ndarray) -> dict:

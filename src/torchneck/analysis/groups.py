@@ -90,10 +90,19 @@ def distinct(values: np.ndarray) -> np.ndarray:
 def totals_by_id(ids: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(the ids present, ascending; rows per id; total weight per id) for non-negative ids of
     a small space (string ids, threads): `np.unique(..., return_inverse=True)` + `bincount`,
-    by counting straight into the id space, without the sort."""
+    by counting straight into the id space, without the sort. Counted a block of rows at a
+    time: `np.bincount` casts its input to int64 first, 8 bytes a row for an int8 thread
+    column (31 MB for the 3.9 M ops of a 3 GB trace)."""
     if not len(ids):
         return ids[:0].astype(np.int64), np.empty(0, np.int64), np.empty(0)
-    count = np.bincount(ids)
+    size = int(ids.max()) + 1
+    count = np.zeros(size, dtype=np.int64)
+    total = np.zeros(size) if weights is not None else None
+    step = intervals.ROW_BLOCK
+    for a in range(0, len(ids), step):
+        block = ids[a:a + step]
+        count += np.bincount(block, minlength=size)
+        if total is not None:
+            total += np.bincount(block, weights=weights[a:a + step], minlength=size)
     present = np.flatnonzero(count)
-    total = np.bincount(ids, weights=weights)[present] if weights is not None else count[present].astype(np.float64)
-    return present, count[present], total
+    return present, count[present], total[present] if total is not None else count[present].astype(np.float64)

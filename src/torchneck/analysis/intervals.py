@@ -34,33 +34,57 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return s[first], np.maximum.reduceat(e, first)
 
 
-def union_length(starts: np.ndarray, ends: np.ndarray, lo: float = -np.inf, hi: float = np.inf) -> float:
-    """Total length covered by the intervals, clipped to [lo, hi].
+class UnionLength:
+    """The union length of spans fed in start order, a block at a time, clipped to [lo, hi].
 
-    With starts ascending (spans taken from the event table are), each interval adds what it
-    extends the covered stretch by: `max(0, running_end - max(start, previous running_end))`,
-    summed `ROW_BLOCK` intervals at a time with the running end carried over, so no merged copy
-    of a GPU's hundreds of thousands of kernels is made. Otherwise by `merge`."""
-    n = len(starts)
-    if n == 0:
-        return 0.0
-    if not ascending(starts):
-        s, e = merge(np.clip(starts, lo, hi), np.clip(ends, lo, hi))
-        return float(np.sum(e - s))
-    total, covered_to = 0.0, -np.inf
-    for a in range(0, n, ROW_BLOCK):
-        s = np.clip(np.asarray(starts[a:a + ROW_BLOCK], dtype=np.float64), lo, hi)
-        run = np.clip(np.asarray(ends[a:a + ROW_BLOCK], dtype=np.float64), lo, hi)
-        run[0] = max(run[0], covered_to)
+    Each span adds what it extends the covered stretch by: `max(0, running_end - max(start,
+    previous running_end))`, with the running end carried from block to block, so no merged
+    copy of a GPU's hundreds of thousands of kernels is made. `in_order` turns False if a
+    block's starts (or its first start against the last fed) decrease: the sum is then not the
+    union and the caller must take `union_length` over all the spans instead."""
+
+    def __init__(self, lo: float = -np.inf, hi: float = np.inf):
+        self.lo, self.hi = lo, hi
+        self.total = 0.0
+        self.covered_to = -np.inf
+        self.last_start = -np.inf
+        self.in_order = True
+
+    def add(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        if not len(starts):
+            return
+        s = np.asarray(starts, dtype=np.float64)
+        if s[0] < self.last_start or not bool(np.all(s[1:] >= s[:-1])):
+            self.in_order = False
+            return
+        self.last_start = float(s[-1])
+        s = np.clip(s, self.lo, self.hi)
+        run = np.clip(np.asarray(ends, dtype=np.float64), self.lo, self.hi)
+        run[0] = max(run[0], self.covered_to)
         np.maximum.accumulate(run, out=run)
-        before = np.empty_like(run)  # the running end before each interval
-        before[0] = covered_to
+        before = np.empty_like(run)  # the running end before each span
+        before[0] = self.covered_to
         before[1:] = run[:-1]
         np.maximum(before, s, out=before)
         np.subtract(run, before, out=before)
-        total += float(before[before > 0].sum())
-        covered_to = float(run[-1])
-    return total
+        self.total += float(before[before > 0].sum())
+        self.covered_to = float(run[-1])
+
+
+def union_length(starts: np.ndarray, ends: np.ndarray, lo: float = -np.inf, hi: float = np.inf) -> float:
+    """Total length covered by the intervals, clipped to [lo, hi]: with starts ascending (spans
+    taken from the event table are), `UnionLength` over `ROW_BLOCK` intervals at a time;
+    otherwise by `merge`."""
+    n = len(starts)
+    if n == 0:
+        return 0.0
+    union = UnionLength(lo, hi)
+    for a in range(0, n, ROW_BLOCK):
+        union.add(starts[a:a + ROW_BLOCK], ends[a:a + ROW_BLOCK])
+        if not union.in_order:
+            s, e = merge(np.clip(starts, lo, hi), np.clip(ends, lo, hi))
+            return float(np.sum(e - s))
+    return union.total
 
 
 def ascending(values: np.ndarray) -> bool:

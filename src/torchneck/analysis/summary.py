@@ -117,11 +117,10 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None) -> tuple[
     return analysis, nesting
 
 
-def _busiest_cpu_thread(t, rows) -> dict:
-    cpu = cpu_ops_among(t, rows)
-    if not len(cpu):
+def _busiest_cpu_thread(t, cpu_ops) -> dict:
+    if not len(cpu_ops):
         return {}
-    threads, counts, _ = totals_by_id(t.thread[cpu])
+    threads, counts, _ = totals_by_id(t.thread[cpu_ops])
     th = int(threads[np.argmax(counts)])
     return {"pid": t.threads.pid[th], "tid": t.threads.tid[th], "ops": int(counts.max())}
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..trace.table import Cat, EventTable, in_categories
-from .ops import Nesting, Rows, rows_where
+from .ops import Nesting, Rows, row_blocks, rows_where
 
 _SYNC_CALLS = re.compile(r"(cuda|hip)(Stream|Device|Event)Synchronize|cuStreamSynchronize|"
                          r"cuCtxSynchronize|cuEventSynchronize")
@@ -31,13 +31,18 @@ def host_syncs(table: EventTable, nesting: Nesting, rows: Rows,
     names = table.strings
     sync_ids = table.names_matching(lambda s: bool(_SYNC_CALLS.search(s)))
     scalar_ids = table.names_matching(lambda s: s in _SCALAR_OPS)
-    cat = table.cat[rows]
-    name = table.name[rows]
-    is_sync_call = (in_categories(cat, (Cat.RUNTIME, Cat.DRIVER)) & sync_ids[name]) | (cat == Cat.SYNC)
-    is_scalar = (cat == Cat.CPU_OP) & scalar_ids[name]
-    dtoh = (cat == Cat.GPU_MEMCPY) & table.names_matching(lambda s: "DtoH" in s)[name]
-    del cat, name
-    sync_rows = rows_where(rows, is_sync_call)
+    dtoh_ids = table.names_matching(lambda s: "DtoH" in s)
+    sync_parts, scalar_parts, dtoh_parts = [], [], []
+    for block in row_blocks(rows):  # the window's masks a block at a time (7 MB each at 3 GB)
+        cat = table.cat[block]
+        name = table.name[block]
+        is_sync_call = (in_categories(cat, (Cat.RUNTIME, Cat.DRIVER)) & sync_ids[name]) | (cat == Cat.SYNC)
+        sync_parts.append(rows_where(block, is_sync_call))
+        scalar_parts.append(rows_where(block, (cat == Cat.CPU_OP) & scalar_ids[name]))
+        dtoh_parts.append(rows_where(block, (cat == Cat.GPU_MEMCPY) & dtoh_ids[name]))
+    sync_rows, scalar_rows, dtoh_rows = (np.concatenate(parts) if parts else np.empty(0, dtype=np.int32)
+                                         for parts in (sync_parts, scalar_parts, dtoh_parts))
+    del sync_parts, scalar_parts, dtoh_parts
     by_cause: dict[str, dict] = {}
     causes = outermost_ops(table, nesting, sync_rows)
     for r, cause in zip(sync_rows.tolist(), causes.tolist()):
@@ -45,7 +50,6 @@ def host_syncs(table: EventTable, nesting: Nesting, rows: Rows,
         d = by_cause.setdefault(key, {"op": key, "count": 0, "wait_us": 0.0})
         d["count"] += 1
         d["wait_us"] += float(table.dur[r])
-    scalar_rows = rows_where(rows, is_scalar)
     scalar: dict[str, dict] = {}
     for r in scalar_rows.tolist():
         if nesting.parent[r] >= 0 and table.cat[nesting.parent[r]] == Cat.CPU_OP and \
@@ -60,8 +64,8 @@ def host_syncs(table: EventTable, nesting: Nesting, rows: Rows,
         "sync_wait_us": float(table.dur[sync_rows].sum()),
         "by_cause": sorted(by_cause.values(), key=lambda d: -d["wait_us"]),
         "scalar_ops": sorted(scalar.values(), key=lambda d: -d["time_us"]),
-        "dtoh_copies": int(dtoh.sum()),
-        "dtoh_us": float(table.dur[rows_where(rows, dtoh)].sum()),
+        "dtoh_copies": int(len(dtoh_rows)),
+        "dtoh_us": float(table.dur[dtoh_rows].sum()),
     }
     if place is not None:
         out["where"] = place(np.where(causes >= 0, causes, sync_rows), table.dur[sync_rows]) if len(sync_rows) else []
