@@ -326,20 +326,26 @@ def _launchers_by_dict(table):
 @pytest.mark.parametrize("name", sorted(GPU))
 def test_each_gpu_event_is_linked_to_the_call_with_its_correlation_id(name, monkeypatch):
     import torchneck.analysis.gpu as gpu_mod
+    import torchneck.trace.launches as launches
 
-    monkeypatch.setattr(gpu_mod, "ROW_BLOCK", 1000)  # many blocks: an id's calls may sit in different ones
-    table = load_trace(GPU[name]).events
+    monkeypatch.setattr(launches, "BLOCK", 1000)  # many blocks: an id's calls may sit in different ones
+    table = load_trace(GPU[name], keep_correlation=True).events
     rows, expected = _launchers_by_dict(table)
     np.testing.assert_array_equal(gpu_mod.launching_rows(table, rows), expected)
     assert (expected >= 0).mean() > 0.5
     # rows that are no GPU event get -1
     assert (gpu_mod.launching_rows(table, np.flatnonzero(table.cat == 1)[:50]) == -1).all()
+    # and the ids themselves are let go once resolved, unless asked for
+    dropped = load_trace(GPU[name]).events
+    assert dropped.correlation is None
+    np.testing.assert_array_equal(np.asarray(dropped.launcher), np.asarray(table.launcher))
 
 
 def test_a_repeated_correlation_id_links_to_its_last_call(tmp_path, monkeypatch):
     """Two calls with one id (e.g. a wrapped trace): the later one launched; an id no call has,
     and a GPU event without one, get no launcher."""
     import torchneck.analysis.gpu as gpu_mod
+    import torchneck.trace.launches as launches
 
     def x(cat, name, ts, corr=None, **args):
         a = dict(args, **({} if corr is None else {"correlation": corr}))
@@ -351,10 +357,9 @@ def test_a_repeated_correlation_id_links_to_its_last_call(tmp_path, monkeypatch)
               x("cuda_runtime", "cudaLaunchKernel", 2.0, 8 + 1000)]
     p = tmp_path / "t.json"
     p.write_text(json.dumps({"traceEvents": events}))
-    table = load_trace(p).events
     for block in (1, 2, 1000):
-        monkeypatch.setattr(gpu_mod, "ROW_BLOCK", block)
-        table._launch_index = None
+        monkeypatch.setattr(launches, "BLOCK", block)
+        table = load_trace(p).events
         kernels = np.flatnonzero(table.cat == 4)
         launchers = gpu_mod.launching_rows(table, kernels)
         assert [table.ts[r] if r >= 0 else None for r in launchers.tolist()] == [3.0, None, None]

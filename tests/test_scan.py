@@ -70,15 +70,15 @@ def both_ways(data: bytes, monkeypatch) -> tuple[object, object, bool]:
 
 def load_both(path, monkeypatch):
     """The trace loaded with the native scanner, and with msgspec alone."""
-    native = load_trace(path, workers=1)
+    native = load_trace(path, workers=1, keep_correlation=True)
     with monkeypatch.context() as m:
         _python_only(m)
-        return native, load_trace(path, workers=1)
+        return native, load_trace(path, workers=1, keep_correlation=True)
 
 
 def _tables_equal(a, b):
-    for col in ("ts", "dur", "cat", "correlation", "device", "stream", "nbytes"):
-        np.testing.assert_array_equal(getattr(a, col), getattr(b, col), err_msg=col)
+    for col in ("ts", "dur", "cat", "correlation", "device", "stream", "nbytes", "launcher"):
+        np.testing.assert_array_equal(np.asarray(getattr(a, col)), np.asarray(getattr(b, col)), err_msg=col)
     for col in ("name", "shapes", "types"):
         assert [a.strings[i] if i >= 0 else None for i in getattr(a, col)] == \
             [b.strings[i] if i >= 0 else None for i in getattr(b, col)], col

@@ -80,8 +80,8 @@ def test_false_boundaries_inside_strings_are_not_split(tmp_path):
 
 def test_parallel_decoding_equals_serial(tmp_path):
     src = DATA / "trace_diff__control__control.json.gz"
-    serial = load_trace(src, workers=1).events
-    parallel = load_trace(src, workers=2).events
+    serial = load_trace(src, workers=1, keep_correlation=True).events
+    parallel = load_trace(src, workers=2, keep_correlation=True).events
     assert len(serial) == len(parallel)
     np.testing.assert_array_equal(serial.ts, parallel.ts)
     np.testing.assert_array_equal(serial.correlation, parallel.correlation)
@@ -89,8 +89,8 @@ def test_parallel_decoding_equals_serial(tmp_path):
 
 def _same_tables(a, b):
     assert len(a) == len(b)
-    for col in ("ts", "dur", "cat", "correlation", "device", "stream", "nbytes"):
-        np.testing.assert_array_equal(getattr(a, col), getattr(b, col))
+    for col in ("ts", "dur", "cat", "correlation", "device", "stream", "nbytes", "launcher"):
+        np.testing.assert_array_equal(np.asarray(getattr(a, col)), np.asarray(getattr(b, col)))
     assert [a.strings[i] for i in a.name] == [b.strings[i] for i in b.name]
     assert [a.strings[i] if i >= 0 else None for i in a.shapes] == [b.strings[i] if i >= 0 else None for i in b.shapes]
 
@@ -190,7 +190,7 @@ def test_parallel_native_slices_use_threads_and_declined_ones_still_decode(tmp_p
     monkeypatch.setattr(loader, "BLOCK_BYTES", 16 << 10)
     monkeypatch.setattr(loader, "_PROBE_BYTES", 2 << 10)
     used = _pools_used(monkeypatch)
-    t = load_trace(p, workers=2).events
+    t = load_trace(p, workers=2, keep_correlation=True).events
     assert used == ["threads"]
     assert len(t) == 6000
     np.testing.assert_array_equal(t.correlation, np.arange(6000))
@@ -208,18 +208,18 @@ def test_parallel_declined_first_slice_uses_processes(tmp_path, monkeypatch):
     monkeypatch.setattr(loader, "BLOCK_BYTES", 16 << 10)
     monkeypatch.setattr(loader, "_PROBE_BYTES", 2 << 10)
     used = _pools_used(monkeypatch)
-    t = load_trace(p, workers=2).events
+    t = load_trace(p, workers=2, keep_correlation=True).events
     assert used == []
     assert len(t) == 6000
     np.testing.assert_array_equal(t.correlation, np.arange(6000))
     # Chosen by size instead: threads from THREAD_MIN_BYTES, and a declined trace under
     # PARALLEL_MIN_BYTES stays in them (msgspec as serial) rather than paying for a fork.
     monkeypatch.setattr(loader, "THREAD_MIN_BYTES", 1 << 10)
-    t = load_trace(p).events
+    t = load_trace(p, keep_correlation=True).events
     assert used == ["threads"]
     np.testing.assert_array_equal(t.correlation, np.arange(6000))
     monkeypatch.setattr(loader, "PARALLEL_MIN_BYTES", 1 << 10)
-    np.testing.assert_array_equal(load_trace(p).events.correlation, np.arange(6000))
+    np.testing.assert_array_equal(load_trace(p, keep_correlation=True).events.correlation, np.arange(6000))
     assert used == ["threads"]  # the large one went to processes
 
 
@@ -329,7 +329,7 @@ def test_ids_are_stored_in_the_narrowest_type_that_holds_every_value(tmp_path, b
                    "args": {"bytes": 3 * 2**31 if big else 64, "device": 0, "stream": 7}})
     p = tmp_path / "ids.json"
     p.write_text(json.dumps({"traceEvents": events}))
-    t = load_trace(p).events
+    t = load_trace(p, keep_correlation=True).events
     assert t.correlation.dtype == np.dtype(np.int64 if big else np.int8)
     assert t.nbytes.rows.tolist() == [3]  # kept only where set
     assert t.stream.dtype == t.device.dtype == t.thread.dtype == np.int8
@@ -348,7 +348,7 @@ def test_narrow_columns_widen_when_a_later_slice_needs_it(tmp_path, monkeypatch)
     p = tmp_path / "widening.json"
     p.write_text(json.dumps({"traceEvents": events}))
     monkeypatch.setattr(loader, "BLOCK_BYTES", 16 << 10)
-    t = load_trace(p, workers=1).events
+    t = load_trace(p, workers=1, keep_correlation=True).events
     assert t.correlation.dtype == np.int64 and t.correlation.tolist() == values
     assert t.stream.dtype == np.int16 and t.stream.tolist() == [7 + i % 300 for i in range(len(values))]
 
@@ -994,6 +994,7 @@ def _tables_equal(a, b):
     for col in ("ts", "dur", "cat", "name", "thread", "correlation", "device", "stream", "shapes", "types"):
         np.testing.assert_array_equal(getattr(a, col), getattr(b, col), err_msg=col)
     np.testing.assert_array_equal(np.asarray(a.nbytes), np.asarray(b.nbytes))
+    np.testing.assert_array_equal(np.asarray(a.launcher), np.asarray(b.launcher))
 
 
 def test_the_in_place_sort_gives_the_numpy_sort(tmp_path, monkeypatch):
@@ -1019,9 +1020,9 @@ def test_the_in_place_sort_gives_the_numpy_sort(tmp_path, monkeypatch):
     events.sort(key=lambda e: (e["cat"] in ("kernel", "gpu_memcpy"), e.get("ts", 0) // 50))  # runs
     p = tmp_path / "ties.json"
     p.write_text(json.dumps({"traceEvents": events}))
-    native = load_trace(p)
+    native = load_trace(p, keep_correlation=True)
     monkeypatch.setattr(loader, "_order", None)
-    numpy_sorted = load_trace(p)
+    numpy_sorted = load_trace(p, keep_correlation=True)
     _tables_equal(native.events, numpy_sorted.events)
     _tables_equal(native.python, numpy_sorted.python)
     assert len(native.python) > 500 and len(native.events) + len(native.python) == 3000 - 31

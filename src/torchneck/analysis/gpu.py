@@ -43,8 +43,7 @@ def kernel_family(name: str) -> str:
 
 def gpu_summary(table: EventTable, lo: float, hi: float) -> dict:
     """Everything GPU-side within [lo, hi]. `present` is False for traces without GPU activity."""
-    gpu, _ = _launch_index(table)  # every GPU event's row, ascending (and built before the rest)
-    rows = _in_start_order(table, gpu[overlapping_rows(table.ts[gpu], table.dur[gpu], lo, hi)])
+    rows = _in_start_order(table, _gpu_rows_overlapping(table, lo, hi))
     if not len(rows):
         return {"present": False}
     span = hi - lo
@@ -195,13 +194,12 @@ def end_of_launched_work(table: EventTable, lo: float, hi: float) -> float:
     runtime calls in that span end after it. A GPU-bound program's CPU runs ahead of its GPU
     (by up to ~1000 queued launches), so its profiled steps end on the CPU long before the
     GPU has run them; measured on the CPU's span alone, such a GPU would look mostly idle."""
-    gpu, launcher = _launch_index(table)
+    link = table.launcher
     end = hi
-    for a in range(0, len(gpu), ROW_BLOCK):  # a block at a time: no temporaries as long as the index
-        calls = launcher[a:a + ROW_BLOCK]
-        linked = calls >= 0
-        started = table.ts[calls[linked]]
-        rows = gpu[a:a + ROW_BLOCK][linked][(started >= lo) & (started < hi)]
+    for a in range(0, len(link.rows), ROW_BLOCK):  # the linked GPU events, a block at a time
+        rows, calls = link.rows[a:a + ROW_BLOCK], link.values[a:a + ROW_BLOCK]
+        started = table.ts[calls]
+        rows = rows[(started >= lo) & (started < hi)]
         if len(rows):
             end = max(end, float((table.ts[rows] + table.dur[rows]).max()))
     return end
@@ -209,51 +207,18 @@ def end_of_launched_work(table: EventTable, lo: float, hi: float) -> float:
 
 def launching_rows(table: EventTable, rows: np.ndarray) -> np.ndarray:
     """For GPU events `rows`: the runtime/driver call that launched each (same correlation id;
-    the last such call if an id repeats), or -1 (also for rows that are no GPU event)."""
-    gpu, launcher = _launch_index(table)
-    out = np.full(len(rows), -1, dtype=launcher.dtype)
-    if not len(gpu) or not len(rows):
-        return out
-    at = np.minimum(np.searchsorted(gpu, rows), len(gpu) - 1)
-    found = gpu[at] == rows
-    out[found] = launcher[at[found]]
-    return out
+    the last such call if an id repeats; resolved at load, `trace.launches`), or -1 (also for
+    rows that are no GPU event)."""
+    return table.launcher[np.asarray(rows)]
 
 
-def _launch_index(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
-    """(GPU event rows ascending, the row of the runtime/driver call that launched each or -1),
-    built once per table: three analyses and the timeline look launches up.
-
-    Built from the GPU events' side: their distinct correlation ids, sorted, get the last call
-    of each id (the largest row) in one pass over the table a block at a time. A trace has ~3
-    runtime calls for each GPU event (cudaLaunchKernel, but also allocations, syncs, event
-    records), so sorting the calls by id instead cost ~45 MB of temporaries at 3 GB; this ~15."""
-    cached = getattr(table, "_launch_index", None)
-    if cached is not None:
-        return cached
-    n = len(table)
-    index = np.int32 if n < 2**31 else np.int64
-    gpu = np.concatenate([np.flatnonzero(in_categories(table.cat[a:a + ROW_BLOCK], GPU_CATEGORIES)).astype(index) + a
-                          for a in range(0, n, ROW_BLOCK)] or [np.empty(0, dtype=index)])
-    wanted = table.correlation[gpu]
-    keys = distinct(wanted[wanted >= 0])
-    last_call = np.full(len(keys), -1, dtype=index)
-    if len(keys):
-        for a in range(0, n, ROW_BLOCK):
-            c = table.correlation[a:a + ROW_BLOCK]
-            calls = np.flatnonzero(in_categories(table.cat[a:a + ROW_BLOCK], (Cat.RUNTIME, Cat.DRIVER)) & (c >= 0))
-            at = np.minimum(np.searchsorted(keys, c[calls]), len(keys) - 1)
-            hit = keys[at] == c[calls]
-            np.maximum.at(last_call, at[hit], (calls[hit] + a).astype(index))  # a repeated id: its last call
-    launcher = np.full(len(gpu), -1, dtype=index)
-    for a in range(0, len(gpu), ROW_BLOCK):
-        w = wanted[a:a + ROW_BLOCK]
-        if len(keys):
-            at = np.minimum(np.searchsorted(keys, w), len(keys) - 1)
-            ok = (w >= 0) & (keys[at] == w)
-            launcher[a:a + ROW_BLOCK][ok] = last_call[at[ok]]
-    table._launch_index = (gpu, launcher)
-    return table._launch_index
+def _gpu_rows_overlapping(table: EventTable, lo: float, hi: float) -> np.ndarray:
+    """GPU events overlapping [lo, hi], ascending, found `ROW_BLOCK` rows at a time."""
+    parts = [overlapping_rows(table.ts[a:a + ROW_BLOCK], table.dur[a:a + ROW_BLOCK], lo, hi,
+                              mask=in_categories(table.cat[a:a + ROW_BLOCK], GPU_CATEGORIES)) + a
+             for a in range(0, len(table), ROW_BLOCK)]
+    index = np.int32 if len(table) < 2**31 else np.int64
+    return np.concatenate(parts).astype(index, copy=False) if parts else np.empty(0, dtype=index)
 
 
 def launch_statistics(table: EventTable, kernels: np.ndarray) -> dict:

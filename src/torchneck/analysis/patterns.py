@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 
-from ..trace.table import Cat, EventTable, in_categories
+from ..trace.table import Cat, EventTable
 from .intervals import ascending
 from .ops import Nesting, callers, cpu_ops_among, row_blocks, rows_where
 
@@ -30,24 +30,23 @@ def _json(table: EventTable, sid: int, cache: dict):
 
 
 def _launched_kernel_us(table: EventTable, ops: np.ndarray) -> float:
-    """GPU time of the kernels launched under these host ops (runtime calls inside their spans
-    on their thread, matched to kernels by correlation id)."""
+    """GPU time of the kernels launched under these host ops: kernels whose launching call
+    (`EventTable.launcher`) is a runtime call inside an op's span, on its thread."""
     if not len(ops):
         return 0.0
-    runtime = np.flatnonzero((table.cat == Cat.RUNTIME) & (table.correlation >= 0))
-    kernels = np.flatnonzero(in_categories(table.cat, (Cat.KERNEL,)) & (table.correlation >= 0))
-    if not len(runtime) or not len(kernels):
+    link = table.launcher
+    kernels = link.rows[table.cat[link.rows] == Cat.KERNEL]
+    if not len(kernels):
         return 0.0
-    kernel_us: dict[int, float] = {}
-    for c, d in zip(table.correlation[kernels].tolist(), table.dur[kernels].tolist()):
-        kernel_us[c] = kernel_us.get(c, 0.0) + d
-    rts = table.ts[runtime]
+    calls = link[kernels]
+    by_start = np.argsort(table.ts[calls], kind="stable")
+    kernels, calls = kernels[by_start], calls[by_start]
+    call_ts = table.ts[calls]
     total = 0.0
     for op in ops.tolist():
-        lo, hi = np.searchsorted(rts, [table.ts[op], table.ts[op] + table.dur[op]], side="left")
-        for r in runtime[lo:hi].tolist():
-            if table.thread[r] == table.thread[op]:
-                total += kernel_us.get(int(table.correlation[r]), 0.0)
+        lo, hi = np.searchsorted(call_ts, [table.ts[op], table.ts[op] + table.dur[op]], side="left")
+        inside = table.thread[calls[lo:hi]] == table.thread[op]
+        total += float(table.dur[kernels[lo:hi][inside]].astype(np.float64).sum())
     return total
 
 

@@ -128,8 +128,8 @@ def _busiest_cpu_thread(t, cpu_ops) -> dict:
 class _Background:
     """Runs submitted analyses on one worker thread, in order, while the caller goes on with
     others, or inline where there is one core (or `TORCHNECK_ANALYSIS_THREADS=1`). Analyses are
-    pure functions of the table; the caches they share (`gpu._launch_index`, `find_steps`) are
-    built before an analysis that reads them is submitted."""
+    pure functions of the table; the cache they share (`find_steps`) is built before an
+    analysis that reads it is submitted."""
 
     def __enter__(self) -> _Background:
         threads = os.environ.get("TORCHNECK_ANALYSIS_THREADS")

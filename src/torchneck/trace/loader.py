@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import TraceError
 from ..sites import LINE_PREFIX
+from .launches import launcher_column
 from .schema import ANY_DECODER, EMPTY_ARGS, EVENT_LIST_DECODER, LOOSE_EVENT_LIST_DECODER, Event
 from .table import (
     Cat,
@@ -844,8 +845,9 @@ def _halves_by_width(columns: list[np.ndarray]) -> list[list[np.ndarray]]:
 class _Merger:
     """Accumulates slices into global columns with one global string table."""
 
-    def __init__(self, meta: TraceMeta, expected_bytes: int = 0):
+    def __init__(self, meta: TraceMeta, expected_bytes: int = 0, keep_correlation: bool = False):
         self.meta = meta
+        self.keep_correlation = keep_correlation
         self.expected_bytes = expected_bytes
         self.strings: list[str] = []
         self.index: dict[str, int] = {}
@@ -1022,8 +1024,13 @@ class _Merger:
         return self._tables(main, python)
 
     def _tables(self, main: dict, python: dict) -> tuple[EventTable, EventTable, MemoryTable]:
+        main["launcher"] = launcher_column(main["cat"], main["correlation"])
+        if not self.keep_correlation:  # resolved into `launcher`: 4 bytes an event no analysis reads
+            main["correlation"] = python["correlation"] = None
         table = EventTable(**main, strings=self.strings, threads=self.threads)
-        none = {k: SparseColumn(np.empty(0), np.empty(0, dtype=dt), len(python["ts"])) for k, dt in SPARSE_COLUMNS.items()}
+        n_python = len(python["ts"])
+        none = {k: SparseColumn(np.empty(0), np.empty(0, dtype=dt), n_python) for k, dt in SPARSE_COLUMNS.items()}
+        none["launcher"] = SparseColumn(np.empty(0), np.empty(0, dtype=np.int32), n_python, fill=-1)
         python_table = EventTable(**python, **none, strings=self.strings, threads=self.threads)
         m = self.mem
         morder = np.argsort(m.cols["ts"][:m.size], kind="stable")
@@ -1193,12 +1200,15 @@ def load_trace(
     path: str | os.PathLike,
     progress: Callable[[int, int], None] | None = None,
     workers: int | None = None,
+    keep_correlation: bool = False,
 ) -> Trace:
     """Load one trace file into a `Trace`.
 
     Raises `TraceError` (one line, naming the file) when the file cannot be a trace; damaged
     regions that leave the rest sound become warnings in `trace.meta.warnings`.
-    `progress(bytes_read, file_size)` is called after every slice.
+    `progress(bytes_read, file_size)` is called after every slice. Correlation ids are
+    resolved into `events.launcher` (`trace.launches`) and then dropped, unless
+    `keep_correlation` (`events.correlation` is None otherwise).
     """
     path = Path(path)
     if not path.exists():
@@ -1208,7 +1218,7 @@ def load_trace(
     size = path.stat().st_size
     meta = TraceMeta(path=str(path), compressed_bytes=size)
     reader = _Reader(path, meta.warnings)
-    merger = _Merger(meta, expected_bytes=0 if _is_gzip(path) else size)
+    merger = _Merger(meta, expected_bytes=0 if _is_gzip(path) else size, keep_correlation=keep_correlation)
     compressed = path.suffix == ".gz"
     est_uncompressed = size * (10 if compressed else 1)
     forced = workers is not None

@@ -80,20 +80,22 @@ def in_categories(cat: np.ndarray, categories) -> np.ndarray:
 
 
 class SparseColumn:
-    """An integer column that is 0 on nearly every row, stored as its non-zero rows (ascending)
-    and their values: bytes moved are set only on memcpy/memset events, ~1% of a trace's rows,
+    """An integer column that is 0 (or `fill`) on nearly every row, stored as its other rows
+    (ascending) and their values: bytes moved are set only on memcpy/memset events, ~1% of a trace's rows,
     so a dense column would cost 4-8 bytes an event (26 MB at 3 GB) to hold zeros. Read like a
     numpy column: `col[rows]` for an int, a slice, an index array or a boolean mask."""
 
-    def __init__(self, rows: np.ndarray, values: np.ndarray, length: int):
+    def __init__(self, rows: np.ndarray, values: np.ndarray, length: int, fill: int = 0):
         self.rows = np.asarray(rows, dtype=np.int32 if length < 2**31 else np.int64)
         self.values = np.asarray(values)
         self.length = int(length)
+        self.fill = fill  # the value of every row not stored
 
     @classmethod
-    def from_dense(cls, dense: np.ndarray) -> SparseColumn:
-        rows = np.flatnonzero(dense)
-        return cls(rows, np.asarray(dense)[rows], len(dense))
+    def from_dense(cls, dense: np.ndarray, fill: int = 0) -> SparseColumn:
+        dense = np.asarray(dense)
+        rows = np.flatnonzero(dense != fill)
+        return cls(rows, dense[rows], len(dense), fill)
 
     @property
     def dtype(self) -> np.dtype:
@@ -106,19 +108,19 @@ class SparseColumn:
         if isinstance(key, (int, np.integer)):
             i = int(key) + (self.length if key < 0 else 0)
             at = int(np.searchsorted(self.rows, i))
-            return self.values[at].item() if at < len(self.rows) and self.rows[at] == i else 0
+            return self.values[at].item() if at < len(self.rows) and self.rows[at] == i else self.fill
         if isinstance(key, slice):
             start, stop, step = key.indices(self.length)
             if step == 1:  # the stored rows inside, shifted
                 a, b = np.searchsorted(self.rows, [start, stop])
-                out = np.zeros(max(stop - start, 0), dtype=self.dtype)
+                out = np.full(max(stop - start, 0), self.fill, dtype=self.dtype)
                 out[self.rows[a:b] - start] = self.values[a:b]
                 return out
             key = np.arange(start, stop, step)
         key = np.asarray(key)
         if key.dtype == bool:
             key = np.flatnonzero(key)
-        out = np.zeros(key.shape, dtype=self.dtype)
+        out = np.full(key.shape, self.fill, dtype=self.dtype)
         if not len(self.rows) or not key.size:
             return out
         at = np.minimum(np.searchsorted(self.rows, key), len(self.rows) - 1)
@@ -148,13 +150,14 @@ class EventTable:
     cat: np.ndarray  # int8, `Cat`
     name: np.ndarray  # int32, index into `strings`
     thread: np.ndarray  # int32, index into `threads`
-    correlation: np.ndarray  # int32 (int64 when a value needs it), -1 if absent
+    correlation: np.ndarray | None  # int32 (int64 when a value needs it), -1 if absent; None once linked (below)
     device: np.ndarray  # int16, GPU device for GPU events, -1 otherwise
     stream: np.ndarray  # int32, GPU stream for GPU events, -1 otherwise
     shapes: np.ndarray  # int32, "Input Dims" JSON text id, -1 if absent
     types: np.ndarray  # int32, "Input type" JSON text id (dtypes), -1 if absent
     nbytes: SparseColumn  # int64, bytes moved by memcpy/memset, 0 on other rows
     call_stack: SparseColumn  # int32, 1 + id of the op's "Call stack" text (PyTorch 1.8-1.12), 0 if none
+    launcher: SparseColumn  # int32, on GPU events: the row of the runtime/driver call that launched it, else -1
     strings: list[str]
     threads: Threads
 
@@ -198,20 +201,25 @@ class EventTable:
         return ok[self.name]
 
     def select(self, mask: np.ndarray) -> EventTable:
-        """A new table with only the rows in `mask` (strings and threads shared)."""
+        """A new table with only the rows in `mask` (a boolean mask or row numbers, in the new
+        order; strings and threads shared). Launchers are renumbered, -1 where not kept."""
+        kept = np.arange(len(self))[mask]
+        new_row = np.full(len(self) + 1, -1, dtype=np.int64)  # old row -> new row; -1 -> -1
+        new_row[kept] = np.arange(len(kept))
         return EventTable(
-            ts=self.ts[mask],
-            dur=self.dur[mask],
-            cat=self.cat[mask],
-            name=self.name[mask],
-            thread=self.thread[mask],
-            correlation=self.correlation[mask],
-            device=self.device[mask],
-            stream=self.stream[mask],
-            shapes=self.shapes[mask],
-            types=self.types[mask],
-            nbytes=SparseColumn.from_dense(self.nbytes[mask]),
-            call_stack=SparseColumn.from_dense(self.call_stack[mask]),
+            ts=self.ts[kept],
+            dur=self.dur[kept],
+            cat=self.cat[kept],
+            name=self.name[kept],
+            thread=self.thread[kept],
+            correlation=None if self.correlation is None else self.correlation[kept],
+            device=self.device[kept],
+            stream=self.stream[kept],
+            shapes=self.shapes[kept],
+            types=self.types[kept],
+            nbytes=SparseColumn.from_dense(self.nbytes[kept]),
+            call_stack=SparseColumn.from_dense(self.call_stack[kept]),
+            launcher=SparseColumn.from_dense(new_row[self.launcher[kept]].astype(self.launcher.dtype), fill=-1),
             strings=self.strings,
             threads=self.threads,
         )
