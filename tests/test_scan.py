@@ -271,3 +271,35 @@ def test_a_bad_file_reads_the_same_either_way(tmp_path, monkeypatch):
             except TraceError as exc:
                 outcomes.append(str(exc))
     assert outcomes[0] == outcomes[1]
+
+
+def test_shapes_and_types_read_back_through_their_pair_id(tmp_path, monkeypatch):
+    """Rows store one id for their (shapes, types) pair: every row's shapes and types text reads
+    back as written, across many slices (pairs first seen in different ones), with either
+    decoder; rows without them read -1; the column compares like a numpy one."""
+    import torchneck.trace.loader as loader
+
+    rng = np.random.default_rng(5)
+    events, expected = [], []
+    for i in range(4000):
+        args = {}
+        if rng.random() < 0.8:
+            args["Input Dims"] = [[int(rng.integers(1, 40)), 3]]
+        if rng.random() < 0.7:
+            args["Input type"] = [str(rng.choice(["float", "double", "c10::Half"]))]
+        events.append({"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": float(i), "dur": 1.0,
+                       "args": args})
+        expected.append((json.dumps(args["Input Dims"]).replace(" ", "") if "Input Dims" in args else None,
+                         json.dumps(args["Input type"]).replace(" ", "") if "Input type" in args else None))
+    p = tmp_path / "pairs.json"
+    p.write_text(json.dumps({"traceEvents": events}, separators=(",", ":")))
+    monkeypatch.setattr(loader, "BLOCK_BYTES", 16 << 10)
+    native, plain = load_both(p, monkeypatch)
+    for t in (native.events, plain.events):
+        got = [(t.strings[s] if s >= 0 else None, t.strings[y] if y >= 0 else None)
+               for s, y in zip(t.shapes, t.types)]
+        assert got == expected
+        assert len(t.arg_pairs) - 1 == len({e for e in expected if e != (None, None)})
+        assert t.args.dtype.itemsize <= 2  # a few hundred pairs: int16 at most
+        np.testing.assert_array_equal(t.shapes >= 0, [s is not None for s, _ in expected])
+        assert t.types[3] == t.types[3:4][0]

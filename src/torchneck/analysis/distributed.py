@@ -55,7 +55,8 @@ def collectives(table: EventTable, steps: list[Step]) -> dict:
         return {"present": False}
     lo, hi = min(s.start for s in steps), max(s.end for s in steps)
     ids = table.names_matching(is_communication)
-    rows = overlapping_rows(table.ts, table.dur, lo, hi, mask=ids[table.name]) if len(ids) else np.empty(0, int)
+    rows = overlapping_rows(table.ts, table.dur, lo, hi, mask=lambda block: ids[table.name[block]]) \
+        if ids.any() else np.empty(0, int)
     if not len(rows):
         return {"present": False}
     device = table.cat[rows] == Cat.KERNEL

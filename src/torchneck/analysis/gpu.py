@@ -214,11 +214,7 @@ def launching_rows(table: EventTable, rows: np.ndarray) -> np.ndarray:
 
 def _gpu_rows_overlapping(table: EventTable, lo: float, hi: float) -> np.ndarray:
     """GPU events overlapping [lo, hi], ascending, found `ROW_BLOCK` rows at a time."""
-    parts = [overlapping_rows(table.ts[a:a + ROW_BLOCK], table.dur[a:a + ROW_BLOCK], lo, hi,
-                              mask=in_categories(table.cat[a:a + ROW_BLOCK], GPU_CATEGORIES)) + a
-             for a in range(0, len(table), ROW_BLOCK)]
-    index = np.int32 if len(table) < 2**31 else np.int64
-    return np.concatenate(parts).astype(index, copy=False) if parts else np.empty(0, dtype=index)
+    return overlapping_rows(table.ts, table.dur, lo, hi, mask=lambda block: in_categories(table.cat[block], GPU_CATEGORIES))
 
 
 def launch_statistics(table: EventTable, kernels: np.ndarray) -> dict:

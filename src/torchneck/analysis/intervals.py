@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -173,10 +173,11 @@ def claim_by_priority_in_windows(
 
 
 def overlapping_rows(ts: np.ndarray, dur: np.ndarray, lo: float, hi: float, strict: bool = True,
-                     mask: np.ndarray | None = None) -> np.ndarray:
+                     mask: np.ndarray | Callable[[slice], np.ndarray] | None = None) -> np.ndarray:
     """Rows (int32 when they fit) whose [ts, ts + dur] overlaps [lo, hi]: `ts < hi and
     ts + dur > lo`, or with `strict=False` `ts <= hi and ts + dur >= lo`; only where `mask`
-    is set, if given. `ROW_BLOCK` rows at a time."""
+    is set, if given: an array, or a function giving a block of rows' flags (so no mask as
+    long as the table is made). `ROW_BLOCK` rows at a time."""
     out = []
     index = np.int32 if len(ts) < np.iinfo(np.int32).max else np.int64
     for a in range(0, len(ts), ROW_BLOCK):
@@ -184,7 +185,7 @@ def overlapping_rows(ts: np.ndarray, dur: np.ndarray, lo: float, hi: float, stri
         end = t + dur[a:a + ROW_BLOCK]
         m = (t < hi) & (end > lo) if strict else (t <= hi) & (end >= lo)
         if mask is not None:
-            m &= mask[a:a + ROW_BLOCK]
+            m &= mask(slice(a, a + len(t))) if callable(mask) else mask[a:a + ROW_BLOCK]
         out.append((np.flatnonzero(m) + a).astype(index))
     return np.concatenate(out) if out else np.empty(0, dtype=index)
 

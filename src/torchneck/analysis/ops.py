@@ -312,6 +312,13 @@ def rows_where(rows: Rows, mask: np.ndarray) -> np.ndarray:
     return out
 
 
+def rows_matching(rows: Rows, keep: Callable[[Rows], np.ndarray]) -> np.ndarray:
+    """The rows of `rows` where `keep(block)` (flags for a block of them) is set, as an index
+    array: `rows_where(rows, keep(rows))` without a mask, or gathered column, as long as `rows`."""
+    found = [rows_where(block, keep(block)) for block in row_blocks(rows)]
+    return np.concatenate(found) if found else np.empty(0, dtype=np.int32)
+
+
 def row_blocks(rows: Rows):
     """`rows` in pieces of `ROW_BLOCK` (slices of a slice, views of an index array), for masks
     and gathers whose whole-window versions would be a byte or more a row each."""
@@ -426,20 +433,20 @@ def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int 
     An input counts when its type is `double` and its shape has at least one dimension: a Python
     float passed to an op (`x * 0.5`) arrives as a 0-dim double "wrapped number", and ops on those
     (`aten::mul` with shapes `[[16], []]`, the `aten::to` that makes them) are not float64 data."""
-    cpu = rows[(table.cat[rows] == Cat.CPU_OP) & (table.types[rows] >= 0)]
-    if not len(cpu):
-        return {"recorded": False, "self_us": 0.0, "ops": []}
     has_double = table.names_matching(lambda s: '"double"' in s or "c10::complex<double>" in s)
-    cand = cpu[has_double[table.types[cpu]]]
-    verdict: dict[tuple[int, int], bool] = {}
-    keep = np.zeros(len(cand), dtype=bool)
-    for i, (tid, sid) in enumerate(zip(table.types[cand].tolist(), table.shapes[cand].tolist())):
-        key = (tid, sid)
-        ok = verdict.get(key)
-        if ok is None:
-            ok = verdict[key] = _double_tensor_input(table.strings[tid], table.strings[sid] if sid >= 0 else "")
-        keep[i] = ok
-    hit = cand[keep]
+    typed = table.arg_pairs_matching(lambda shapes, types: types >= 0)
+    double_tensor = table.arg_pairs_matching(  # decided once a distinct (shapes, types) pair
+        lambda shapes, types: types >= 0 and bool(has_double[types])
+        and _double_tensor_input(table.strings[types], table.strings[shapes] if shapes >= 0 else ""))
+    recorded, hits = False, []
+    for block in row_blocks(rows):
+        is_op = table.cat[block] == Cat.CPU_OP
+        args = table.args[block]
+        recorded = recorded or bool((is_op & typed[args]).any())
+        hits.append(rows_where(block, is_op & double_tensor[args]))
+    if not recorded:
+        return {"recorded": False, "self_us": 0.0, "ops": []}
+    hit = np.concatenate(hits)
     ops = op_table(table, nesting, hit, by_shape=True, top=top) if len(hit) else []
     out = {"recorded": True, "self_us": float(nesting.self_time[hit].sum(dtype=np.float64)), "count": int(len(hit)),
            "ops": ops}

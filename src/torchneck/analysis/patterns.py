@@ -10,7 +10,7 @@ import numpy as np
 
 from ..trace.table import Cat, EventTable
 from .intervals import ascending
-from .ops import Nesting, callers, cpu_ops_among, row_blocks, rows_where
+from .ops import Nesting, callers, cpu_ops_among, row_blocks, rows_matching, rows_where
 
 HALF_MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm")
 TENSOR_CORE_MULTIPLE = 8
@@ -56,10 +56,17 @@ def unaligned_half_matmuls(table: EventTable, nesting: Nesting, rows: np.ndarray
     GPU time of their kernels; `shapes`: the most frequent input shapes."""
     names = table.names_matching(lambda s: s in HALF_MATMUL_OPS)
     half = table.names_matching(lambda s: any(t in s for t in _HALF_TYPES))
-    ops = rows[(table.cat[rows] == Cat.CPU_OP) & (table.types[rows] >= 0) & (table.shapes[rows] >= 0)]
-    if not len(ops) or not names.any() or not half.any():
-        return {"recorded": bool(len(ops)), "count": 0, "kernel_us": 0.0, "shapes": []}
-    ops = ops[names[table.name[ops]] & half[table.types[ops]]]
+    shaped = table.arg_pairs_matching(lambda shapes, types: shapes >= 0 and types >= 0)
+    shaped_half = table.arg_pairs_matching(lambda shapes, types: shapes >= 0 and types >= 0 and bool(half[types]))
+    recorded, found = False, []
+    for block in row_blocks(rows):
+        is_op = table.cat[block] == Cat.CPU_OP
+        args = table.args[block]
+        recorded = recorded or bool((is_op & shaped[args]).any())
+        found.append(rows_where(block, is_op & shaped_half[args] & names[table.name[block]]))
+    ops = np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+    if not recorded or not names.any() or not half.any():
+        return {"recorded": recorded, "count": 0, "kernel_us": 0.0, "shapes": []}
     cache: dict = {}
     hits, by_shape = [], {}
     for r in ops.tolist():
@@ -88,9 +95,8 @@ def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndar
         return {"count": 0, "copy_us": 0.0}
     fill_name = table.names_matching(lambda s: s in _FILL_OPS)
     memcpy_name = table.names_matching(lambda s: s in _COPY_TO_GPU_RUNTIME)
-    runtime = np.concatenate([rows_where(b, (table.cat[b] == Cat.RUNTIME) & memcpy_name[table.name[b]])
-                              for b in row_blocks(slice(0, len(table)))] or [np.empty(0, np.int32)])
-    copies = cpu[to_name[table.name[cpu]]]
+    runtime = rows_matching(slice(0, len(table)), lambda b: (table.cat[b] == Cat.RUNTIME) & memcpy_name[table.name[b]])
+    copies = rows_matching(cpu, lambda block: to_name[table.name[block]])
     if not len(copies) or not len(runtime):
         return {"count": 0, "copy_us": 0.0}
     # Each aten::to with a memcpy runtime call nested inside it (its thread's call stack) moves

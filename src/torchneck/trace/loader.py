@@ -225,6 +225,7 @@ class ChunkColumns:
     negative_dur: int
     source_bytes: int = 0
     threads: tuple[np.ndarray, np.ndarray] | None = None  # (distinct pid<<32|tid, per row: which)
+    arg_pairs: tuple[np.ndarray, np.ndarray] | None = None  # (distinct shapes, types pairs; per row: which)
 
 
 def _num(value, default: int = -1) -> int:
@@ -623,7 +624,13 @@ def _sized(chunk: ChunkColumns, source_bytes: int) -> ChunkColumns:
     chunk.source_bytes = source_bytes
     if chunk.threads is None:  # the scanner finds them as it goes
         chunk.threads = _thread_pairs(chunk.x["pid"], chunk.x["tid"])
+    chunk.arg_pairs = _arg_pairs(chunk.x["shapes"], chunk.x["types"])
     return chunk
+
+
+def _arg_pairs(shapes: np.ndarray, types: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_thread_pairs` of the rows' (shapes, types) slice-local string ids, each + 1 (absent: 0)."""
+    return _thread_pairs(shapes + 1, types + 1)
 
 
 def _thread_pairs(pid: np.ndarray, tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -784,14 +791,14 @@ def _narrowest_int(lo: int, hi: int, widest: np.dtype) -> np.dtype:
 
 
 _X_DTYPES = {"ts": np.float64, "dur": np.float32, "cat": np.int8, "name": np.int32, "thread": np.int32,
-             "correlation": np.int64, "device": np.int16, "stream": np.int32, "shapes": np.int32,
-             "types": np.int32}
+             "correlation": np.int64, "device": np.int16, "stream": np.int32, "args": np.int32}
 """Each column's widest type; those in `_X_NARROW` are stored narrower while their values fit.
+`args` is the row's (shapes, types) pair, one id for the two (`EventTable.arg_pairs`).
 (Bytes moved and call stacks, set on few rows, are kept apart: `SPARSE_COLUMNS`.)"""
 SPARSE_COLUMNS = {"nbytes": np.int64, "call_stack": np.int32}
 """Columns kept as `SparseColumn`s, with their values' type; the chunks' `stack` string ids are
 stored as `call_stack`, 1 + the id (0: none)."""
-_X_NARROW = ("name", "thread", "correlation", "device", "stream", "shapes", "types")
+_X_NARROW = ("name", "thread", "correlation", "device", "stream", "args")
 _MEM_DTYPES = {"ts": np.float64, "thread": np.int32, "nbytes": np.int64, "total_allocated": np.int64,
                "total_reserved": np.int64, "device_type": np.int8, "device_id": np.int16, "addr": np.int64}
 
@@ -853,6 +860,7 @@ class _Merger:
         self.index: dict[str, int] = {}
         self.thread_index: dict[tuple[int, int], int] = {}
         self.threads = Threads()
+        self.arg_pair_index: dict[tuple[int, int], int] = {}  # (shapes id, types id) -> args id
         self.x = _Columns(_X_DTYPES, _X_NARROW)
         self.mem = _Columns(_MEM_DTYPES)
         # the sparse columns (`SPARSE_COLUMNS`): their rows (in load order, ascending) and values
@@ -889,6 +897,27 @@ class _Merger:
             ids[i] = found
         return ids[inverse]
 
+    def _args(self, pairs: tuple[np.ndarray, np.ndarray], remap: np.ndarray) -> np.ndarray:
+        """Global args ids per row from a slice's distinct (shapes, types) pairs of local string
+        ids + 1: -1 where a row has neither, else the pair's index in `arg_pair_index`."""
+        uniq, inverse = pairs
+        ids = np.empty(len(uniq), dtype=np.int32)
+        for i, key in enumerate(uniq.tolist()):
+            pair = (int(remap[(key >> 32) - 1]), int(remap[(key & 0xFFFFFFFF) - 1]))  # -1 -> remap's -1
+            found = self.arg_pair_index.get(pair)
+            if found is None:
+                found = -1 if pair == (-1, -1) else self.arg_pair_index.setdefault(pair, len(self.arg_pair_index))
+            ids[i] = found
+        return ids[inverse]
+
+    def arg_pair_table(self) -> np.ndarray:
+        """(k + 1, 2) int32: each args id's (shapes, types) string ids, and (-1, -1) last, which
+        args -1 picks."""
+        table = np.full((len(self.arg_pair_index) + 1, 2), -1, dtype=np.int32)
+        for pair, i in self.arg_pair_index.items():
+            table[i] = pair
+        return table
+
     def add(self, chunk: ChunkColumns) -> None:
         """Add one decoded slice."""
         remap = self._global_ids(chunk.strings)
@@ -919,8 +948,8 @@ class _Merger:
             values["name"] = remap[x["name"]]
             pairs = chunk.threads if chunk.threads is not None else _thread_pairs(x["pid"], x["tid"])
             values["thread"] = self._threads(pairs, remap)
-            for k in ("shapes", "types"):  # -1 (absent) picks the -1 at the end of remap
-                values[k] = remap[x[k]]
+            arg_pairs = chunk.arg_pairs if chunk.arg_pairs is not None else _arg_pairs(x["shapes"], x["types"])
+            values["args"] = self._args(arg_pairs, remap)
             self.x.append(values, size_hint)
         mem = chunk.mem
         if len(mem["ts"]):
@@ -1027,11 +1056,12 @@ class _Merger:
         main["launcher"] = launcher_column(main["cat"], main["correlation"])
         if not self.keep_correlation:  # resolved into `launcher`: 4 bytes an event no analysis reads
             main["correlation"] = python["correlation"] = None
-        table = EventTable(**main, strings=self.strings, threads=self.threads)
+        pairs = self.arg_pair_table()
+        table = EventTable(**main, arg_pairs=pairs, strings=self.strings, threads=self.threads)
         n_python = len(python["ts"])
         none = {k: SparseColumn(np.empty(0), np.empty(0, dtype=dt), n_python) for k, dt in SPARSE_COLUMNS.items()}
         none["launcher"] = SparseColumn(np.empty(0), np.empty(0, dtype=np.int32), n_python, fill=-1)
-        python_table = EventTable(**python, **none, strings=self.strings, threads=self.threads)
+        python_table = EventTable(**python, **none, arg_pairs=pairs, strings=self.strings, threads=self.threads)
         m = self.mem
         morder = np.argsort(m.cols["ts"][:m.size], kind="stable")
         memory = MemoryTable(**{k: m.take(k, morder) for k in _MEM_DTYPES})

@@ -133,6 +133,39 @@ class SparseColumn:
         return dense if dtype is None else dense.astype(dtype)
 
 
+class LookupColumn(np.lib.mixins.NDArrayOperatorsMixin):
+    """A column read through a small table: `lookup[ids[rows]]`. Shapes and types come in few
+    distinct pairs, so a row stores one pair id for the two (2 bytes an event less: 14 MB at
+    3 GB) and each reads its half back through this, like a numpy column (indexing, numpy
+    functions and operators: `col[rows]`, `col >= 0`)."""
+
+    def __init__(self, ids: np.ndarray, lookup: np.ndarray):
+        self.ids = ids
+        self.lookup = lookup  # its last entry is what id -1 reads
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.lookup.dtype
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, key):
+        found = self.lookup[self.ids[key]]
+        return found.item() if isinstance(found, np.generic) else found
+
+    def __iter__(self):
+        return iter(np.asarray(self).tolist())
+
+    def __array__(self, dtype=None, copy=None):
+        whole = self.lookup[self.ids]
+        return whole if dtype is None else whole.astype(dtype)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        inputs = tuple(np.asarray(x) if isinstance(x, LookupColumn) else x for x in inputs)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+
 @dataclass
 class Threads:
     """One row per (pid, tid) pair seen in the trace; `EventTable.thread` indexes it."""
@@ -153,16 +186,26 @@ class EventTable:
     correlation: np.ndarray | None  # int32 (int64 when a value needs it), -1 if absent; None once linked (below)
     device: np.ndarray  # int16, GPU device for GPU events, -1 otherwise
     stream: np.ndarray  # int32, GPU stream for GPU events, -1 otherwise
-    shapes: np.ndarray  # int32, "Input Dims" JSON text id, -1 if absent
-    types: np.ndarray  # int32, "Input type" JSON text id (dtypes), -1 if absent
+    args: np.ndarray  # int32, the row's ("Input Dims", "Input type") pair: an index into `arg_pairs`, -1 if neither
     nbytes: SparseColumn  # int64, bytes moved by memcpy/memset, 0 on other rows
     call_stack: SparseColumn  # int32, 1 + id of the op's "Call stack" text (PyTorch 1.8-1.12), 0 if none
     launcher: SparseColumn  # int32, on GPU events: the row of the runtime/driver call that launched it, else -1
+    arg_pairs: np.ndarray  # int32 (k + 1, 2): per args id, the shapes and types text ids; (-1, -1) last
     strings: list[str]
     threads: Threads
 
     def __len__(self) -> int:
         return int(self.ts.shape[0])
+
+    @property
+    def shapes(self) -> LookupColumn:
+        """"Input Dims" JSON text id per row, -1 if absent (read through `args`)."""
+        return LookupColumn(self.args, self.arg_pairs[:, 0])
+
+    @property
+    def types(self) -> LookupColumn:
+        """"Input type" JSON text id (the dtypes) per row, -1 if absent (read through `args`)."""
+        return LookupColumn(self.args, self.arg_pairs[:, 1])
 
     @property
     def end(self) -> np.ndarray:
@@ -188,6 +231,13 @@ class EventTable:
             self.strings.append(text)
             self._string_index[text] = found
         return found
+
+    def arg_pairs_matching(self, predicate) -> np.ndarray:
+        """Boolean mask over args ids, for `mask[table.args[rows]]`: which (shapes id, types id)
+        pairs satisfy `predicate(shapes_id, types_id)` (ids -1 where absent). Its last entry is
+        the pair (-1, -1) of rows with neither. Decided once a pair, not once a row."""
+        return np.fromiter((bool(predicate(s, t)) for s, t in self.arg_pairs.tolist()), dtype=bool,
+                           count=len(self.arg_pairs))
 
     def names_matching(self, predicate) -> np.ndarray:
         """Boolean mask over `strings` ids: which interned strings satisfy `predicate`."""
@@ -215,11 +265,11 @@ class EventTable:
             correlation=None if self.correlation is None else self.correlation[kept],
             device=self.device[kept],
             stream=self.stream[kept],
-            shapes=self.shapes[kept],
-            types=self.types[kept],
+            args=self.args[kept],
             nbytes=SparseColumn.from_dense(self.nbytes[kept]),
             call_stack=SparseColumn.from_dense(self.call_stack[kept]),
             launcher=SparseColumn.from_dense(new_row[self.launcher[kept]].astype(self.launcher.dtype), fill=-1),
+            arg_pairs=self.arg_pairs,
             strings=self.strings,
             threads=self.threads,
         )
