@@ -481,7 +481,9 @@ def test_vectorised_nesting_equals_the_stack_walk_on_real_traces(path, block, cp
         nesting = host_nesting(table)
         parent, self_time = _walk_nesting(table)
         np.testing.assert_array_equal(nesting.parent, parent)
-        np.testing.assert_allclose(nesting.self_time, self_time)
+        ops = np.flatnonzero(table.cat == 1)  # self time is kept for the CPU ops
+        np.testing.assert_array_equal(nesting.ops, ops)
+        np.testing.assert_allclose(nesting.self_time(ops), self_time[ops])
     if block:  # the threads were really cut into blocks
         assert max(calls) <= block * 2 or len(calls) > len(table.threads.pid)
 
@@ -648,15 +650,16 @@ def _assert_every_walk_agrees(table, monkeypatch) -> None:
         by_table = host_nesting(table)
     assert calls, "a loaded table is in start order: the row-order walk must be used"
     with monkeypatch.context() as m:
-        m.setattr(ops, "_native_table_walk", lambda *a: False)
+        m.setattr(ops, "_native_table_walk", lambda *a: None)
         by_rows = host_nesting(table)
     with monkeypatch.context() as m:
         m.setattr(ops, "_nest", None)
         vectorised = host_nesting(table)
     for other in (by_rows, vectorised):
         np.testing.assert_array_equal(by_table.parent, other.parent)
-        np.testing.assert_array_equal(by_table.self_time, other.self_time)
-    assert by_table.self_time.dtype == np.float32
+        np.testing.assert_array_equal(by_table.ops, other.ops)
+        np.testing.assert_array_equal(by_table.op_self_time, other.op_self_time)
+    assert by_table.op_self_time.dtype == np.float32 and by_table.ops.dtype == np.int32
 
 
 def test_native_walks_agree_with_hundreds_of_interleaved_threads(tmp_path, monkeypatch):
@@ -702,7 +705,7 @@ def test_a_stack_40000_deep_nests_and_its_depths_count_the_enclosing_events(tmp_
     nesting = host_nesting(table)
     deep = np.flatnonzero(table.thread == table.thread[0])
     np.testing.assert_array_equal(nesting.parent[deep], np.append(-1, deep[:-1]))
-    assert nesting.self_time[deep[-1]] == 2.0 and nesting.self_time[deep[0]] == 2.0
+    assert nesting.self_time(deep[[-1, 0]]).tolist() == [2.0, 2.0]
     other = int(np.flatnonzero(table.thread != table.thread[0])[0])
     np.testing.assert_array_equal(ops.depth_of(nesting, [deep[0], deep[7], deep[-1], other]), [0, 7, n - 1, 0])
 
@@ -1068,3 +1071,27 @@ def test_the_c_sort_and_permutation_on_random_runs():
             loader._order.permute(tuple(columns), order)
             for c, b in zip(columns, before):
                 np.testing.assert_array_equal(c, b[order])
+
+
+def test_op_self_times_read_alike_through_a_view_and_by_search(cpu_trace):
+    """`Nesting.ops_in` a window is a view of the ops; `self_time` of a view (sliced) equals
+    the binary-searched answer for a copy, in any order; rows that are no CPU op read 0."""
+    from torchneck.analysis.ops import cpu_ops_among, rows_starting_in
+
+    table = load_trace(cpu_trace).events
+    nesting = host_nesting(table)
+    window = rows_starting_in(table, float(table.ts[len(table) // 4]), float(table.ts[3 * len(table) // 4]))
+    ops = nesting.ops_in(window)
+    assert np.shares_memory(ops, nesting.ops)
+    np.testing.assert_array_equal(ops, cpu_ops_among(table, window))
+    np.testing.assert_array_equal(nesting.ops_in(np.arange(len(table))[window]), ops)
+    view = nesting.self_time(ops[5:105])
+    assert np.shares_memory(view, nesting.op_self_time)
+    shuffled = np.random.default_rng(1).permutation(ops[5:105].astype(np.int64))
+    np.testing.assert_array_equal(nesting.self_time(shuffled), nesting.self_time(np.sort(shuffled))[
+        np.argsort(np.argsort(shuffled))])
+    np.testing.assert_array_equal(nesting.self_time(ops[5:105].copy().astype(np.int64)), view)
+    others = np.flatnonzero(table.cat != 1)[:20]
+    assert (nesting.self_time(others) == 0).all()
+    every = np.arange(len(table))
+    assert nesting.self_time(every).sum() == pytest.approx(nesting.op_self_time.sum(dtype=np.float64), rel=1e-6)

@@ -13,13 +13,15 @@
  *   rows: int32[m]                         host rows, grouped by thread, by start within one
  *   bounds: int64[k+1]                     where each thread's rows begin in `rows`, and m
  *   parent: int32[n], self_time: float32[n]   written for `rows` only
- * walk_table(ts, dur, cat, thread, host, parent, self_time) -> None
+ * walk_table(ts, dur, cat, thread, host, op_cat, parent, ops, op_self) -> None
  *   the same walk over a table sorted by start (longer first on ties), as the loader leaves
  *   it: one pass in row order, one stack per thread, so no list of host rows grouped by thread
  *   is built (4 bytes a host event: 25 MB at 3 GB, the walk's only large temporary).
  *   cat: int8[n]; thread: int8, int16 or int32[n], >= 0 on host rows (a stack per id);
  *   host: uint8[256] (bool), indexed by a row's cat byte: which categories are host events;
- *   parent, self_time as for walk, written for host rows only.
+ *   parent: int32[n], written for host rows; ops: int32[m], the rows whose cat is op_cat (the
+ *   CPU ops, m of them), ascending; op_self: float32[m], their self times. Self time is kept
+ *   for ops only: the analyses read no other, and a float per event is 28 MB at 3 GB.
  * Semantics are `_nest_by_stack`'s: an event's parent is the innermost earlier event of its
  * thread that has not ended by its start (end > start); self time is its duration less its
  * direct children's, at least 0.
@@ -33,6 +35,7 @@
 
 typedef struct {
     int32_t row;
+    int32_t slot; /* where its self time is written (-1: nowhere) */
     double end;
     double dur;
     double children; /* direct children's total duration */
@@ -55,17 +58,17 @@ typedef struct {
     Py_ssize_t top, cap;
 } Stack;
 
-/* Pops the frames that ended by `start`, writing their final self time. */
+/* Pops the frames that ended by `start`, writing their final self time to their slot. */
 static inline void pop_ended(Stack *s, double start, float *self_time) {
     while (s->top > 0 && s->frames[s->top - 1].end <= start) {
         Frame *f = &s->frames[--s->top];
         double own = f->dur - f->children;
-        self_time[f->row] = (float)(own > 0.0 ? own : 0.0);
+        if (f->slot >= 0) self_time[f->slot] = (float)(own > 0.0 ? own : 0.0);
     }
 }
 
 /* Event `r` starting at `start`: its parent is the stack's top; pushed. -1 when out of memory. */
-static inline int push_event(Stack *s, int32_t r, double start, double d, int32_t *parent) {
+static inline int push_event(Stack *s, int32_t r, int32_t slot, double start, double d, int32_t *parent) {
     if (s->top > 0) {
         parent[r] = s->frames[s->top - 1].row;
         s->frames[s->top - 1].children += d;
@@ -81,6 +84,7 @@ static inline int push_event(Stack *s, int32_t r, double start, double d, int32_
     }
     Frame *f = &s->frames[s->top++];
     f->row = r;
+    f->slot = slot;
     f->end = start + d;
     f->dur = d;
     f->children = 0.0;
@@ -132,7 +136,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
             int32_t r = rows[i];
             double start = ts[r];
             pop_ended(&stack, start, self_time);
-            if (push_event(&stack, r, start, (double)dur[r], parent) < 0) {
+            if (push_event(&stack, r, r, start, (double)dur[r], parent) < 0) {
                 no_memory = 1;
                 break;
             }
@@ -153,19 +157,21 @@ done:
 
 static PyObject *walk_table(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *objs[7];
-    if (!PyArg_ParseTuple(args, "OOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6]))
+    PyObject *objs[8];
+    int op_cat;
+    if (!PyArg_ParseTuple(args, "OOOOOiOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &op_cat, &objs[5],
+                          &objs[6], &objs[7]))
         return NULL;
-    /* ts, dur, cat, thread (1, 2 or 4 bytes: checked below), host, parent, self_time */
-    static const Py_ssize_t items[7] = {8, 4, 1, 0, 1, 4, 4};
-    static const int writable[7] = {0, 0, 0, 0, 0, 1, 1};
-    Py_buffer views[7];
-    Py_ssize_t counts[7];
+    /* ts, dur, cat, thread (1, 2 or 4 bytes: checked below), host, parent, ops, op_self */
+    static const Py_ssize_t items[8] = {8, 4, 1, 0, 1, 4, 4, 4};
+    static const int writable[8] = {0, 0, 0, 0, 0, 1, 1, 1};
+    Py_buffer views[8];
+    Py_ssize_t counts[8];
     int got = 0;
     PyObject *result = NULL;
     Stack *stacks = NULL;
     Py_ssize_t n_threads = 0;
-    for (; got < 7; got++) {
+    for (; got < 8; got++) {
         Py_ssize_t item = items[got];
         if (got == 3) { /* the thread column keeps the narrowest width its ids fit */
             if (PyObject_GetBuffer(objs[3], &views[3], PyBUF_C_CONTIGUOUS) < 0) goto done;
@@ -185,9 +191,10 @@ static PyObject *walk_table(PyObject *self, PyObject *args) {
     const Py_ssize_t thread_width = views[3].itemsize;
     const uint8_t *host = views[4].buf;
     int32_t *parent = views[5].buf;
-    float *self_time = views[6].buf;
-    Py_ssize_t n = counts[0];
-    if (counts[1] != n || counts[2] != n || counts[3] != n || counts[5] != n || counts[6] != n
+    int32_t *ops = views[6].buf;
+    float *op_self = views[7].buf;
+    Py_ssize_t n = counts[0], m = counts[6];
+    if (counts[1] != n || counts[2] != n || counts[3] != n || counts[5] != n || counts[7] != m
             || counts[4] != 256 || n > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "walk_table(): inconsistent array lengths");
         goto done;
@@ -195,7 +202,9 @@ static PyObject *walk_table(PyObject *self, PyObject *args) {
 #define THREAD_AT(i) (thread_width == 1 ? (Py_ssize_t)((const int8_t *)thread)[i] \
                       : thread_width == 2 ? (Py_ssize_t)((const int16_t *)thread)[i] \
                       : (Py_ssize_t)((const int32_t *)thread)[i])
+    Py_ssize_t op_count = 0;
     for (Py_ssize_t i = 0; i < n; i++) { /* one stack per thread id that holds host events */
+        if (cat[i] == (uint8_t)op_cat) op_count++;
         if (!host[cat[i]]) continue;
         Py_ssize_t th = THREAD_AT(i);
         if (th < 0) {
@@ -204,6 +213,10 @@ static PyObject *walk_table(PyObject *self, PyObject *args) {
         }
         if (th >= n_threads) n_threads = th + 1;
     }
+    if (op_count != m || !host[(uint8_t)op_cat]) {
+        PyErr_SetString(PyExc_ValueError, "walk_table(): ops must hold one slot per op row, and ops be host events");
+        goto done;
+    }
     stacks = calloc((size_t)(n_threads ? n_threads : 1), sizeof(Stack));
     if (!stacks) {
         PyErr_NoMemory();
@@ -211,17 +224,23 @@ static PyObject *walk_table(PyObject *self, PyObject *args) {
     }
     int no_memory = 0;
     Py_BEGIN_ALLOW_THREADS
+    int32_t next_op = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!host[cat[i]]) continue;
         Stack *s = &stacks[THREAD_AT(i)];
         double start = ts[i];
-        pop_ended(s, start, self_time);
-        if (push_event(s, (int32_t)i, start, (double)dur[i], parent) < 0) {
+        pop_ended(s, start, op_self);
+        int32_t slot = -1;
+        if (cat[i] == (uint8_t)op_cat) { /* ops are met in row order: their slots ascend with them */
+            slot = next_op++;
+            ops[slot] = (int32_t)i;
+        }
+        if (push_event(s, (int32_t)i, slot, start, (double)dur[i], parent) < 0) {
             no_memory = 1;
             break;
         }
     }
-    for (Py_ssize_t th = 0; th < n_threads; th++) pop_ended(&stacks[th], INFINITY, self_time);
+    for (Py_ssize_t th = 0; th < n_threads; th++) pop_ended(&stacks[th], INFINITY, op_self);
     Py_END_ALLOW_THREADS
 #undef THREAD_AT
     if (no_memory) {
@@ -241,7 +260,7 @@ done:
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "walk(ts, dur, rows, bounds, parent, self_time) -> None (see the source)"},
     {"walk_table", walk_table, METH_VARARGS,
-     "walk_table(ts, dur, cat, thread, host, parent, self_time) -> None (see the source)"},
+     "walk_table(ts, dur, cat, thread, host, op_cat, parent, ops, op_self) -> None (see the source)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -31,10 +31,44 @@ this short does little work beyond that."""
 
 @dataclass
 class Nesting:
-    """Per row of the table: the directly enclosing host event (or -1), and self time in µs."""
+    """Per row of the table, the directly enclosing host event (or -1); per CPU op, its self
+    time in µs. Self time is kept for the ops alone, the only rows any analysis weighs by it:
+    a float for every event was 28 MB at 3 GB. `ops` also serves the analyses as the CPU-op
+    rows of a window (`ops_in`), a view rather than a copy."""
 
-    parent: np.ndarray  # int32
-    self_time: np.ndarray  # float32 (durations are float32 in the table; sums are taken in float64)
+    parent: np.ndarray  # int32, per row
+    ops: np.ndarray  # int32 (int64 past 2**31 rows): the CPU-op rows, ascending
+    op_self_time: np.ndarray  # float32, per entry of `ops` (sums are taken in float64)
+
+    def ops_in(self, rows: Rows) -> np.ndarray:
+        """The CPU ops among `rows`, ascending: a view of `ops` for a range of rows."""
+        if isinstance(rows, slice):
+            a, b = np.searchsorted(self.ops, [rows.start or 0, rows.stop if rows.stop is not None else 2**62])
+            return self.ops[a:b]
+        rows = np.asarray(rows)
+        return rows[self._positions(rows) >= 0]
+
+    def self_time(self, rows: np.ndarray) -> np.ndarray:
+        """Self time (float32 µs) of each of `rows`, CPU ops (other rows read 0). Where `rows`
+        is a run of `ops` itself (what `ops_in` gives, and its blocks), a slice of the times;
+        else found by binary search."""
+        rows = np.asarray(rows)
+        ops = self.ops
+        if rows.ndim == 1 and len(rows) and rows.dtype == ops.dtype and rows.strides == ops.strides \
+                and np.may_share_memory(rows, ops):
+            start, rem = divmod(rows.__array_interface__["data"][0] - ops.__array_interface__["data"][0],
+                                ops.itemsize)
+            if not rem and 0 <= start and start + len(rows) <= len(ops):
+                return self.op_self_time[start:start + len(rows)]
+        at = self._positions(rows)
+        return np.where(at >= 0, self.op_self_time[np.maximum(at, 0)], np.float32(0))
+
+    def _positions(self, rows: np.ndarray) -> np.ndarray:
+        """Each row's index in `ops`, or -1 for a row that is no CPU op."""
+        if not len(self.ops):
+            return np.full(len(rows), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.ops, rows), len(self.ops) - 1)
+        return np.where(self.ops[at] == rows, at, -1)
 
 
 def innermost_open(candidates: np.ndarray, starts: np.ndarray, t: np.ndarray,
@@ -70,10 +104,11 @@ def depth_of(nesting: Nesting, rows: np.ndarray) -> np.ndarray:
 
 
 def host_nesting(table: EventTable) -> Nesting:
-    """Parent and self time of host events (ops, annotations, runtime calls), per thread.
+    """Parent of host events (ops, annotations, runtime calls), per thread, and the CPU ops'
+    self time.
 
     Events on one thread nest like a call stack; an event's self time is its duration minus
-    its direct children's. Non-host rows get parent -1 and self time = duration.
+    its direct children's. Non-host rows get parent -1.
     The answer is the call-stack walk's (`_nest_by_stack`): done in C over all threads at once
     when the extension is built (`_nest.c`; in row order with a stack per thread on a table in
     start order, as loaded), else vectorised where events nest properly
@@ -82,10 +117,12 @@ def host_nesting(table: EventTable) -> Nesting:
     """
     n = len(table)
     parent = np.full(n, -1, dtype=np.int32)
-    self_time = table.dur.astype(np.float32)
     in_order = _sorted_by_start(table)
-    if in_order and _native_table_walk(table, parent, self_time):
-        return Nesting(parent, self_time)
+    if in_order:
+        found = _native_table_walk(table, parent)
+        if found is not None:
+            return found
+    self_time = table.dur.astype(np.float32)
     if in_order:  # the loader's order: grouping by thread keeps it per thread
         rows = _host_rows_by_thread(table)
     else:
@@ -93,12 +130,12 @@ def host_nesting(table: EventTable) -> Nesting:
         rows = host[np.lexsort((-table.dur[host], table.ts[host], table.thread[host]))]
         del host
     if not len(rows):
-        return Nesting(parent, self_time)
+        return _with_op_self_times(table, parent, self_time)
     thread_sorted = table.thread[rows]
     bounds = np.concatenate(([0], np.flatnonzero(np.diff(thread_sorted)) + 1, [len(rows)])).astype(np.int64)
     del thread_sorted
     if _native_walk(table, rows, bounds, parent, self_time):
-        return Nesting(parent, self_time)
+        return _with_op_self_times(table, parent, self_time)
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         for seg, ts, end in _thread_blocks(table, rows[a:b]):
             dur = table.dur[seg].astype(np.float64)
@@ -106,7 +143,13 @@ def host_nesting(table: EventTable) -> Nesting:
             has = par_pos >= 0
             parent[seg[has]] = seg[par_pos[has]]
             self_time[seg] = np.maximum(dur - child, 0.0)
-    return Nesting(parent, self_time)
+    return _with_op_self_times(table, parent, self_time)
+
+
+def _with_op_self_times(table: EventTable, parent: np.ndarray, self_time: np.ndarray) -> Nesting:
+    """The `Nesting` of a walk that wrote every row's self time: the CPU ops' kept."""
+    ops = np.flatnonzero(table.cat == Cat.CPU_OP).astype(np.int32 if len(table) < 2**31 else np.int64)
+    return Nesting(parent, ops, self_time[ops])
 
 
 THREADS_BY_MASK = 16
@@ -146,19 +189,23 @@ _HOST_BY_CAT_BYTE = np.zeros(256, dtype=np.uint8)
 _HOST_BY_CAT_BYTE[[int(c) for c in HOST_CATEGORIES]] = 1
 
 
-def _native_table_walk(table: EventTable, parent: np.ndarray, self_time: np.ndarray) -> bool:
+def _native_table_walk(table: EventTable, parent: np.ndarray) -> Nesting | None:
     """The call-stack walk in C over a table in start order, a stack per thread (`_nest.c`
-    `walk_table`): no host rows grouped by thread are built for it (25 MB at 3 GB). False
-    (outputs untouched) when it is not built or the columns are not the loader's types."""
+    `walk_table`): no host rows grouped by thread are built for it (25 MB at 3 GB), and self
+    time is written for the CPU ops alone. None (`parent` untouched) when it is not built or
+    the columns are not the loader's types."""
     if _nest is None or not hasattr(_nest, "walk_table") or table.ts.dtype != np.float64 \
             or table.dur.dtype != np.float32 or table.cat.dtype != np.int8 \
             or table.thread.dtype.itemsize not in (1, 2, 4) or table.thread.dtype.kind != "i" \
             or len(table) >= np.iinfo(np.int32).max:
-        return False
+        return None
+    n_ops = sum(int(np.count_nonzero(table.cat[a:a + ROW_BLOCK] == Cat.CPU_OP)) for a in range(0, len(table), ROW_BLOCK))
+    ops = np.empty(n_ops, dtype=np.int32)
+    op_self_time = np.empty(n_ops, dtype=np.float32)
     _nest.walk_table(np.ascontiguousarray(table.ts), np.ascontiguousarray(table.dur),
                      np.ascontiguousarray(table.cat), np.ascontiguousarray(table.thread), _HOST_BY_CAT_BYTE,
-                     parent, self_time)
-    return True
+                     int(Cat.CPU_OP), parent, ops, op_self_time)
+    return Nesting(parent, ops, op_self_time)
 
 
 def _native_walk(table: EventTable, rows: np.ndarray, bounds: np.ndarray, parent: np.ndarray,
@@ -363,7 +410,7 @@ def op_table(table: EventTable, nesting: Nesting, rows: np.ndarray, by_shape: bo
         k = table.name[r].astype(np.int64)
         return k * width + (table.shapes[r].astype(np.int64) + 1) if by_shape else k
 
-    groups = grouped_totals(rows, key, [lambda r: nesting.self_time[r], lambda r: table.dur[r]])
+    groups = grouped_totals(rows, key, [lambda r: nesting.self_time(r), lambda r: table.dur[r]])
     self_us, total_us = groups.sums
     count, first_row = groups.count, groups.first_row
     best = np.argsort(-self_us, kind="stable")[:top]
@@ -448,7 +495,7 @@ def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int 
         return {"recorded": False, "self_us": 0.0, "ops": []}
     hit = np.concatenate(hits)
     ops = op_table(table, nesting, hit, by_shape=True, top=top) if len(hit) else []
-    out = {"recorded": True, "self_us": float(nesting.self_time[hit].sum(dtype=np.float64)), "count": int(len(hit)),
+    out = {"recorded": True, "self_us": float(nesting.self_time(hit).sum(dtype=np.float64)), "count": int(len(hit)),
            "ops": ops}
     if place is not None:
         out["where"] = place(hit) if len(hit) else []

@@ -8,7 +8,6 @@ from ..trace.table import Cat, Trace
 from .intervals import merge
 from .ops import (
     Nesting,
-    cpu_ops_among,
     has_line_marks,
     host_nesting,
     rows_starting_in,
@@ -120,11 +119,11 @@ def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | N
     if not steps:
         return []
     lo, hi = min(s.start for s in steps), max(s.end for s in steps)
-    rows = cpu_ops_among(t, rows_starting_in(t, lo, hi))
-    if not len(rows):
-        return []
     if nesting is None:
         nesting = host_nesting(t)
+    rows = nesting.ops_in(rows_starting_in(t, lo, hi))
+    if not len(rows):
+        return []
     key = trace_site_keys(trace, nesting, rows)
     n_strings = len(t.strings)  # after: placing by "Call stack" may add frame names
     rest = np.flatnonzero(key < 0)
@@ -139,7 +138,7 @@ def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | N
     width = n_strings + (len(samples.frames) if samples is not None else 0) + 1
     combined = t.name[rows].astype(np.int64) * width + (key + 1)
     uniq, inverse = np.unique(combined, return_inverse=True)
-    self_us = np.bincount(inverse, weights=nesting.self_time[rows])
+    self_us = np.bincount(inverse, weights=nesting.self_time(rows))
     count = np.bincount(inverse)
     out = []
     for g in np.argsort(-self_us).tolist():

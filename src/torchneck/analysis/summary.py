@@ -17,7 +17,6 @@ from .ops import (
     Nesting,
     annotations,
     conv_bias_before_batch_norm,
-    cpu_ops_among,
     dispatch_overhead,
     enclosing_sites,
     float64_ops,
@@ -58,7 +57,7 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None) -> tuple[
         rows = rows_starting_in(t, lo, cpu_hi)  # the events of the profiled steps
         if nested is not None:
             nesting = nested.result()
-        cpu_ops = cpu_ops_among(t, rows)  # what the op analyses read of them
+        cpu_ops = nesting.ops_in(rows)  # what the op analyses read of them (a view, not a copy)
         ops = {
             "by_name": op_table(t, nesting, cpu_ops),
             "by_shape": op_table(t, nesting, cpu_ops, by_shape=True, top=20),

@@ -232,7 +232,7 @@ def user_code_of(trace: Trace, nesting: Nesting, rows: np.ndarray, weights: np.n
     if not placed.any():
         return []
     uniq, inverse = np.unique(key[placed], return_inverse=True)
-    w = nesting.self_time[rows[placed]] if weights is None else np.asarray(weights)[placed]
+    w = nesting.self_time(rows[placed]) if weights is None else np.asarray(weights)[placed]
     time_us = np.bincount(inverse, weights=w.astype(np.float64))
     count = np.bincount(inverse)
     out = []
