@@ -634,11 +634,17 @@ def _arg_pairs(shapes: np.ndarray, types: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def _thread_pairs(pid: np.ndarray, tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct pid << 32 | tid of slice-local string ids, per row the index of its pair)."""
+    """(distinct pid << 32 | tid of slice-local string ids, per row the index of its pair).
+    A sort and a binary search: 2.5x faster than `np.unique(return_inverse=True)` here."""
     if not len(pid):
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
-    uniq, inverse = np.unique(pid.astype(np.int64) << 32 | tid.astype(np.int64), return_inverse=True)
-    return uniq, inverse.reshape(-1).astype(np.int32)
+    keys = pid.astype(np.int64) << 32 | tid.astype(np.int64)
+    uniq = np.sort(keys)
+    first = np.empty(len(uniq), dtype=bool)
+    first[0] = True
+    np.not_equal(uniq[1:], uniq[:-1], out=first[1:])
+    uniq = uniq[first]
+    return uniq, np.searchsorted(uniq, keys).astype(np.int32)
 
 
 def _read_range(path: str, start: int, stop: int) -> bytes:
@@ -860,7 +866,9 @@ class _Merger:
         self.index: dict[str, int] = {}
         self.thread_index: dict[tuple[int, int], int] = {}
         self.threads = Threads()
-        self.arg_pair_index: dict[tuple[int, int], int] = {}  # (shapes id, types id) -> args id
+        # (shapes id + 1) << 32 | (types id + 1) of each args id so far, sorted, and the ids
+        self.arg_keys = np.empty(0, dtype=np.int64)
+        self.arg_key_ids = np.empty(0, dtype=np.int32)
         self.x = _Columns(_X_DTYPES, _X_NARROW)
         self.mem = _Columns(_MEM_DTYPES)
         # the sparse columns (`SPARSE_COLUMNS`): their rows (in load order, ascending) and values
@@ -899,23 +907,31 @@ class _Merger:
 
     def _args(self, pairs: tuple[np.ndarray, np.ndarray], remap: np.ndarray) -> np.ndarray:
         """Global args ids per row from a slice's distinct (shapes, types) pairs of local string
-        ids + 1: -1 where a row has neither, else the pair's index in `arg_pair_index`."""
+        ids + 1: -1 where a row has neither, else the pair's args id (in order of first sight).
+        Vectorised: a slice holds ~1500 distinct pairs in a trace recorded with shapes."""
         uniq, inverse = pairs
-        ids = np.empty(len(uniq), dtype=np.int32)
-        for i, key in enumerate(uniq.tolist()):
-            pair = (int(remap[(key >> 32) - 1]), int(remap[(key & 0xFFFFFFFF) - 1]))  # -1 -> remap's -1
-            found = self.arg_pair_index.get(pair)
-            if found is None:
-                found = -1 if pair == (-1, -1) else self.arg_pair_index.setdefault(pair, len(self.arg_pair_index))
-            ids[i] = found
+        shapes = remap[(uniq >> 32) - 1].astype(np.int64)  # local -1 picks remap's -1
+        types = remap[(uniq & 0xFFFFFFFF) - 1].astype(np.int64)
+        keys = (shapes + 1) << 32 | (types + 1)
+        known = self.arg_keys
+        at = np.minimum(np.searchsorted(known, keys), max(len(known) - 1, 0))
+        found = (known[at] == keys) if len(known) else np.zeros(len(keys), dtype=bool)
+        ids = np.where(found, self.arg_key_ids[at] if len(known) else 0, -1).astype(np.int32)
+        new = ~found & (keys != 0)  # pairs not seen before; 0 is (-1, -1): neither
+        if new.any():
+            ids[new] = np.arange(len(known), len(known) + int(new.sum()), dtype=np.int32)
+            merged = np.concatenate([known, keys[new]])
+            order = np.argsort(merged, kind="stable")
+            self.arg_keys = merged[order]
+            self.arg_key_ids = np.concatenate([self.arg_key_ids, ids[new]])[order]
         return ids[inverse]
 
     def arg_pair_table(self) -> np.ndarray:
         """(k + 1, 2) int32: each args id's (shapes, types) string ids, and (-1, -1) last, which
         args -1 picks."""
-        table = np.full((len(self.arg_pair_index) + 1, 2), -1, dtype=np.int32)
-        for pair, i in self.arg_pair_index.items():
-            table[i] = pair
+        table = np.full((len(self.arg_keys) + 1, 2), -1, dtype=np.int32)
+        table[self.arg_key_ids, 0] = (self.arg_keys >> 32) - 1
+        table[self.arg_key_ids, 1] = (self.arg_keys & 0xFFFFFFFF) - 1
         return table
 
     def add(self, chunk: ChunkColumns) -> None:
