@@ -67,6 +67,15 @@ def _group(keys: np.ndarray, rows: np.ndarray, weights: list) -> tuple[np.ndarra
     return uniq.astype(np.int64), first_row, sums
 
 
+def positions_in(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each of `values`' index in `sorted_values` (ascending, distinct), or -1 where absent:
+    `np.isin`'s question answered by binary search, without the sort of both it does."""
+    if not len(sorted_values):
+        return np.full(len(values), -1, dtype=np.int64)
+    at = np.minimum(np.searchsorted(sorted_values, values), len(sorted_values) - 1)
+    return np.where(sorted_values[at] == values, at, -1)
+
+
 SMALL_RANGE = 1 << 16
 """Integer values spanning at most this many are told apart by counting, not sorting."""
 

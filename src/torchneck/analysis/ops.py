@@ -11,7 +11,7 @@ import numpy as np
 
 from ..sites import LINE_PREFIX
 from ..trace.table import Cat, EventTable, in_categories
-from .groups import grouped_totals
+from .groups import grouped_totals, positions_in
 from .intervals import ROW_BLOCK, ascending
 
 try:  # the optional C walk (setup.py); without it the numpy path gives the same nesting
@@ -46,7 +46,7 @@ class Nesting:
             a, b = np.searchsorted(self.ops, [rows.start or 0, rows.stop if rows.stop is not None else 2**62])
             return self.ops[a:b]
         rows = np.asarray(rows)
-        return rows[self._positions(rows) >= 0]
+        return rows[positions_in(self.ops, rows) >= 0]
 
     def self_time(self, rows: np.ndarray) -> np.ndarray:
         """Self time (float32 µs) of each of `rows`, CPU ops (other rows read 0). Where `rows`
@@ -60,15 +60,8 @@ class Nesting:
                                 ops.itemsize)
             if not rem and 0 <= start and start + len(rows) <= len(ops):
                 return self.op_self_time[start:start + len(rows)]
-        at = self._positions(rows)
+        at = positions_in(ops, rows)
         return np.where(at >= 0, self.op_self_time[np.maximum(at, 0)], np.float32(0))
-
-    def _positions(self, rows: np.ndarray) -> np.ndarray:
-        """Each row's index in `ops`, or -1 for a row that is no CPU op."""
-        if not len(self.ops):
-            return np.full(len(rows), -1, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self.ops, rows), len(self.ops) - 1)
-        return np.where(self.ops[at] == rows, at, -1)
 
 
 def innermost_open(candidates: np.ndarray, starts: np.ndarray, t: np.ndarray,

@@ -9,6 +9,7 @@ import json
 import numpy as np
 
 from ..trace.table import Cat, EventTable
+from .groups import positions_in
 from .intervals import ascending
 from .ops import Nesting, callers, cpu_ops_among, row_blocks, rows_matching, rows_where
 
@@ -106,7 +107,7 @@ def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndar
     up = nesting.parent[runtime]
     while len(up):
         up = up[up >= 0]
-        found.append(up[_among(copies, up)])
+        found.append(up[positions_in(copies, up) >= 0])
         up = nesting.parent[up]
     moving = np.unique(np.concatenate(found)) if found else np.empty(0, np.int64)
     del found, up
@@ -118,7 +119,7 @@ def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndar
     near, near_caller = [], []
     for block in row_blocks(cpu):
         caller = callers(table, nesting, block)
-        keep = _among(wanted, caller)
+        keep = positions_in(wanted, caller) >= 0
         near.append(block[keep])
         near_caller.append(caller[keep])
     cpu_near, caller = np.concatenate(near), np.concatenate(near_caller)
@@ -126,7 +127,7 @@ def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndar
     order = np.lexsort((table.ts[cpu_near], caller, table.thread[cpu_near]))
     seq, caller = cpu_near[order], caller[order]
     del cpu_near, order
-    position = np.flatnonzero(_among(moving, seq))  # where each of the copies sits in that order
+    position = np.flatnonzero(positions_in(moving, seq) >= 0)  # where each of the copies sits in that order
     position = position[position > 0]
     op, prev = seq[position], seq[position - 1]
     same = (table.thread[prev] == table.thread[op]) & (caller[position - 1] == caller[position])
@@ -135,15 +136,6 @@ def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndar
     last = _last_started_within(table, cpu, prev)
     hits = op[fill_name[table.name[prev]] | fill_name[table.name[last]]]
     return {"count": int(len(hits)), "copy_us": float(table.dur[hits].sum()) if len(hits) else 0.0}
-
-
-def _among(sorted_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Which of `rows` are in `sorted_rows` (ascending): `np.isin` by binary search, without
-    the sort of both that `isin` does for large inputs."""
-    if not len(sorted_rows):
-        return np.zeros(len(rows), dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_rows, rows), len(sorted_rows) - 1)
-    return sorted_rows[at] == rows
 
 
 def _last_started_within(table: EventTable, host_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
