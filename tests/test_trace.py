@@ -1095,3 +1095,37 @@ def test_op_self_times_read_alike_through_a_view_and_by_search(cpu_trace):
     assert (nesting.self_time(others) == 0).all()
     every = np.arange(len(table))
     assert nesting.self_time(every).sum() == pytest.approx(nesting.op_self_time.sum(dtype=np.float64), rel=1e-6)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_search_sorted_answers_as_numpy_for_needles_of_any_width(side):
+    """Needles wider than the haystack (int64 rows into int32 ops), beyond its range, equal to
+    its extremes, floats: the same positions as `np.searchsorted` in the common type."""
+    from torchneck.trace.table import search_sorted
+
+    hay = np.array([-(2**31), -5, 0, 0, 7, 2**31 - 1], dtype=np.int32)
+    needles = np.array([-(2**40), -(2**31), -6, 0, 3, 7, 2**31 - 1, 2**31, 2**50], dtype=np.int64)
+    expected = np.searchsorted(hay.astype(np.int64), needles, side=side)
+    np.testing.assert_array_equal(search_sorted(hay, needles, side=side), expected)
+    np.testing.assert_array_equal(search_sorted(hay, [0, 2**62], side=side),
+                                  np.searchsorted(hay.astype(np.int64), [0, 2**62], side=side))
+    np.testing.assert_array_equal(search_sorted(hay, needles.astype(np.int8).clip(-5, 7), side=side),
+                                  np.searchsorted(hay, needles.astype(np.int8).clip(-5, 7), side=side))
+    np.testing.assert_array_equal(search_sorted(hay, np.array([0.5, 7.0]), side=side),
+                                  np.searchsorted(hay, np.array([0.5, 7.0]), side=side))
+
+
+def test_streamed_median_equals_numpy_median():
+    """Two passes over blocks, keeping only the middle bins: numpy's median (float64 mean of
+    the two middle float32 values) for odd and even counts, ties, zeros and -0.0, one value."""
+    from torchneck.analysis.ops import streamed_median
+
+    rng = np.random.default_rng(9)
+    cases = [rng.exponential(20, 100_001).astype(np.float32),
+             rng.integers(0, 50, 40_000).astype(np.float32),  # whole µs: heavy ties
+             np.array([5.0], dtype=np.float32), np.array([0.0, -0.0, 0.0, 3.5], dtype=np.float32),
+             np.concatenate([np.zeros(1000, np.float32), np.full(1000, 7.25, np.float32)])]
+    for values in cases:
+        blocks = [values[a:a + 777] for a in range(0, len(values), 777)]
+        assert streamed_median(lambda: iter(blocks)) == float(np.median(values.astype(np.float64)))
+    assert streamed_median(lambda: iter([np.empty(0, np.float32)])) == 0.0

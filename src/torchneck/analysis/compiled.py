@@ -9,7 +9,7 @@ import numpy as np
 from ..trace.table import Cat, EventTable, in_categories
 from .groups import distinct
 from .intervals import union_length
-from .ops import Nesting, Rows, rows_where
+from .ops import Nesting, Rows, rows_matching
 
 _REGION = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)")
 _GRAPH_CALL = re.compile(r"^## Call CompiledFxGraph|^CompiledFunction$|^CompiledFunctionBackward$")
@@ -35,8 +35,8 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: Rows, lo: float,
     region_ids = table.names_matching(lambda s: bool(_REGION.match(s)))
     if not region_ids.any():  # no compiled region in the trace: no pass over the window's rows
         return {"present": False}
-    host = in_categories(table.cat[rows], (Cat.CPU_OP, Cat.USER_ANNOTATION))
-    reg = rows_where(rows, host & region_ids[table.name[rows]])
+    reg = rows_matching(rows, lambda b: in_categories(table.cat[b], (Cat.CPU_OP, Cat.USER_ANNOTATION))
+                        & region_ids[table.name[b]])
     if not len(reg):
         return {"present": False}
     frames: dict[int, dict] = {}
@@ -59,7 +59,7 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: Rows, lo: float,
             frame_of_row[r]["nested_calls"] += 1
             frame_of_row[outer]["nested_us"] += float(table.dur[r])
     is_graph_name = table.names_matching(lambda s: bool(_GRAPH_CALL.match(s)))
-    graph_rows = rows_where(rows, is_graph_name[table.name[rows]]) if len(is_graph_name) else none
+    graph_rows = rows_matching(rows, lambda b: is_graph_name[table.name[b]]) if len(is_graph_name) else none
     for r in graph_rows.tolist():
         # A graph call counts for the region it runs in directly (not through a nested region,
         # and not inside another graph call: CompiledFunction wraps inductor's graph call).
@@ -67,7 +67,7 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: Rows, lo: float,
         if owner in frame_of_row:
             frame_of_row[owner]["graph_us"] += float(table.dur[r])
     is_compile_name = table.names_matching(lambda s: bool(_COMPILE_SPAN.match(s)))
-    compile_rows = rows_where(rows, is_compile_name[table.name[rows]]) if len(is_compile_name) else none
+    compile_rows = rows_matching(rows, lambda b: is_compile_name[table.name[b]]) if len(is_compile_name) else none
     for r in compile_rows.tolist():  # the outermost compile span of a region that compiled
         owner = _enclosing(r, nesting, lambda p: p in frame_of_row or bool(is_compile_name[table.name[p]]))
         if owner in frame_of_row:
@@ -79,9 +79,9 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: Rows, lo: float,
         rest = d["time_us"] - d["nested_us"] - d["graph_us"] - d["compile_us"]
         d["eager_us"] = max(rest, 0.0) if split else None
     threads = distinct(table.thread[reg])
-    cpu = rows_where(rows, (table.cat[rows] == Cat.CPU_OP) & np.isin(table.thread[rows], threads))
+    top_ops = rows_matching(rows, lambda b: (table.cat[b] == Cat.CPU_OP) & (nesting.parent[b] < 0)
+                            & np.isin(table.thread[b], threads))  # on the threads that run regions
     in_region = union_length(table.ts[reg], table.ts[reg] + table.dur[reg], lo, hi)
-    top_ops = cpu[nesting.parent[cpu] < 0] if len(cpu) else cpu
     eager_us = 0.0
     if len(top_ops):
         # Top-level ops not inside any region: eager code between compiled graphs.

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..trace.table import search_sorted
 from . import intervals
 
 
@@ -72,7 +73,7 @@ def positions_in(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
     `np.isin`'s question answered by binary search, without the sort of both it does."""
     if not len(sorted_values):
         return np.full(len(values), -1, dtype=np.int64)
-    at = np.minimum(np.searchsorted(sorted_values, values), len(sorted_values) - 1)
+    at = np.minimum(search_sorted(sorted_values, values), len(sorted_values) - 1)
     return np.where(sorted_values[at] == values, at, -1)
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..sites import LINE_PREFIX
-from ..trace.table import Cat, EventTable, in_categories
+from ..trace.table import Cat, EventTable, in_categories, search_sorted
 from .groups import grouped_totals, positions_in
 from .intervals import ROW_BLOCK, ascending
 
@@ -43,7 +43,7 @@ class Nesting:
     def ops_in(self, rows: Rows) -> np.ndarray:
         """The CPU ops among `rows`, ascending: a view of `ops` for a range of rows."""
         if isinstance(rows, slice):
-            a, b = np.searchsorted(self.ops, [rows.start or 0, rows.stop if rows.stop is not None else 2**62])
+            a, b = search_sorted(self.ops, [rows.start or 0, rows.stop if rows.stop is not None else 2**62])
             return self.ops[a:b]
         rows = np.asarray(rows)
         return rows[positions_in(self.ops, rows) >= 0]
@@ -373,9 +373,14 @@ def row_blocks(rows: Rows):
 
 def cpu_ops_among(table: EventTable, rows: Rows) -> np.ndarray:
     """The CPU ops among `rows`: `rows` itself, not a copy, when it is an index array of CPU ops
-    only (the analyses are handed the window's CPU ops, selected once)."""
-    is_op = table.cat[rows] == Cat.CPU_OP
-    return rows if not isinstance(rows, slice) and is_op.all() else rows_where(rows, is_op)
+    only (the analyses are handed the window's CPU ops, selected once). Checked and selected a
+    block at a time: no mask as long as the window."""
+    def is_op(block: Rows) -> np.ndarray:
+        return table.cat[block] == Cat.CPU_OP
+
+    if not isinstance(rows, slice) and all(is_op(block).all() for block in row_blocks(rows)):
+        return rows
+    return rows_matching(rows, is_op)
 
 
 def rows_starting_in(table: EventTable, lo: float, hi: float) -> Rows:
@@ -434,35 +439,70 @@ def dispatch_overhead(table: EventTable, nesting: Nesting, rows: np.ndarray, spa
     if not len(cpu):
         return {"top_level_ops": 0, "ops_per_step": 0.0, "tiny_ops": 0, "tiny_us": 0.0,
                 "tiny_share": 0.0, "median_op_us": 0.0}
-    parts = []
-    for a in range(0, len(cpu), ROW_BLOCK):  # a block at a time: parents, masks stay small
-        c = cpu[a:a + ROW_BLOCK]
-        par = nesting.parent[c]
-        has_parent = par >= 0
-        parent_is_op = np.zeros(len(c), dtype=bool)
-        parent_is_op[has_parent] = table.cat[par[has_parent]] == Cat.CPU_OP
-        parts.append(table.dur[c[~parent_is_op]])
-    dur = np.concatenate(parts)  # the top-level ops' durations, float32 as in the table
-    del parts
-    tiny_us = float(dur[dur < TINY_OP_US].sum(dtype=np.float64))
+
+    def top_level_durations():
+        """The top-level ops' durations (float32, as in the table), a block of ops at a time."""
+        for a in range(0, len(cpu), ROW_BLOCK):
+            c = cpu[a:a + ROW_BLOCK]
+            par = nesting.parent[c]
+            has_parent = par >= 0
+            parent_is_op = np.zeros(len(c), dtype=bool)
+            parent_is_op[has_parent] = table.cat[par[has_parent]] == Cat.CPU_OP
+            yield table.dur[c[~parent_is_op]]
+
+    n, tiny_ops, tiny_us = 0, 0, 0.0
+    for dur in top_level_durations():
+        tiny = dur[dur < TINY_OP_US]
+        n += len(dur)
+        tiny_ops += len(tiny)
+        tiny_us += float(tiny.sum(dtype=np.float64))
     return {
-        "top_level_ops": int(len(dur)),
-        "ops_per_step": float(len(dur) / max(steps, 1)),
-        "tiny_ops": int(np.count_nonzero(dur < TINY_OP_US)),
+        "top_level_ops": int(n),
+        "ops_per_step": float(n / max(steps, 1)),
+        "tiny_ops": tiny_ops,
         "tiny_us": tiny_us,
         "tiny_share": tiny_us / span_us if span_us > 0 else 0.0,
-        "median_op_us": _median(dur),
+        "median_op_us": streamed_median(top_level_durations),
     }
 
 
-def _median(values: np.ndarray) -> float:
-    """`np.median` of float32 values as float64 would give it (the two middle values averaged in
-    float64), partitioning a float32 copy instead of a float64 one twice its size."""
-    n = len(values)
+MEDIAN_BINS_SHIFT = 16
+"""`streamed_median` bins a float32 by its top 16 bits (sign, exponent, 7 bits of mantissa):
+65536 bins, each 1/128 of its value wide."""
+
+
+def streamed_median(blocks: Callable[[], Iterable[np.ndarray]]) -> float:
+    """`np.median` (in float64, of non-negative float32 values) of the values that `blocks()`
+    yields, without holding them all: a first pass counts them into bins by their bit pattern
+    (ordered like the values, as they are not negative), a second keeps only the one or two
+    bins the middle ranks fall in, and those are partitioned. The top-level ops of a 3 GB CPU
+    trace are 20 MB of float32; the bins are 512 KB."""
+    counts = np.zeros(1 << (32 - MEDIAN_BINS_SHIFT), dtype=np.int64)
+    def float32_blocks():
+        for values in blocks():  # + 0.0 makes a -0.0 (sign bit set) a 0.0
+            yield np.asarray(values, dtype=np.float32) + np.float32(0.0)
+
+    for values in float32_blocks():
+        counts += np.bincount(values.view(np.uint32) >> MEDIAN_BINS_SHIFT, minlength=len(counts))
+    n = int(counts.sum())
     if not n:
         return 0.0
-    middle = np.partition(values, [(n - 1) // 2, n // 2])
-    return (float(middle[(n - 1) // 2]) + float(middle[n // 2])) / 2
+    up_to = np.cumsum(counts)
+    ranks = ((n - 1) // 2, n // 2)
+    bins = sorted({int(np.searchsorted(up_to, k, side="right")) for k in ranks})
+    kept: dict[int, list[np.ndarray]] = {b: [] for b in bins}
+    for values in float32_blocks():
+        bin_of = values.view(np.uint32) >> MEDIAN_BINS_SHIFT
+        for b in bins:
+            kept[b].append(values[bin_of == b])
+    middle = []
+    for k in ranks:
+        b = int(np.searchsorted(up_to, k, side="right"))
+        inside = np.concatenate(kept[b])
+        at = k - (int(up_to[b - 1]) if b else 0)
+        inside.partition(at)
+        middle.append(float(inside[at]))
+    return (middle[0] + middle[1]) / 2
 
 
 def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int = 10,
@@ -589,7 +629,7 @@ def conv_bias_before_batch_norm(table: EventTable, nesting: Nesting, rows: np.nd
 
 def annotations(table: EventTable, rows: Rows, top: int = 20) -> list[dict]:
     """User annotations (`record_function` blocks, module names) other than steps, by total time."""
-    ann = rows_where(rows, table.cat[rows] == Cat.USER_ANNOTATION)
+    ann = rows_matching(rows, lambda block: table.cat[block] == Cat.USER_ANNOTATION)
     if not len(ann):
         return []
     names = table.name[ann]

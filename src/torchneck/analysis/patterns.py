@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 
-from ..trace.table import Cat, EventTable
+from ..trace.table import Cat, EventTable, search_sorted
 from .groups import positions_in
 from .intervals import ascending
 from .ops import Nesting, callers, cpu_ops_among, row_blocks, rows_matching, rows_where
@@ -164,7 +164,7 @@ def _last_started_within(table: EventTable, host_rows: np.ndarray, rows: np.ndar
         on_thread = host_rows if mine.all() else host_rows[mine]
         key = on_thread if in_start_order else np.flatnonzero(mine)  # ascending, as `bound` counts
         del mine
-        at = np.searchsorted(key, bound[these]) - 1  # the last of the thread's ops below the bound
+        at = search_sorted(key, bound[these]) - 1  # the last of the thread's ops below the bound
         found = at >= 0
         candidate = on_thread[np.maximum(at, 0)]
         found &= table.ts[candidate] >= table.ts[rows[these]]

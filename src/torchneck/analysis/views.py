@@ -44,9 +44,8 @@ def step_timeline(trace: Trace, step: Step, nesting: Nesting | None = None,
     step's start: `lanes[i].events` are `[start, duration, name id, category, depth]`, names in
     `names`. Longest events are kept when there are more than `max_events`."""
     t = trace.events
-    cats = in_categories(t.cat, [int(c) for c in _TIMELINE_CATS])
-    rows = overlapping_rows(t.ts, t.dur, step.start, step.end, mask=cats)
-    del cats
+    wanted = [int(c) for c in _TIMELINE_CATS]
+    rows = overlapping_rows(t.ts, t.dur, step.start, step.end, mask=lambda block: in_categories(t.cat[block], wanted))
     dropped = 0
     if len(rows) > max_events:
         keep = np.argsort(-t.dur[rows], kind="stable")[:max_events]
