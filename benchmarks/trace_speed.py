@@ -11,7 +11,9 @@ their gain. With --against REV, the same runs of git revision REV (checked out i
 worktree, its C extensions built there) are interleaved with this checkout's and the ratio
 printed: this VM's speed drifts by a quarter within minutes, so only runs taken turn about
 compare two versions fairly. Targets: 1 GB in <= 2.5 s and <= 200 MB RSS; 3 GB (--sizes 3000)
-in <= 300 MB.
+in <= 300 MB. With --source, another trace is replicated instead (e.g. the CPU-only
+../shared/traces/rank_non_gpu__rank_non_gpu.json.gz: nearly every event a CPU op, the heaviest
+case for the host analyses).
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ SOURCE = HERE.parent / "tests" / "data" / "trace_diff__control__control.json.gz"
 OUT = HERE / "_out"
 
 
-def generate(size_mb: int, path: Path) -> None:
+def generate(size_mb: int, path: Path, source: Path = SOURCE) -> None:
     if path.exists() and path.stat().st_size >= size_mb * 1e6 * 0.95:
         return
-    data = json.loads(gzip.open(SOURCE).read())
+    data = json.loads(gzip.open(source).read())
     events = data.pop("traceEvents")
     span = max(e.get("ts", 0) + e.get("dur", 0) for e in events) - min(e.get("ts", 0) for e in events)
     with open(path, "w") as f:
@@ -116,6 +118,8 @@ def main() -> None:
     parser.add_argument("--hta", action="store_true", help="also time HTA on the smallest trace")
     parser.add_argument("--no-pure", action="store_true",
                         help="skip the interleaved baseline without the native scanner")
+    parser.add_argument("--source", type=Path, default=SOURCE,
+                        help="the .json.gz trace to replicate (default: tests/data/trace_diff__control__control)")
     parser.add_argument("--against", metavar="REV",
                         help="also time git revision REV (e.g. HEAD~3, a tag), interleaved, and print the ratio")
     args = parser.parse_args()
@@ -128,8 +132,9 @@ def run(args: argparse.Namespace, other_src: Path | None) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     files = {}
     for mb in sizes:
-        path = OUT / f"replicated-{mb}MB.json"
-        generate(mb, path)
+        stem = "" if args.source == SOURCE else args.source.name.split(".")[0] + "-"
+        path = OUT / f"replicated-{stem}{mb}MB.json"
+        generate(mb, path, args.source)
         files[mb] = path
     from torchneck.trace import loader
 

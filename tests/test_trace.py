@@ -1127,5 +1127,5 @@ def test_streamed_median_equals_numpy_median():
              np.concatenate([np.zeros(1000, np.float32), np.full(1000, 7.25, np.float32)])]
     for values in cases:
         blocks = [values[a:a + 777] for a in range(0, len(values), 777)]
-        assert streamed_median(lambda: iter(blocks)) == float(np.median(values.astype(np.float64)))
+        assert streamed_median(lambda blocks=blocks: iter(blocks)) == float(np.median(values.astype(np.float64)))
     assert streamed_median(lambda: iter([np.empty(0, np.float32)])) == 0.0
