@@ -907,7 +907,7 @@ class _Merger:
 
     def _args(self, pairs: tuple[np.ndarray, np.ndarray], remap: np.ndarray) -> np.ndarray:
         """Global args ids per row from a slice's distinct (shapes, types) pairs of local string
-        ids + 1: -1 where a row has neither, else the pair's args id (in order of first sight).
+        ids + 1: -1 where a row has neither, else the pair's args id (numbered as first seen).
         Vectorised: a slice holds ~1500 distinct pairs in a trace recorded with shapes."""
         uniq, inverse = pairs
         shapes = remap[(uniq >> 32) - 1].astype(np.int64)  # local -1 picks remap's -1
