@@ -359,6 +359,23 @@ def rows_matching(rows: Rows, keep: Callable[[Rows], np.ndarray]) -> np.ndarray:
     return np.concatenate(found) if found else np.empty(0, dtype=np.int32)
 
 
+def ops_by_arg_pairs(table: EventTable, rows: Rows, recorded: np.ndarray, wanted: np.ndarray,
+                     names: np.ndarray | None = None) -> tuple[bool, np.ndarray]:
+    """(whether any CPU op among `rows` has an args pair in `recorded`, the CPU ops whose pair
+    is in `wanted` and, if given, whose name id is in `names`), a block at a time. `recorded`
+    and `wanted` are masks over args ids (`EventTable.arg_pairs_matching`)."""
+    seen, found = False, []
+    for block in row_blocks(rows):
+        is_op = table.cat[block] == Cat.CPU_OP
+        args = table.args[block]
+        seen = seen or bool((is_op & recorded[args]).any())
+        keep = is_op & wanted[args]
+        if names is not None:
+            keep &= names[table.name[block]]
+        found.append(rows_where(block, keep))
+    return seen, np.concatenate(found) if found else np.empty(0, dtype=np.int32)
+
+
 def row_blocks(rows: Rows):
     """`rows` in pieces of `ROW_BLOCK` (slices of a slice, views of an index array), for masks
     and gathers whose whole-window versions would be a byte or more a row each."""
@@ -518,15 +535,9 @@ def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int 
     double_tensor = table.arg_pairs_matching(  # decided once a distinct (shapes, types) pair
         lambda shapes, types: types >= 0 and bool(has_double[types])
         and _double_tensor_input(table.strings[types], table.strings[shapes] if shapes >= 0 else ""))
-    recorded, hits = False, []
-    for block in row_blocks(rows):
-        is_op = table.cat[block] == Cat.CPU_OP
-        args = table.args[block]
-        recorded = recorded or bool((is_op & typed[args]).any())
-        hits.append(rows_where(block, is_op & double_tensor[args]))
+    recorded, hit = ops_by_arg_pairs(table, rows, typed, double_tensor)
     if not recorded:
         return {"recorded": False, "self_us": 0.0, "ops": []}
-    hit = np.concatenate(hits)
     ops = op_table(table, nesting, hit, by_shape=True, top=top) if len(hit) else []
     out = {"recorded": True, "self_us": float(nesting.self_time(hit).sum(dtype=np.float64)), "count": int(len(hit)),
            "ops": ops}

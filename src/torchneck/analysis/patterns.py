@@ -11,7 +11,7 @@ import numpy as np
 from ..trace.table import Cat, EventTable, search_sorted
 from .groups import positions_in
 from .intervals import ascending
-from .ops import Nesting, callers, cpu_ops_among, row_blocks, rows_matching, rows_where
+from .ops import Nesting, callers, cpu_ops_among, ops_by_arg_pairs, row_blocks, rows_matching
 
 HALF_MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm")
 TENSOR_CORE_MULTIPLE = 8
@@ -32,7 +32,7 @@ def _json(table: EventTable, sid: int, cache: dict):
 
 def _launched_kernel_us(table: EventTable, ops: np.ndarray) -> float:
     """GPU time of the kernels launched under these host ops: kernels whose launching call
-    (`EventTable.launcher`) is a runtime call inside an op's span, on its thread."""
+    (`EventTable.launcher`, a runtime or driver call) starts inside an op's span, on its thread."""
     if not len(ops):
         return 0.0
     link = table.launcher
@@ -59,13 +59,7 @@ def unaligned_half_matmuls(table: EventTable, nesting: Nesting, rows: np.ndarray
     half = table.names_matching(lambda s: any(t in s for t in _HALF_TYPES))
     shaped = table.arg_pairs_matching(lambda shapes, types: shapes >= 0 and types >= 0)
     shaped_half = table.arg_pairs_matching(lambda shapes, types: shapes >= 0 and types >= 0 and bool(half[types]))
-    recorded, found = False, []
-    for block in row_blocks(rows):
-        is_op = table.cat[block] == Cat.CPU_OP
-        args = table.args[block]
-        recorded = recorded or bool((is_op & shaped[args]).any())
-        found.append(rows_where(block, is_op & shaped_half[args] & names[table.name[block]]))
-    ops = np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+    recorded, ops = ops_by_arg_pairs(table, rows, shaped, shaped_half, names)
     if not recorded or not names.any() or not half.any():
         return {"recorded": recorded, "count": 0, "kernel_us": 0.0, "shapes": []}
     cache: dict = {}
