@@ -95,7 +95,8 @@ def main() -> None:
     paths = [Path(p) for p in args] or sorted((HERE.parent / "tests" / "data").glob("gpu_h100__*.json.gz"))
     py = hta_python()
     reference = {}
-    print(f"{'trace':28s} {'':9s} {'span µs':>9s} {'idle µs':>9s} {'host_wait':>10s} {'kernel_wait':>12s} {'other':>8s}")
+    print(f"{'trace':28s} {'':9s} {'span µs':>9s} {'idle µs':>9s} {'host_wait':>10s} "
+          f"{'kernel_wait':>12s} {'other':>8s}")
     for path in paths:
         rows = (("torchneck", torchneck_over_hta_window(path)),
                 ("  µs-cut", torchneck_over_hta_window(path, rounded=True)), ("HTA", hta(path, py)))

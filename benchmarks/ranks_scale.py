@@ -35,8 +35,9 @@ def make_ranks(n: int, source: Path = SOURCE) -> Path:
         copy = dict(data)
         copy["distributedInfo"] = dict(data.get("distributedInfo") or {}, rank=rank, world_size=n)
         stretch = 1.0 + 0.02 * rank
-        copy["traceEvents"] = [dict(e, dur=e["dur"] * stretch) if e.get("cat") == "kernel" and "nccl" in e.get("name", "")
-                               and "dur" in e else e for e in data["traceEvents"]]
+        copy["traceEvents"] = [dict(e, dur=e["dur"] * stretch)
+                               if e.get("cat") == "kernel" and "nccl" in e.get("name", "") and "dur" in e else e
+                               for e in data["traceEvents"]]
         with gzip.open(folder / f"rank-{rank}.pt.trace.json.gz", "wt", compresslevel=1) as f:
             json.dump(copy, f)
     return folder

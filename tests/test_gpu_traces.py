@@ -258,7 +258,8 @@ def test_a_virtualenv_under_a_torch_folder_does_not_hide_python_hotspots(tmp_pat
 def _hta_agreement():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("hta_agreement", DATA.parent.parent / "benchmarks" / "hta_agreement.py")
+    spec = importlib.util.spec_from_file_location("hta_agreement",
+                                                  DATA.parent.parent / "benchmarks" / "hta_agreement.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

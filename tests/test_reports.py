@@ -32,7 +32,8 @@ def test_diff_before_and_after_a_planted_fix(tmp_path):
     before, after = tmp_path / "before", tmp_path / "after"
     line = planted_line(script)
     assert any(w["line"] == line for f in read_report(before)["findings"] for w in f["where"])
-    r = torchneck("diff", str(before), str(after), "--json", str(tmp_path / "d.json"), "--html", str(tmp_path / "d.html"))
+    r = torchneck("diff", str(before), str(after), "--json", str(tmp_path / "d.json"),
+                  "--html", str(tmp_path / "d.html"))
     assert r.returncode == 0, r.stderr
     d = read_report(tmp_path / "d.json")
     assert d["kind"] == "diff"

@@ -73,7 +73,8 @@ def test_straggler_from_collective_durations():
     def rank(r, comm_us, step_us=40_000.0):
         return {"rank": r, "median_step_us": step_us, "steps": 5,
                 "comm": {"present": True, "side": "host", "per_step_us": comm_us,
-                         "by_type": [{"type": "all_reduce", "per_step_us": comm_us, "time_us": 5 * comm_us, "count": 5}]}}
+                         "by_type": [{"type": "all_reduce", "per_step_us": comm_us, "time_us": 5 * comm_us,
+                                      "count": 5}]}}
 
     dist = compare_ranks([rank(0, 35_000.0), rank(1, 5_000.0), rank(2, 33_000.0)])
     s = dist["straggler"]

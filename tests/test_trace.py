@@ -854,7 +854,8 @@ def test_with_stack_trace_places_ops_and_findings_in_the_users_functions(tmp_pat
 
     # Independently: aten::mm events inside each function's frames on the same thread.
     events = json.loads(trace.read_text())["traceEvents"]
-    frames = [e for e in events if e.get("cat") == "python_function" and e["name"].endswith((": make_mask", ": forward"))]
+    frames = [e for e in events
+              if e.get("cat") == "python_function" and e["name"].endswith((": make_mask", ": forward"))]
     count = {"make_mask": 0, "forward": 0}
     for op in (e for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::mm"):
         inside = [f for f in frames if f["tid"] == op["tid"] and f["ts"] <= op["ts"] <= f["ts"] + f["dur"]]

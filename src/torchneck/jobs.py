@@ -123,7 +123,8 @@ def report_from_job_dir(run_dir: Path, workers: int | None = None) -> dict:
     # (a rank killed after its window has an `analyze` report, without run-only sections)
     return report_envelope(
         "run", verdict, findings, run=run, env=main.get("env") or {}, python=main.get("python") or {},
-        ops_by_line=main.get("ops_by_line") or [], compile=main.get("compile") or {"present": False, "available": False},
+        ops_by_line=main.get("ops_by_line") or [],
+        compile=main.get("compile") or {"present": False, "available": False},
         ranks=[(reports[r].get("ranks") or [None])[0] for r in sorted(reports)
                if reports[r].get("ranks") and (len(reports) <= FULL_RANKS_MAX or r == main_rank)],
         warnings=[f"rank {r}: {w}" for r in sorted(reports) for w in reports[r].get("warnings") or []],

@@ -92,7 +92,8 @@ def rank_summary(rank: int, analysis: dict | None, **extra) -> dict:
 
 
 def compare_ranks(ranks: list[dict]) -> dict:
-    """Merge per-rank summaries (`rank_summary`). Returns the per-rank table, the step-time spread, and the straggler, if any."""
+    """Merge per-rank summaries (`rank_summary`). Returns the per-rank table, the step-time
+    spread, and the straggler, if any."""
     ranks = sorted((r for r in ranks if r.get("rank") is not None), key=lambda r: r["rank"])
     steps = [r["median_step_us"] for r in ranks if r.get("median_step_us")]
     out: dict = {

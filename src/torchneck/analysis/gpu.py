@@ -214,7 +214,8 @@ def launching_rows(table: EventTable, rows: np.ndarray) -> np.ndarray:
 
 def _gpu_rows_overlapping(table: EventTable, lo: float, hi: float) -> np.ndarray:
     """GPU events overlapping [lo, hi], ascending, found `ROW_BLOCK` rows at a time."""
-    return overlapping_rows(table.ts, table.dur, lo, hi, mask=lambda block: in_categories(table.cat[block], GPU_CATEGORIES))
+    return overlapping_rows(table.ts, table.dur, lo, hi,
+                            mask=lambda block: in_categories(table.cat[block], GPU_CATEGORIES))
 
 
 def launch_statistics(table: EventTable, kernels: np.ndarray) -> dict:

@@ -89,7 +89,8 @@ def distinct(values: np.ndarray) -> np.ndarray:
         return values[:0]
     lo, hi = int(values.min()), int(values.max())
     if hi - lo < SMALL_RANGE:
-        return (np.flatnonzero(np.bincount(values.astype(np.int64) - lo, minlength=hi - lo + 1)) + lo).astype(values.dtype)
+        present = np.bincount(values.astype(np.int64) - lo, minlength=hi - lo + 1)
+        return (np.flatnonzero(present) + lo).astype(values.dtype)
     s = np.sort(values)
     keep = np.empty(len(s), dtype=bool)
     keep[0] = True

@@ -30,14 +30,17 @@ def memory_summary(table: EventTable, memory: MemoryTable, lo: float, hi: float,
         if not m.any():
             continue
         alloc = memory.total_allocated[m]
+        device_type = DEVICE_TYPES.get(dtype, str(dtype))
+        reserved = memory.total_reserved[m]
         devices.append({
-            "device": f"{DEVICE_TYPES.get(dtype, str(dtype))}:{did}" if did >= 0 else DEVICE_TYPES.get(dtype, str(dtype)),
+            "device": f"{device_type}:{did}" if did >= 0 else device_type,
             "peak_allocated_bytes": int(alloc.max()) if (alloc >= 0).any() else None,
-            "peak_reserved_bytes": int(memory.total_reserved[m].max()) if (memory.total_reserved[m] >= 0).any() else None,
+            "peak_reserved_bytes": int(reserved.max()) if (reserved >= 0).any() else None,
             "allocations": int((memory.nbytes[m] > 0).sum()),
             "allocated_bytes": int(memory.nbytes[m][memory.nbytes[m] > 0].sum()),
         })
-    return {"recorded": True, "devices": devices, "top_allocators": _top_allocators(table, memory, win, top, sites, nesting)}
+    return {"recorded": True, "devices": devices,
+            "top_allocators": _top_allocators(table, memory, win, top, sites, nesting)}
 
 
 def _enclosing_op(table: EventTable, nesting: Nesting, rows: np.ndarray) -> np.ndarray:

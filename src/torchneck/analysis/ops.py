@@ -192,7 +192,8 @@ def _native_table_walk(table: EventTable, parent: np.ndarray) -> Nesting | None:
             or table.thread.dtype.itemsize not in (1, 2, 4) or table.thread.dtype.kind != "i" \
             or len(table) >= np.iinfo(np.int32).max:
         return None
-    n_ops = sum(int(np.count_nonzero(table.cat[a:a + ROW_BLOCK] == Cat.CPU_OP)) for a in range(0, len(table), ROW_BLOCK))
+    n_ops = sum(int(np.count_nonzero(table.cat[a:a + ROW_BLOCK] == Cat.CPU_OP))
+                for a in range(0, len(table), ROW_BLOCK))
     ops = np.empty(n_ops, dtype=np.int32)
     op_self_time = np.empty(n_ops, dtype=np.float32)
     _nest.walk_table(np.ascontiguousarray(table.ts), np.ascontiguousarray(table.dur),

@@ -194,7 +194,8 @@ class StackSampler:
             on_cpu = round((c - prev_cpu) / 1e9, 7) if prev_cpu is not None and c >= 0 else -1
             samples.append([sid, round((t - prev) / 1e9, 7), on_cpu])
             prev, prev_cpu = t, (c if c >= 0 else None)
-        return {"format": FORMAT, "method": self.method, "interval_s": self.interval, "start_monotonic_ns": self.start_ns,
+        return {"format": FORMAT, "method": self.method, "interval_s": self.interval,
+                "start_monotonic_ns": self.start_ns,
                 "frames": self.frames, "stacks": [list(s) for s in self.stacks], "samples": samples}
 
     def write(self, path: Path) -> dict:

@@ -699,7 +699,8 @@ def fold_same_line(findings: list[Finding]) -> list[Finding]:
                       if f.kind == "dispatch_overhead" and f.where}
     out = []
     for f in findings:
-        twin = dispatch_lines.get((f.where[0].file, f.where[0].line)) if f.kind == "python_hotspot" and f.where else None
+        twin = (dispatch_lines.get((f.where[0].file, f.where[0].line))
+                if f.kind == "python_hotspot" and f.where else None)
         if twin is not None and "waits" not in f.title:
             twin.evidence = dict(twin.evidence, python_outside_ops_on_this_line_s=f.evidence.get("outside_torch_s"))
             continue

@@ -89,7 +89,8 @@ class ConsoleRenderer:
         if d["findings"]:
             t = Table(title="Findings, A -> B (time lost, ms per step; start-up and compile per run)",
                       box=box.SIMPLE, title_justify="left")
-            for col, just in (("status", "left"), ("kind", "left"), ("finding", "left"), ("A", "right"), ("B", "right")):
+            for col, just in (("status", "left"), ("kind", "left"), ("finding", "left"), ("A", "right"),
+                              ("B", "right")):
                 t.add_column(col, justify=just)
             for f in d["findings"]:
                 st = styles[f["status"]]
@@ -114,7 +115,8 @@ class ConsoleRenderer:
             t.add_row(st["name"], f"[{style}]{escape(st['outcome'][:90])}[/]",
                       str(st.get("graphs", "")) if st.get("graphs") is not None else "", f"{st['wall_s']:.1f}")
         c.print(t)
-        c.print(("[bold red]" if b["culprit"] else "[bold green]") + escape(b["verdict"][:1].upper() + b["verdict"][1:]) + "[/]")
+        verdict = escape(b["verdict"][:1].upper() + b["verdict"][1:])
+        c.print(("[bold red]" if b["culprit"] else "[bold green]") + verdict + "[/]")
         f = b.get("failure")
         if f:
             if f.get("exception_type"):
@@ -141,7 +143,8 @@ class ConsoleRenderer:
         mn = b.get("minify")
         if mn:
             if mn["ok"]:
-                c.print(f"  [green]minified repro:[/] {escape(mn['repro'])}  (python {escape(mn['repro'])} reproduces it)")
+                c.print(f"  [green]minified repro:[/] {escape(mn['repro'])}  "
+                        f"(python {escape(mn['repro'])} reproduces it)")
             else:
                 c.print(f"  [yellow]minifier:[/] {escape(mn['reason'])}")
         for st in b["stages"]:
@@ -323,7 +326,8 @@ class ConsoleRenderer:
         self.console.print(t)
         d = a["ops"]["dispatch"]
         self.console.print(f"  {d['top_level_ops']} top-level ops ({d['ops_per_step']:.0f} per step), "
-                           f"median {d['median_op_us']:.1f} µs; ops under 20 µs: {100 * d['tiny_share']:.0f}% of the window")
+                           f"median {d['median_op_us']:.1f} µs; ops under 20 µs: "
+                           f"{100 * d['tiny_share']:.0f}% of the window")
 
     def _gpu(self, a: dict) -> None:
         g = a["gpu"]

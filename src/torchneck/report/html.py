@@ -101,7 +101,8 @@ class HtmlRenderer:
             return ""
         args = " ".join((run.get("target") or {}).get("args") or [])
         text = f"args: {args} · " if args else ""
-        text += f"exit code {run.get('exit_code')} · wall {run.get('wall_s') or 0:.2f} s · cpu {run.get('cpu_s') or 0:.2f} s"
+        text += (f"exit code {run.get('exit_code')} · wall {run.get('wall_s') or 0:.2f} s · "
+                 f"cpu {run.get('cpu_s') or 0:.2f} s")
         out = f'<p class="run">{_e(text)}</p>'
         if run.get("error"):
             out += f'<p class="error">The script did not finish normally: {_e(run["error"])}</p>'
@@ -164,7 +165,8 @@ class HtmlRenderer:
     def _warnings(warnings: list[str]) -> str:
         if not warnings:
             return ""
-        return '<section id="warnings"><h2>Warnings</h2><ul>' + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul></section>"
+        items = "".join(f"<li>{_e(w)}</li>" for w in warnings)
+        return f'<section id="warnings"><h2>Warnings</h2><ul>{items}</ul></section>'
 
 
 def _ms_or_dash(value: float | None) -> str:

@@ -1,0 +1,78 @@
+"""The zoo's manifests and planted places, shared by zoo_verify.py and zoo_score.py.
+
+The zoo (`benchmarks/zoo/`) holds programs with one planted cause each, and clean programs.
+Programs are described by every `manifest*.json` in that folder (one file per group of programs,
+so groups written apart never edit the same file). An entry:
+
+    {"script": "trainer_class.py",        # relative to benchmarks/zoo/ (run with that folder as cwd)
+     "args": [],                          # the program's own arguments
+     "fixed_args": ["--fixed"],           # what removes the plant (null for a clean program)
+     "expect": "input_pipeline",          # the finding kind that must rank first (null: clean)
+     "planted": "pipe/loader.py",         # the file holding the `# PLANTED` line (default: script)
+     "shape": "Trainer class",            # how the program is written (free text)
+     "measured": {...}}                   # written by zoo_verify.py --write
+
+The planted line is the line of `planted` (or `script`) that carries the comment `# PLANTED`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ZOO = Path(__file__).resolve().parent / "zoo"
+
+
+@dataclass
+class ZooProgram:
+    script: str
+    expect: str | None
+    manifest: Path
+    args: list[str] = field(default_factory=list)
+    fixed_args: list[str] | None = None
+    planted: str | None = None
+    shape: str = ""
+    measured: dict | None = None
+
+    @property
+    def name(self) -> str:
+        return self.script.removesuffix(".py").replace("/", ".")
+
+    @property
+    def path(self) -> Path:
+        return ZOO / self.script
+
+    @property
+    def planted_file(self) -> Path:
+        return ZOO / (self.planted or self.script)
+
+    def planted_line(self) -> int | None:
+        for i, line in enumerate(self.planted_file.read_text().splitlines(), 1):
+            if "# PLANTED" in line:
+                return i
+        return None
+
+
+def load_programs(only: list[str] | None = None) -> list[ZooProgram]:
+    """Every program of every manifest, in manifest order (manifest.json first)."""
+    out = []
+    for manifest in sorted(ZOO.glob("manifest*.json"), key=lambda p: (p.name != "manifest.json", p.name)):
+        for entry in json.loads(manifest.read_text())["scripts"]:
+            fixed = entry.get("fixed_args", ["--fixed"] if entry.get("expect") else None)
+            prog = ZooProgram(script=entry["script"], expect=entry.get("expect"), manifest=manifest,
+                              args=list(entry.get("args") or []), fixed_args=fixed,
+                              planted=entry.get("planted"), shape=entry.get("shape", ""),
+                              measured=entry.get("measured"))
+            if not only or prog.name in only or Path(prog.script).stem in only:
+                out.append(prog)
+    return out
+
+
+def save_measurement(prog: ZooProgram, measured: dict) -> None:
+    """Store `measured` in the program's manifest entry (the file keeps its other entries)."""
+    data = json.loads(prog.manifest.read_text())
+    for entry in data["scripts"]:
+        if entry["script"] == prog.script:
+            entry["measured"] = measured
+    prog.manifest.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
