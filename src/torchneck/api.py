@@ -16,13 +16,24 @@ from __future__ import annotations
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .capture.runner import Outcome, Target
 from .capture.window import WindowOptions
 
+if TYPE_CHECKING:
+    from .model.report import Report as TypedReport
+
 
 class Report(dict):
-    """A report (the dict of report.json) that shows itself: HTML in Jupyter, text in a terminal."""
+    """A report (the dict of report.json) that shows itself: HTML in Jupyter, text in a terminal.
+    `typed` is the same report as torchneck's own `model.report.Report`."""
+
+    def __init__(self, typed: TypedReport) -> None:
+        from .model.base import to_builtins
+
+        super().__init__(to_builtins(typed))
+        self.typed = typed
 
     @property
     def findings(self) -> list[dict]:
@@ -31,12 +42,12 @@ class Report(dict):
     def _repr_html_(self) -> str:
         from .report.html import render_html
 
-        return render_html(self)
+        return render_html(self.typed)
 
     def __str__(self) -> str:
         from .report.console import render_text
 
-        return render_text(self)
+        return render_text(self.typed)
 
     def __repr__(self) -> str:
         n = len(self.get("findings") or [])

@@ -7,9 +7,13 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .errors import TorchneckError
+
+if TYPE_CHECKING:
+    from .model.report import Report
 
 RUN_EPILOG = """\
 Everything after the script (or -m module) is passed to it unchanged, its own --help included.
@@ -77,12 +81,12 @@ def _add_fail_on(p: argparse.ArgumentParser) -> None:
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
 
-def failed_gate(report: dict, fail_on: str | None) -> bool:
+def failed_gate(report: Report, fail_on: str | None) -> bool:
     """True when `--fail-on` is set and a finding is at least that severe."""
     if not fail_on:
         return False
     limit = SEVERITY_RANK[fail_on]
-    return any(SEVERITY_RANK.get(f["severity"], 3) <= limit for f in report.get("findings") or [])
+    return any(SEVERITY_RANK.get(f.severity, 3) <= limit for f in report.findings)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,14 +167,15 @@ def _stderr_console():
     return Console(stderr=True, highlight=False)
 
 
-def _emit(report: dict, json_target: str | None, quiet: bool) -> None:
+def _emit(report: Report, json_target: str | None, quiet: bool) -> None:
+    from .model.base import to_json
     from .report.console import ConsoleRenderer
 
     if json_target == "-":
-        sys.stdout.write(json.dumps(report, indent=1) + "\n")
+        sys.stdout.write(to_json(report, indent=1).decode() + "\n")
     else:
         if json_target:
-            Path(json_target).write_text(json.dumps(report, indent=1))
+            Path(json_target).write_bytes(to_json(report, indent=1))
         if not quiet:
             ConsoleRenderer().render(report)
 
@@ -193,11 +198,13 @@ def cmd_compile(ns: argparse.Namespace) -> int:
     report, run_dir, code = _capture_and_analyse(ns)
     if report is None:
         return code
-    if ns.cold:
-        report["compile"]["cold"] = _cold_compile(ns, run_dir)
-    report["kind"] = "compile"
-    report["findings"] = [f for f in report["findings"] if f["kind"] in COMPILE_KINDS]
-    (run_dir / "report-compile.json").write_text(json.dumps(report, indent=1))
+    from .model.base import to_json
+
+    if ns.cold and report.compile is not None:
+        report.compile["cold"] = _cold_compile(ns, run_dir)
+    report.kind = "compile"
+    report.findings = [f for f in report.findings if f.kind in COMPILE_KINDS]
+    (run_dir / "report-compile.json").write_bytes(to_json(report, indent=1))
     _emit(report, ns.json, ns.quiet)
     _stderr_console().print(f"torchneck: run directory {run_dir}")
     if failed_gate(report, ns.fail_on) and not code:
@@ -241,7 +248,7 @@ def _target(ns: argparse.Namespace):
     raise TorchneckError(f"nothing to run: give a script (torchneck {ns.command} script.py) or -m module")
 
 
-def _capture_and_analyse(ns: argparse.Namespace) -> tuple[dict | None, Path | None, int]:
+def _capture_and_analyse(ns: argparse.Namespace) -> tuple[Report | None, Path | None, int]:
     """Run the target under capture, write the raw evidence, then analyse it: (report, run dir,
     exit code). The report is None when the analysis failed (the evidence is kept)."""
     from .capture.window import WindowOptions
@@ -280,7 +287,7 @@ def _capture_and_analyse(ns: argparse.Namespace) -> tuple[dict | None, Path | No
     return report, result.run_dir, outcome.exit_code
 
 
-def _launch_and_analyse(ns: argparse.Namespace, target, options) -> tuple[dict | None, Path | None, int]:
+def _launch_and_analyse(ns: argparse.Namespace, target, options) -> tuple[Report | None, Path | None, int]:
     """`run --nproc-per-node N`: the job under torchrun, then one merged analysis of its ranks."""
     from .capture.launch import TorchrunOptions, launch_job
     from .capture.runner import check_target
@@ -303,14 +310,14 @@ def _launch_and_analyse(ns: argparse.Namespace, target, options) -> tuple[dict |
     return report, run_dir, code
 
 
-def write_job_report(run_dir: Path) -> dict:
+def write_job_report(run_dir: Path) -> Report:
     from .jobs import report_from_job_dir
     from .pipeline import write_reports
 
     return write_reports(run_dir, report_from_job_dir(run_dir))
 
 
-def build_run_report(run_dir: Path) -> dict:
+def build_run_report(run_dir: Path) -> Report:
     """report.json/.txt/.html of a run directory: one process, or a multi-rank job."""
     from .jobs import is_job_dir
     from .pipeline import write_run_report
@@ -320,7 +327,7 @@ def build_run_report(run_dir: Path) -> dict:
     return write_run_report(run_dir)
 
 
-def _write_html(report: dict, target: str | None) -> None:
+def _write_html(report: Report, target: str | None) -> None:
     if target:
         from .report.html import render_html
 
@@ -363,7 +370,8 @@ def cmd_bisect(ns: argparse.Namespace) -> int:
     from .bisect import BisectOptions, bisect
     from .capture.runner import check_target
     from .capture.session import make_run_dir
-    from .pipeline import report_envelope
+    from .model.base import to_json
+    from .model.report import Report
 
     target = _target(ns)
     check_target(target)
@@ -374,8 +382,8 @@ def cmd_bisect(ns: argparse.Namespace) -> int:
                             timeout=ns.timeout, minify=ns.minify, minify_timeout=ns.minify_timeout)
     err = _stderr_console()
     result = bisect(target, options, out, progress=None if ns.quiet else (lambda m: err.print(f"torchneck: {m}")))
-    report = report_envelope("bisect", result["verdict"], [], bisect=result)
-    (out / "bisect.json").write_text(json.dumps(report, indent=1))
+    report = Report(kind="bisect", verdict=result["verdict"], bisect=result)
+    (out / "bisect.json").write_bytes(to_json(report, indent=1))
     _emit(report, ns.json, ns.quiet)
     err.print(f"torchneck: bisection files in {out}")
     return 1 if result["culprit"] else 0
@@ -388,7 +396,7 @@ def cmd_diff(ns: argparse.Namespace) -> int:
     report = diff_reports(load_report(a_path), load_report(b_path), str(a_path), str(b_path))
     _emit(report, ns.json, ns.quiet)
     _write_html(report, ns.html)
-    change = report["diff"]["step"]["change_pct"]
+    change = report.diff.step.change_pct if report.diff else None
     if ns.fail_on_regression is not None and change is not None and change > ns.fail_on_regression:
         _stderr_console().print(f"torchneck: step time regressed {change:.1f}% (> {ns.fail_on_regression:g}%)")
         return 1

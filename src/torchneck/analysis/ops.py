@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model.analysis import Annotation, CodeSite, ConvBiasBn, Dispatch, Float64Ops, OpRow
 from ..sites import LINE_PREFIX
 from ..trace.table import Cat, EventTable, in_categories, search_sorted
 from .groups import grouped_totals, positions_in
@@ -412,11 +413,8 @@ def rows_starting_in(table: EventTable, lo: float, hi: float) -> Rows:
 
 
 def op_table(table: EventTable, nesting: Nesting, rows: np.ndarray, by_shape: bool = False,
-             top: int = 30) -> list[dict]:
-    """Ops among `rows` grouped by name (and input shapes), most self time first.
-
-    Each entry: name, shapes (if by_shape), count, self_us, total_us, mean_us.
-    """
+             top: int = 30) -> list[OpRow]:
+    """Ops among `rows` grouped by name (and input shapes, with `by_shape`), most self time first."""
     rows = cpu_ops_among(table, rows)
     if not len(rows):
         return []
@@ -433,21 +431,14 @@ def op_table(table: EventTable, nesting: Nesting, rows: np.ndarray, by_shape: bo
     out = []
     for g in best.tolist():
         r = int(first_row[g])
-        entry = {
-            "name": table.strings[table.name[r]],
-            "count": int(count[g]),
-            "self_us": float(self_us[g]),
-            "total_us": float(total_us[g]),
-            "mean_us": float(total_us[g] / count[g]),
-        }
-        if by_shape:
-            entry["shapes"] = table.strings[table.shapes[r]] if table.shapes[r] >= 0 else ""
-        out.append(entry)
+        shapes = (table.strings[table.shapes[r]] if table.shapes[r] >= 0 else "") if by_shape else None
+        out.append(OpRow(name=table.strings[table.name[r]], count=int(count[g]), self_us=float(self_us[g]),
+                         total_us=float(total_us[g]), mean_us=float(total_us[g] / count[g]), shapes=shapes))
     return out
 
 
 def dispatch_overhead(table: EventTable, nesting: Nesting, rows: np.ndarray, span_us: float,
-                      steps: int) -> dict:
+                      steps: int) -> Dispatch:
     """How much of the host time goes to many tiny ops.
 
     Top-level ops are CPU ops whose parent is not another CPU op (the ops the user's code called).
@@ -455,8 +446,7 @@ def dispatch_overhead(table: EventTable, nesting: Nesting, rows: np.ndarray, spa
     """
     cpu = cpu_ops_among(table, rows)
     if not len(cpu):
-        return {"top_level_ops": 0, "ops_per_step": 0.0, "tiny_ops": 0, "tiny_us": 0.0,
-                "tiny_share": 0.0, "median_op_us": 0.0}
+        return Dispatch()
 
     def top_level_durations():
         """The top-level ops' durations (float32, as in the table), a block of ops at a time."""
@@ -474,14 +464,9 @@ def dispatch_overhead(table: EventTable, nesting: Nesting, rows: np.ndarray, spa
         n += len(dur)
         tiny_ops += len(tiny)
         tiny_us += float(tiny.sum(dtype=np.float64))
-    return {
-        "top_level_ops": int(n),
-        "ops_per_step": float(n / max(steps, 1)),
-        "tiny_ops": tiny_ops,
-        "tiny_us": tiny_us,
-        "tiny_share": tiny_us / span_us if span_us > 0 else 0.0,
-        "median_op_us": streamed_median(top_level_durations),
-    }
+    return Dispatch(top_level_ops=int(n), ops_per_step=float(n / max(steps, 1)), tiny_ops=tiny_ops, tiny_us=tiny_us,
+                    tiny_share=tiny_us / span_us if span_us > 0 else 0.0,
+                    median_op_us=streamed_median(top_level_durations))
 
 
 MEDIAN_BINS_SHIFT = 16
@@ -524,7 +509,7 @@ def streamed_median(blocks: Callable[[], Iterable[np.ndarray]]) -> float:
 
 
 def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int = 10,
-                place: Callable[[np.ndarray], list[dict]] | None = None) -> dict:
+                place: Callable[[np.ndarray], list[CodeSite]] | None = None) -> Float64Ops:
     """CPU ops with a float64 *tensor* input (needs record_shapes): self time and the top ops;
     with `place`, also `where`: `place(rows)` of those ops (the user's code that ran them).
 
@@ -538,13 +523,10 @@ def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int 
         and _double_tensor_input(table.strings[types], table.strings[shapes] if shapes >= 0 else ""))
     recorded, hit = ops_by_arg_pairs(table, rows, typed, double_tensor)
     if not recorded:
-        return {"recorded": False, "self_us": 0.0, "ops": []}
-    ops = op_table(table, nesting, hit, by_shape=True, top=top) if len(hit) else []
-    out = {"recorded": True, "self_us": float(nesting.self_time(hit).sum(dtype=np.float64)), "count": int(len(hit)),
-           "ops": ops}
-    if place is not None:
-        out["where"] = place(hit) if len(hit) else []
-    return out
+        return Float64Ops(recorded=False)
+    return Float64Ops(recorded=True, self_us=float(nesting.self_time(hit).sum(dtype=np.float64)), count=int(len(hit)),
+                      ops=op_table(table, nesting, hit, by_shape=True, top=top) if len(hit) else [],
+                      where=place(hit) if place is not None and len(hit) else [])
 
 
 def _double_tensor_input(types_json: str, shapes_json: str) -> bool:
@@ -589,7 +571,7 @@ _BOOKKEEPING_OPS = ("aten::add_",)
 """Ops that may sit between a conv and its BatchNorm: `num_batches_tracked += 1` in training."""
 
 
-def conv_bias_before_batch_norm(table: EventTable, nesting: Nesting, rows: np.ndarray) -> dict:
+def conv_bias_before_batch_norm(table: EventTable, nesting: Nesting, rows: np.ndarray) -> ConvBiasBn:
     """Convolutions with a bias whose very next op (same thread, same caller) is a batch norm
     over as many channels (needs record_shapes).
 
@@ -600,7 +582,7 @@ def conv_bias_before_batch_norm(table: EventTable, nesting: Nesting, rows: np.nd
     conv_name = table.names_matching(lambda s: s in _CONV_OPS)
     bn_name = table.names_matching(lambda s: s in _BATCH_NORM_OPS)
     if not len(cpu) or not conv_name.any() or not bn_name.any():
-        return {"recorded": bool(len(cpu)), "pairs": 0, "conv_us": 0.0}
+        return ConvBiasBn(recorded=bool(len(cpu)))
     caller = callers(table, nesting, cpu)
     order = np.lexsort((table.ts[cpu], caller, table.thread[cpu]))
     seq, caller = cpu[order], caller[order]
@@ -636,10 +618,10 @@ def conv_bias_before_batch_norm(table: EventTable, nesting: Nesting, rows: np.nd
         if c[1][0] == b[0][1]:  # the conv's output channels are what the norm normalises
             hits.append(conv)
     hits = np.asarray(hits, dtype=np.int64)
-    return {"recorded": True, "pairs": int(len(hits)), "conv_us": float(table.dur[hits].sum()) if len(hits) else 0.0}
+    return ConvBiasBn(recorded=True, pairs=int(len(hits)), conv_us=float(table.dur[hits].sum()) if len(hits) else 0.0)
 
 
-def annotations(table: EventTable, rows: Rows, top: int = 20) -> list[dict]:
+def annotations(table: EventTable, rows: Rows, top: int = 20) -> list[Annotation]:
     """User annotations (`record_function` blocks, module names) other than steps, by total time."""
     ann = rows_matching(rows, lambda block: table.cat[block] == Cat.USER_ANNOTATION)
     if not len(ann):
@@ -653,7 +635,7 @@ def annotations(table: EventTable, rows: Rows, top: int = 20) -> list[dict]:
         name = table.strings[uniq[g]]
         if name.startswith(("ProfilerStep#", LINE_PREFIX)):
             continue
-        out.append({"name": name, "count": int(count[g]), "total_us": float(total[g])})
+        out.append(Annotation(name=name, count=int(count[g]), total_us=float(total[g])))
         if len(out) >= top:
             break
     return out

@@ -8,7 +8,9 @@ the whole run, not per step, so their `time_lost_pct` is a share of the run's wa
 
 from __future__ import annotations
 
-from .findings import Finding, severity_for, where_of
+from ..model.findings import Finding
+from .facts import where_of
+from .rule import make_finding, severity_for
 
 DOCS_BREAKS = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html#graph-breaks"
 DOCS_RECOMPILES = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html#recompilations"
@@ -65,6 +67,8 @@ class GraphBreaks:
     separate graphs (no fusion across it) and runs the code at the break eagerly on every call."""
 
     kind = "graph_break"
+    summary = "torch.compile breaks the graph at a line of your code (print, .item(), data-dependent if...)."
+    docs = DOCS_BREAKS
     MAX_FINDINGS = 5
     """Breaks beyond the fifth are listed in the first finding's evidence, not each on its own."""
 
@@ -74,8 +78,8 @@ class GraphBreaks:
         if not breaks:
             return []
         eager_s = 0.0
-        if ev.analysis and ev.analysis["compiled"].get("present"):
-            eager_s = ev.analysis["compiled"]["eager_top_level_us"] / 1e6
+        if ev.analysis and ev.analysis.compiled.present:
+            eager_s = ev.analysis.compiled.eager_top_level_us / 1e6
         out = []
         for i, b in enumerate(breaks[: self.MAX_FINDINGS]):
             frame = _broken_frame(b, c.get("frames", []))
@@ -105,7 +109,7 @@ class GraphBreaks:
                 title = (f"Graph break in {name} at line {b['line']}: {b['reason']}"
                          + (f" ({b['explanation']})" if b["explanation"] and len(b["explanation"]) <= 110 else ""))
                 fix = _break_fix(b)
-            out.append(Finding(
+            out.append(make_finding(
                 kind=self.kind,
                 severity=_at_least_medium(severity_for(pct / 100)) if per_break <= 0 or b.get("skipped_function")
                 else "",
@@ -123,6 +127,8 @@ class Recompiles:
     eagerly from then on: that is `high` whatever the seconds."""
 
     kind = "recompile"
+    summary = "A compiled function is compiled again and again because a guard fails (shapes, Python values)."
+    docs = DOCS_RECOMPILES
     MIN_RECOMPILES = 2
     """One recompile (e.g. dynamo switching a dimension to dynamic after the first change) is
     normal; two or more for one function is a pattern."""
@@ -140,7 +146,7 @@ class Recompiles:
             title = f"{r['label']} was recompiled {r['count']} times: {top['what']}"
             if hit:
                 title += "; it hit the recompile limit and now runs eagerly"
-            out.append(Finding(
+            out.append(make_finding(
                 kind=self.kind, severity="high" if hit else "",
                 title=title, time_lost_s=lost, time_lost_pct=_wall_pct(lost, ev.run_wall_s),
                 where=where_of([r]),
@@ -160,6 +166,8 @@ class CompileTime:
     cold compile), `info` otherwise; never `high`, because a long job amortises it."""
 
     kind = "compile_time"
+    summary = "Compiling takes a large part of the run."
+    docs = DOCS_COMPILE_TIME
     MIN_SHARE = 0.10
     """Under a tenth of the run, compile time is not worth a line in the report."""
     MEDIUM_SHARE = 0.50
@@ -174,7 +182,7 @@ class CompileTime:
             return []
         stages = ", ".join(f"{k} {v:.1f} s" for k, v in t.items() if k != "total" and v >= 0.05)
         frames = c.get("frames", [])[:3]
-        return [Finding(
+        return [make_finding(
             kind=self.kind, severity="medium" if share >= self.MEDIUM_SHARE else "info",
             title=f"Compiling took {t['total']:.1f} s, {100 * share:.0f}% of the run ({stages})",
             time_lost_s=t["total"], time_lost_pct=100 * share,

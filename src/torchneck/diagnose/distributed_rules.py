@@ -3,7 +3,9 @@ the others wait for, and communication that costs time even on the rank that wai
 
 from __future__ import annotations
 
-from .findings import Finding, where_of
+from ..model.findings import Finding
+from .facts import where_of
+from .rule import make_finding
 
 DOCS_DDP = "https://pytorch.org/docs/stable/notes/ddp.html"
 
@@ -16,6 +18,8 @@ class Straggler:
     straggler's own costliest finding, i.e. what makes it late."""
 
     kind = "straggler"
+    summary = "One rank arrives last at the collectives; the others wait for it."
+    docs = DOCS_DDP
 
     def check(self, dist: dict, steps: int) -> list[Finding]:
         s = dist.get("straggler")
@@ -24,7 +28,7 @@ class Straggler:
         cause = s.get("cause") or {}
         lost = s["wait_per_step_us"] * steps / 1e6
         because = f"; its biggest problem: {cause['title']}" if cause.get("title") else ""
-        return [Finding(
+        return [make_finding(
             kind=self.kind,
             title=(f"Rank {s['rank']} is the straggler: the other ranks wait {s['wait_per_step_us'] / 1e3:.1f} ms "
                    f"per step ({100 * s['wait_share']:.0f}% of a step) in collectives for it{because}"),
@@ -54,6 +58,8 @@ class Communication:
     Time lost: that rank's time in collectives per step, times the profiled steps."""
 
     kind = "communication"
+    summary = "Collectives take much of each step even on the rank that waits least."
+    docs = DOCS_DDP
     MIN_SHARE = 0.15
     """Below 15 % of a step, communication is normal for data-parallel training."""
 
@@ -67,7 +73,7 @@ class Communication:
         if share < self.MIN_SHARE:
             return []
         types = ", ".join(f"{t['type']} {t['per_step_us'] / 1e3:.1f} ms" for t in comm["by_type"][:3])
-        return [Finding(
+        return [make_finding(
             kind=self.kind,
             title=(f"Communication takes {100 * share:.0f}% of each step even on rank {least['rank']}, "
                    f"the one that waits least ({types})"),
@@ -84,11 +90,9 @@ class Communication:
 JOB_RULES = (Straggler(), Communication())
 
 
-def diagnose_job(dist: dict, main_report: dict) -> list[dict]:
-    """Findings across ranks, as dicts (the per-rank findings are dicts already)."""
-    analysis = (main_report.get("ranks") or [None])[0]
-    steps = analysis["steps"]["count"] if analysis else 1
-    out = []
+def diagnose_job(dist: dict, steps: int) -> list[Finding]:
+    """Findings across ranks; `steps`: the profiled steps of the main rank."""
+    out: list[Finding] = []
     for rule in JOB_RULES:
-        out += [f.to_dict() for f in rule.check(dist, steps)]
+        out += rule.check(dist, steps)
     return out

@@ -12,6 +12,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..model.analysis import RankAnalysis
+from ..model.findings import Finding
+from ..model.report import OpLine, Report
+
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
 
@@ -34,73 +38,78 @@ class ConsoleRenderer:
         self.console = console or Console(highlight=False, soft_wrap=False)
         self.top = top
 
-    def render(self, report: dict) -> None:
+    def render(self, report: Report) -> None:
         c = self.console
-        if report.get("kind") == "diff":
+        if report.kind == "diff":
             return self._diff(report)
-        if report.get("kind") == "bisect":
-            return self._bisect(report["bisect"])
+        if report.kind == "bisect" and report.bisect is not None:
+            return self._bisect(report.bisect)
         c.rule("[bold]torchneck report")
-        run = report.get("run")
+        run = report.run
         if run:
-            target = run["target"]
-            name = target.get("module") or target.get("script")
-            c.print(f"[bold]{escape(str(name))}[/] {escape(' '.join(target.get('args') or []))}  "
-                    f"exit code {run['exit_code']}  wall {run['wall_s']:.2f} s  cpu {run['cpu_s']:.2f} s")
-            if run.get("error"):
-                c.print(f"[red]The script did not finish normally: {escape(run['error'])}[/]")
+            name = run.target.module or run.target.script
+            cpu = f"  cpu {run.cpu_s:.2f} s" if run.cpu_s is not None else ""
+            c.print(f"[bold]{escape(str(name))}[/] {escape(' '.join(run.target.args))}  "
+                    f"exit code {run.exit_code}  wall {run.wall_s:.2f} s{cpu}")
+            if run.error:
+                c.print(f"[red]The script did not finish normally: {escape(run.error)}[/]")
         c.print()
-        c.print(escape(report["verdict"]))
-        self._findings(report["findings"])
-        comp = report.get("compile") or {}
+        c.print(escape(report.verdict))
+        self._findings(report.findings)
+        comp = report.compile or {}
         if comp.get("present"):
             self._compile(comp)
-        if report.get("kind") == "compile":
+        if report.kind == "compile":
             if not comp.get("present"):
                 c.print("\nNo torch.compile activity in this run" + (
                     "." if comp.get("available", True) else " (this PyTorch has no compile log)."))
-            if run:
-                self._phases(run["phases"])
+            if run and run.phases:
+                self._phases(run.phases)
             return
-        if run:
-            self._phases(run["phases"])
-            self._python(report.get("python") or {})
-        self._ops_by_line(report.get("ops_by_line") or [])  # analyze: from a with_stack trace's frames
-        for analysis in report.get("ranks", [])[:1]:
+        if run and run.phases:
+            self._phases(run.phases)
+            self._python(report.python or {})
+        self._ops_by_line(report.ops_by_line)  # analyze: from a with_stack trace's frames
+        for analysis in report.ranks[:1]:
             self._steps(analysis)
             self._ops(analysis)
             self._gpu(analysis)
             self._memory(analysis)
-        if report.get("distributed"):
-            self._distributed(report["distributed"])
-        elif len(report.get("ranks", [])) > 1:
-            self._ranks(report["ranks"])
-        for w in report.get("warnings", []):
+        if report.distributed:
+            self._distributed(report.distributed)
+        elif len(report.ranks) > 1:
+            self._ranks(report.ranks)
+        for w in report.warnings:
             c.print(f"[yellow]warning:[/] {escape(w)}")
 
-    def _diff(self, report: dict) -> None:
+    def _diff(self, report: Report) -> None:
         c = self.console
-        d = report["diff"]
+        d = report.diff
+        if d is None:
+            return
         c.rule("[bold]torchneck diff")
-        c.print(f"A: {escape(str(d['a']['label']))}\nB: {escape(str(d['b']['label']))}")
+        c.print(f"A: {escape(str(d.a.label))}\nB: {escape(str(d.b.label))}")
         c.print()
-        c.print(escape(report["verdict"]))
+        c.print(escape(report.verdict))
         styles = {"new": "bold red", "worse": "red", "gone": "green", "better": "green", "same": "dim"}
-        if d["findings"]:
+        if d.findings:
             t = Table(title="Findings, A -> B (time lost, ms per step; start-up and compile per run)",
                       box=box.SIMPLE, title_justify="left")
             for col, just in (("status", "left"), ("kind", "left"), ("finding", "left"), ("A", "right"),
                               ("B", "right")):
                 t.add_column(col, justify=just)
-            for f in d["findings"]:
-                st = styles[f["status"]]
-                t.add_row(f"[{st}]{f['status']}[/]", f["kind"], escape(f["title"]),
-                          "-" if f["a_ms"] is None else f"{f['a_ms']:.2f}",
-                          "-" if f["b_ms"] is None else f"{f['b_ms']:.2f}")
+            for f in d.findings:
+                st = styles[f.status]
+                t.add_row(f"[{st}]{f.status}[/]", f.kind, escape(f.title),
+                          "-" if f.a_ms is None else f"{f.a_ms:.2f}", "-" if f.b_ms is None else f"{f.b_ms:.2f}")
             c.print(t)
-        self._changes("Ops that changed most (self µs per step)", d["ops"], "op", "us", "{:.1f}")
-        self._changes("GPU kernels that changed most (µs per step)", d.get("kernels") or [], "kernel", "us", "{:.1f}")
-        self._changes("Python lines that moved (ms per step)", d["python"], "line", "ms", "{:.2f}")
+        self._changes("Ops that changed most (self µs per step)",
+                      [(r.op, r.a_us_per_step, r.b_us_per_step, r.change_us) for r in d.ops], "op", "{:.1f}")
+        self._changes("GPU kernels that changed most (µs per step)",
+                      [(r.kernel.removeprefix("void ").split("(")[0], r.a_us_per_step, r.b_us_per_step, r.change_us)
+                       for r in d.kernels], "kernel", "{:.1f}")
+        self._changes("Python lines that moved (ms per step)",
+                      [(r.line, r.a_ms_per_step, r.b_ms_per_step, r.change_ms) for r in d.python], "line", "{:.2f}")
 
     def _bisect(self, b: dict) -> None:
         c = self.console
@@ -154,20 +163,19 @@ class ConsoleRenderer:
                     c.print(f"[dim]  {escape(line[:160])}[/]")
                 break
 
-    def _changes(self, title: str, rows: list[dict], key: str, unit: str, fmt: str) -> None:
-        """One of diff's A/B/change tables (rows from `diff._biggest_changes`)."""
+    def _changes(self, title: str, rows: list[tuple[str, float, float, float]], key: str, fmt: str) -> None:
+        """One of diff's A/B/change tables: (name, A, B, change) rows, largest change first."""
         if not rows:
             return
         t = Table(title=title, box=box.SIMPLE, title_justify="left")
         for col in (key, "A", "B", "change"):
             t.add_column(col, justify="left" if col == key else "right")
-        for r in rows[: self.top]:
-            name = r[key].removeprefix("void ").split("(")[0] if key == "kernel" else r[key]
-            t.add_row(escape(name if len(name) <= 60 else name[:59] + "…"), fmt.format(r[f"a_{unit}_per_step"]),
-                      fmt.format(r[f"b_{unit}_per_step"]), ("{:+" + fmt[2:]).format(r[f"change_{unit}"]))
+        for name, a, b, change in rows[: self.top]:
+            t.add_row(escape(name if len(name) <= 60 else name[:59] + "…"), fmt.format(a), fmt.format(b),
+                      ("{:+" + fmt[2:]).format(change))
         self.console.print(t)
 
-    def _findings(self, findings: list[dict]) -> None:
+    def _findings(self, findings: list[Finding]) -> None:
         c = self.console
         c.print()
         if not findings:
@@ -175,17 +183,17 @@ class ConsoleRenderer:
             return
         c.print("[bold]Findings[/] (most time lost first)")
         for i, f in enumerate(findings, 1):
-            style = SEVERITY_STYLE.get(f["severity"], "")
-            lost = f"{f['time_lost_s']:.3f} s ({f['time_lost_pct']:.0f}%)" if f["time_lost_s"] else ""
-            on_rank = f" [dim](rank {f['rank']})[/]" if f.get("rank") is not None else ""
-            c.print(f" {i}. [{style}]{f['severity'].upper()}[/] [{style}]{f['kind']}[/]{on_rank} {escape(f['title'])}"
+            style = SEVERITY_STYLE.get(f.severity, "")
+            lost = f"{f.time_lost_s:.3f} s ({f.time_lost_pct:.0f}%)" if f.time_lost_s else ""
+            on_rank = f" [dim](rank {f.rank})[/]" if f.rank is not None else ""
+            c.print(f" {i}. [{style}]{f.severity.upper()}[/] [{style}]{f.kind}[/]{on_rank} {escape(f.title)}"
                     + (f"  [dim]lost {lost}[/]" if lost else ""))
-            for w in f.get("where", [])[:3]:
-                c.print(f"      at {escape(_short(w['file'], 50))}:{w['line']} in {escape(w['function'])}")
-            if f.get("ops"):
-                c.print(f"      ops: {escape(', '.join(f['ops'][:4]))}")
-            if f.get("fix"):
-                c.print(f"      [green]fix:[/] {escape(f['fix'])}")
+            for w in f.where[:3]:
+                c.print(f"      at {escape(_short(w.file, 50))}:{w.line} in {escape(w.function)}")
+            if f.ops:
+                c.print(f"      ops: {escape(', '.join(f.ops[:4]))}")
+            if f.fix:
+                c.print(f"      [green]fix:[/] {escape(f.fix)}")
 
     def _compile(self, comp: dict) -> None:
         c = self.console
@@ -279,7 +287,7 @@ class ConsoleRenderer:
                           escape(ln.get("library") or ""))
             self.console.print(t)
 
-    def _ops_by_line(self, rows: list[dict]) -> None:
+    def _ops_by_line(self, rows: list[OpLine]) -> None:
         if not rows:
             return
         t = Table(title="Top ops by self time, by the line of your code that ran them", box=box.SIMPLE,
@@ -289,28 +297,28 @@ class ConsoleRenderer:
         t.add_column("calls", justify="right")
         t.add_column("self ms", justify="right")
         for r in rows[: self.top]:
-            where = f"{os.path.basename(r['file'])}:{r['line']}" if r.get("file") else "(no user frame)"
-            if r.get("source") == "stack":  # a trace's Python frame: the function, at its first line
-                where = f"{r['function']}() at {where}"
-            t.add_row(escape(r["op"]), escape(where), str(r["count"]), _ms(r["self_us"]))
+            where = f"{os.path.basename(r.file)}:{r.line}" if r.file else "(no user frame)"
+            if r.source == "stack":  # a trace's Python frame: the function, at its first line
+                where = f"{r.function}() at {where}"
+            t.add_row(escape(r.op), escape(where), str(r.count), _ms(r.self_us))
         self.console.print(t)
 
-    def _steps(self, a: dict) -> None:
-        st = a["steps"]
-        total = sum(st["breakdown_total_us"].values()) or 1.0
-        t = Table(title=f"Step time breakdown ({st['count']} steps from {st['source']}, "
-                        f"median {_ms(st['median_us'])} ms)", box=box.SIMPLE, title_justify="left",
+    def _steps(self, a: RankAnalysis) -> None:
+        st = a.steps
+        total = sum(st.breakdown_total_us.values()) or 1.0
+        t = Table(title=f"Step time breakdown ({st.count} steps from {st.source}, "
+                        f"median {_ms(st.median_us)} ms)", box=box.SIMPLE, title_justify="left",
                   pad_edge=False)
         t.add_column("category")
         t.add_column("ms", justify="right")
         t.add_column("%", justify="right")
-        for k, v in st["breakdown_total_us"].items():
+        for k, v in st.breakdown_total_us.items():
             if v > 0:
                 t.add_row(k.replace("_", " "), _ms(v), f"{100 * v / total:.1f}")
         self.console.print(t)
 
-    def _ops(self, a: dict) -> None:
-        ops = a["ops"]["by_name"]
+    def _ops(self, a: RankAnalysis) -> None:
+        ops = a.ops.by_name
         if not ops:
             return
         t = Table(title="Top ops by self time (profiled window)", box=box.SIMPLE, title_justify="left",
@@ -321,51 +329,50 @@ class ConsoleRenderer:
         t.add_column("total ms", justify="right")
         t.add_column("mean µs", justify="right")
         for o in ops[: self.top]:
-            t.add_row(escape(o["name"]), str(o["count"]), _ms(o["self_us"]), _ms(o["total_us"]),
-                      f"{o['mean_us']:.1f}")
+            t.add_row(escape(o.name), str(o.count), _ms(o.self_us), _ms(o.total_us), f"{o.mean_us:.1f}")
         self.console.print(t)
-        d = a["ops"]["dispatch"]
-        self.console.print(f"  {d['top_level_ops']} top-level ops ({d['ops_per_step']:.0f} per step), "
-                           f"median {d['median_op_us']:.1f} µs; ops under 20 µs: "
-                           f"{100 * d['tiny_share']:.0f}% of the window")
+        d = a.ops.dispatch
+        self.console.print(f"  {d.top_level_ops} top-level ops ({d.ops_per_step:.0f} per step), "
+                           f"median {d.median_op_us:.1f} µs; ops under 20 µs: "
+                           f"{100 * d.tiny_share:.0f}% of the window")
 
-    def _gpu(self, a: dict) -> None:
-        g = a["gpu"]
-        if not g.get("present"):
+    def _gpu(self, a: RankAnalysis) -> None:
+        g = a.gpu
+        if not g.present:
             return
-        for d in g["devices"]:
-            idle = d["idle_breakdown"]
+        for d in g.devices:
+            idle = d.idle_breakdown
             self.console.print(
-                f"  GPU {d['device']}: busy {d['busy_pct']:.1f}%  idle {_ms(d['idle_us'])} ms "
-                f"(host wait {_ms(idle['host_wait_us'])}, kernel wait {_ms(idle['kernel_wait_us'])}, "
-                f"other {_ms(idle['other_us'])}, edges {_ms(idle['edges_us'])} ms)")
+                f"  GPU {d.device}: busy {d.busy_pct:.1f}%  idle {_ms(d.idle_us)} ms "
+                f"(host wait {_ms(idle.host_wait_us)}, kernel wait {_ms(idle.kernel_wait_us)}, "
+                f"other {_ms(idle.other_us)}, edges {_ms(idle.edges_us)} ms)")
         t = Table(title="Top GPU kernels", box=box.SIMPLE, title_justify="left", pad_edge=False)
         t.add_column("kernel", overflow="fold", max_width=40)
         t.add_column("family")
         t.add_column("calls", justify="right")
         t.add_column("ms", justify="right")
-        for k in g["top_kernels"][: self.top]:
-            t.add_row(escape(k["name"][:120]), k["family"], str(k["count"]), _ms(k["time_us"]))
+        for k in g.top_kernels[: self.top]:
+            t.add_row(escape(k.name[:120]), k.family, str(k.count), _ms(k.time_us))
         self.console.print(t)
 
-    def _memory(self, a: dict) -> None:
-        m = a["memory"]
-        if not m.get("recorded"):
+    def _memory(self, a: RankAnalysis) -> None:
+        m = a.memory
+        if not m.recorded:
             return
-        for d in m["devices"]:
-            peak = d.get("peak_allocated_bytes")
+        for d in m.devices:
+            peak = d.peak_allocated_bytes
             if peak is not None:
-                self.console.print(f"  memory {d['device']}: peak allocated {peak / 2**20:.1f} MiB, "
-                                   f"{d['allocations']} allocations")
-        if m["top_allocators"]:
+                self.console.print(f"  memory {d.device}: peak allocated {peak / 2**20:.1f} MiB, "
+                                   f"{d.allocations} allocations")
+        if m.top_allocators:
             t = Table(title="Top memory allocators", box=box.SIMPLE, title_justify="left", pad_edge=False)
             t.add_column("op", overflow="fold", max_width=30)
             t.add_column("at", overflow="fold", max_width=28)
             t.add_column("allocations", justify="right")
             t.add_column("MiB", justify="right")
-            for r in m["top_allocators"][:5]:
-                at = f"{os.path.basename(r['file'])}:{r['line']}" if r.get("file") else ""
-                t.add_row(escape(r["op"]), escape(at), str(r["allocations"]), f"{r['bytes'] / 2**20:.1f}")
+            for r in m.top_allocators[:5]:
+                at = f"{os.path.basename(r.file)}:{r.line}" if r.file else ""
+                t.add_row(escape(r.op), escape(at), str(r.allocations), f"{r.bytes / 2**20:.1f}")
             self.console.print(t)
 
     def _distributed(self, d: dict) -> None:
@@ -389,20 +396,19 @@ class ConsoleRenderer:
         for f in d.get("failed") or []:
             c.print(f"  [red]rank {f['rank']}: {escape(str(f['status']))}[/] {escape(str(f.get('error') or ''))}")
 
-    def _ranks(self, ranks: list[dict]) -> None:
+    def _ranks(self, ranks: list[RankAnalysis]) -> None:
         t = Table(title="Ranks", box=box.SIMPLE, title_justify="left", pad_edge=False)
         t.add_column("rank")
         t.add_column("file", overflow="fold", max_width=30)
         t.add_column("steps", justify="right")
         t.add_column("median step ms", justify="right")
         for a in ranks:
-            tr = a["trace"]
-            t.add_row(str(tr["rank"]), escape(os.path.basename(tr["path"])), str(a["steps"]["count"]),
-                      _ms(a["steps"]["median_us"]))
+            t.add_row(str(a.trace.rank), escape(os.path.basename(a.trace.path)), str(a.steps.count),
+                      _ms(a.steps.median_us))
         self.console.print(t)
 
 
-def render_text(report: dict, width: int = 100) -> str:
+def render_text(report: Report, width: int = 100) -> str:
     """The report as plain text (for report.txt)."""
     console = Console(record=True, width=width, file=open(os.devnull, "w"), color_system=None)
     ConsoleRenderer(console).render(report)
