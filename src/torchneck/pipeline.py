@@ -95,7 +95,7 @@ def report_from_run_dir(run_dir: Path) -> dict:
     else:  # the profiled steps alone: start-up (imports) would dwarf them in the whole run's graph
         w0, w1 = phases["window_offsets_s"]
         views["stacks_window"] = stack_tree(samples, w0, w1)
-    compiled = compile_summary(_read_json(run_dir / "compile.json", required=False))
+    compiled = compile_summary(_read_json(run_dir / "compile.json", required=False), env.get("torch"))
     if compiled.get("present"):
         compiled["wall_split"] = wall_split(compiled, analysis["compiled"] if analysis else None,
                                             run.get("wall_s") or 0.0, phases["phases"].get("window_s") or 0.0)
