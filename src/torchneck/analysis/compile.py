@@ -141,7 +141,7 @@ def _graph_entry(m: dict, ids: list[str], stages: dict, key: tuple, recompile: b
         "resumes_after_line": int(resumed.group(2)) if resumed else None,
         "op_count": m.get("graph_op_count"), "recompile": recompile, "recompile_reason": None,
         "ended_by_break": None, "guards": None, "time_s": stages | {"total": sum(stages.values())},
-        "cache": _cache_of_metrics(m), "files": {}, "kernels": [], "fallbacks": {},
+        "cache": _cache_of_metrics(m), "files": {}, "kernels": [], "fallbacks": {}, "fx_keys": [],
         "failed": _first_line(m.get("fail_reason") or "") or None if m.get("fail_type") else None,
     }
 
@@ -198,8 +198,12 @@ def _fill_graphs(graphs: dict, records: list[dict], break_records: list[dict], c
                     g["kernels"].append(k["name"])
             for op, n in (r.get("fallbacks") or {}).items():
                 g["fallbacks"][op] = g["fallbacks"].get(op, 0) + n
-        elif kind == "cache" and g["cache"] is None:
-            g["cache"] = "hit" if r["name"].endswith("_hit") else "bypass" if r["name"].endswith("_bypass") else "miss"
+        elif kind == "cache":
+            if g["cache"] is None:
+                g["cache"] = ("hit" if r["name"].endswith("_hit") else "bypass" if r["name"].endswith("_bypass")
+                              else "miss")
+            if r["name"].startswith("fx_graph_cache") and r.get("key") and r["key"] not in g["fx_keys"]:
+                g["fx_keys"].append(r["key"])
         elif kind == "recompile_reasons":
             guards = _recompile_guards(r.get("payload", ""))
             if guards:
@@ -439,6 +443,7 @@ def wall_split(compile_log: dict, trace_compiled: dict | None, run_wall_s: float
             "graphs_s": sum(m["graph_us"] for m in mine) / 1e6 if split else None,
             "eager_s": sum(m["eager_us"] for m in mine) / 1e6 if split else None,
         }
+    link_origins(compile_log, trace_compiled)
     in_regions = trace_compiled["time_in_regions_us"] / 1e6
     graphs = trace_compiled.get("graph_call_us")
     eager = trace_compiled.get("eager_in_regions_us")
@@ -450,3 +455,20 @@ def wall_split(compile_log: dict, trace_compiled: dict | None, run_wall_s: float
         "outside_compiled_s": max(window_s - in_regions, 0.0),
     }
     return out
+
+
+def link_origins(compile_log: dict, trace_compiled: dict) -> None:
+    """Name the compiled graph (dynamo compile id) each op and kernel of the trace came from:
+    a graph call's FX cache key is the key the compile log recorded for that graph; a kernel's
+    name is one the graph's output code defines (names repeat across graphs: all are listed)."""
+    origins = trace_compiled.get("origins") or {}
+    by_key = {k: g["id"] for g in compile_log.get("graphs", []) for k in g.get("fx_keys") or []}
+    by_kernel: dict[str, list[str]] = {}
+    for g in compile_log.get("graphs", []):
+        for k in g.get("kernels") or []:
+            by_kernel.setdefault(k, []).append(g["id"])
+    for kind in ("ops", "kernels"):
+        for name, d in (origins.get(kind) or {}).items():
+            ids = [by_key[k] for k in d.get("graph_calls", []) if k in by_key]
+            ids += [i for i in by_kernel.get(name, []) if i not in ids] if kind == "kernels" else []
+            d["graphs"] = ids

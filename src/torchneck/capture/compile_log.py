@@ -78,6 +78,10 @@ the disk (the graphs after these are still counted and timed, only their code is
 GUARDS_KEPT = 400
 """Guards kept per compiled graph (their total count is always kept)."""
 
+_CACHE_KEY = re.compile(r'"key": "(\w+)"')
+CACHE_KEY_SEARCHED = 4000
+"""Characters of a cache artifact searched for its key (it comes first; the payload runs to 100 KB).
+The FX graph cache key also names the graph's call in the profiler trace (`## Call CompiledFxGraph KEY`)."""
 _GUARD_LINE = re.compile(r"^[| ]*\+- ([A-Z_]+): (.*)$")
 _KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(\w+)\(", re.MULTILINE)
 _EXTERN_CALL = re.compile(r"\bextern_kernels\.(\w+)\(|\btorch\.ops\.(\w+)\.(\w+)\.\w+\(")
@@ -177,7 +181,8 @@ class CompileLog(logging.Handler):
             if name in _ARTIFACTS_WITH_PAYLOAD:
                 entry = {"type": name, "payload": payload[:PAYLOAD_LIMIT]}
             elif name in _CACHE_ARTIFACTS:
-                entry = {"type": "cache", "name": name}
+                key = _CACHE_KEY.search(payload[:CACHE_KEY_SEARCHED])
+                entry = {"type": "cache", "name": name, "key": key.group(1) if key else None}
             elif name == "inductor_post_grad_graph":
                 entry = self._graph_file(name, md, payload)
             elif isinstance(name, str) and name.endswith("_ORIGINAL_BYTECODE") and "resume_in" in name:
