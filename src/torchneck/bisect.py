@@ -232,7 +232,7 @@ def bisect(target: Target, options: BisectOptions, out_dir: Path, progress=None)
     return doc
 
 
-def component(culprit: str, backend: str) -> str:
+def component(culprit: str, backend: str | None) -> str:
     if culprit == "original":
         return ("TorchInductor: its code generation or compiled code (every earlier stage works)"
                 if backend == "inductor" else f"the backend '{backend}' (every PyTorch stage before it works)")
@@ -316,6 +316,7 @@ def minify(target: Target, options: BisectOptions, out_dir: Path, culprit: str, 
         return {**info, "ok": False, "reason": "cannot minify: " + why}
     launcher = launchers[-1]
     repro = work / "repro.py"
+    code: int | None
     if in_process:
         ran = dump.get("minify") or {}
         info.update(launcher=str(launcher), log=dump["log"], wall_s=dump["wall_s"])

@@ -98,7 +98,7 @@ def compile_summary(log: dict | None, torch_version: str | None = None) -> dict:
                              contexts, torch_version)
     _charge_breaks(breaks, graphs, frame_name)
     limits = [_limit_hit(w["message"]) for w in log.get("warnings", [])]
-    cache = {}
+    cache: dict[str, int] = {}
     for r in records:
         if r.get("type") == "cache":
             cache[r["name"]] = cache.get(r["name"], 0) + 1
@@ -187,7 +187,7 @@ def _fill_graphs(graphs: dict, records: list[dict], break_records: list[dict], c
             g["guards"] = {"count": r.get("count", 0), "source": r.get("source"),
                            **readable_guards(r.get("guards") or [], contexts.get(str(r.get("frame_id"))))}
         elif kind == "graph_file":
-            name = _FILE_KEYS.get(r.get("kind"), r.get("kind"))
+            name = _FILE_KEYS.get(str(r.get("kind")), str(r.get("kind")))
             part = r.get("part")
             if part and part != "forward":
                 name = f"{name}_{part}"

@@ -24,7 +24,7 @@ _COMPILE_SPAN = re.compile(r"^(dynamo|entire_frame_compile|_compile\.compile_inn
 """dynamo's own `dynamo_timed` spans: a region that compiles (first call, recompile) holds one."""
 
 
-def compiled_summary(table: EventTable, nesting: Nesting, rows: Rows, lo: float, hi: float) -> dict:
+def compiled_summary(table: EventTable, nesting: Nesting | None, rows: Rows, lo: float, hi: float) -> dict:
     """Compiled frames within `rows`.
 
     `Torch-Compiled Region: F/C` marks frame F compiled for the C-th time (C > 0: a recompile).
@@ -38,6 +38,8 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: Rows, lo: float,
     leave no graph-call span (`eager`) make the split unknowable: `eager_us` is then None.
     """
     none = np.empty(0, dtype=np.int32)
+    if nesting is None:  # no host call nesting (no CPU events): no region can be placed
+        return {"present": False}
     region_ids = table.names_matching(lambda s: bool(_REGION.match(s)))
     if not region_ids.any():  # no compiled region in the trace: no pass over the window's rows
         return {"present": False}
@@ -50,6 +52,8 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: Rows, lo: float,
     nested = 0
     for r in reg.tolist():
         m = _REGION.match(table.strings[table.name[r]])
+        if m is None:  # pragma: no cover - the rows were chosen by this pattern
+            continue
         f, c = int(m.group(1)), int(m.group(2))
         d = frames.setdefault(f, {"frame": f, "calls": 0, "compile_ids": set(), "time_us": 0.0,
                                   "nested_calls": 0, "nested_us": 0.0, "graph_us": 0.0,

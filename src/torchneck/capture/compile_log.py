@@ -205,10 +205,10 @@ class CompileLog(logging.Handler):
                      "guards": guards[:GUARDS_KEPT]}
             self._graph_file("dynamo_cpp_guards_str", md, payload)
         else:
-            kind = next((k for k in GRAPH_FILES if k in md), None)
-            if kind is None:
+            found = next((k for k in GRAPH_FILES if k in md), None)
+            if found is None:
                 return
-            entry = self._graph_file(kind, md, getattr(record, "payload", None) or "")
+            entry = self._graph_file(found, md, getattr(record, "payload", None) or "")
         if len(self.records) >= RECORD_LIMIT:
             self.dropped += 1
             return

@@ -47,8 +47,8 @@ MISMATCHES_KEPT = 20
 _USER_CODE_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
-def _frame(file: str, line: int, function: str) -> dict:
-    return {"file": file, "line": int(line), "function": function}
+def _frame(file: str, line: int | str | None, function: str) -> dict:
+    return {"file": file, "line": int(line or 0), "function": function}
 
 
 def _user_frames_of_traceback(exc: BaseException) -> list[dict]:

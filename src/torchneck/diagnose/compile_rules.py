@@ -198,7 +198,7 @@ class Recompiles:
                 evidence={"recompilations": r["count"], "recompile_s": lost, "reasons": r["reasons"],
                           "hit_recompile_limit": bool(hit), "share_of": "run_wall",
                           **({"caused_by_break_at_line": after_break} if after_break else {})},
-                fix=(top["fix"] or "Make the changing input dynamic or keep it constant.")
+                fix=str(top["fix"] or "Make the changing input dynamic or keep it constant.")
                 + (f" Raising torch._dynamo.config.{limit} only hides the problem." if hit else ""),
                 docs=DOCS_RECOMPILES))
         return out
