@@ -221,8 +221,7 @@ def test_two_breaks_each_charged_with_the_compile_time_and_recompiles_they_cause
     item, branch = breaks[item_line]["evidence"], breaks[branch_line]["evidence"]
     assert item["compile_s_caused"] > 0 and branch["compile_s_caused"] > 0
     assert item["recompiles_caused"] >= 1 and branch["recompiles_caused"] == 0  # .item()'s value changes
-    assert breaks[item_line]["severity"] in ("medium", "high")
-    assert "of compiling" in breaks[item_line]["title"]
+    assert item["graphs_caused"] and set(item["graphs_caused"]).isdisjoint(branch["graphs_caused"])
 
     (ct,) = [f for f in report["findings"] if f["kind"] == "compile_time"]
     caused = {(c["kind"], c["line"]): c["compile_s"] for c in ct["evidence"]["caused_by"]}

@@ -189,7 +189,7 @@ def _fill_graphs(graphs: dict, records: list[dict], break_records: list[dict], c
         elif kind == "graph_file":
             name = _FILE_KEYS.get(str(r.get("kind")), str(r.get("kind")))
             part = r.get("part")
-            if part and part != "forward":
+            if part and part not in ("forward", "inference"):
                 name = f"{name}_{part}"
             if r.get("path"):
                 g["files"][name] = r["path"]

@@ -231,7 +231,7 @@ class CompileLog(logging.Handler):
         folder.mkdir(parents=True, exist_ok=True)
         name = GRAPH_FILES[kind]
         part = entry.get("part")
-        if part and part != "forward":  # inductor's backward (or inference) code of the same graph
+        if part and part not in ("forward", "inference"):  # inductor's backward code of the same graph
             name = name.replace(".py", f"_{part}.py")
         path = folder / name
         n = 2
