@@ -1,6 +1,6 @@
 """The custom-backend example of PyTorch's troubleshooting page ("Minifying backend compiler
 errors"): a toy compiler that fails on graphs containing relu. With --wrong it compiles relu
-as the identity instead (wrong results, for the accuracy minifier)."""
+as a negation instead (wrong results on any input, for the accuracy minifier)."""
 import sys
 
 import torch
@@ -13,7 +13,7 @@ def toy_compiler(gm: torch.fx.GraphModule, _):
     for node in gm.graph.nodes:
         if node.target == torch.relu:
             if WRONG:
-                node.target = torch.clone  # TOY wrong
+                node.target = torch.neg  # TOY wrong
             else:
                 assert False  # TOY assert
     gm.recompile()
@@ -25,7 +25,7 @@ def test_backend_error():
     x = torch.ones(200, 200)
     z = x + y
     a = torch.relu(z)  # TOY relu
-    return model(a)
+    return model(a)  # TOY output
 
 
 if __name__ == "__main__":  # importable: a repro registers toy_compiler from here
