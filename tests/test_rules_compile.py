@@ -2,8 +2,7 @@
 
 from rule_cases import analysis, facts, fires, silent
 
-from torchneck.diagnose.compile_rules import CompileTime, GraphBreaks, Recompiles
-from torchneck.diagnose.rules.compiled_regions import CompiledRegions
+from torchneck.diagnose.rules.compile import CompileTime, GraphBreaks, Recompiles
 from torchneck.model.analysis import Compiled, CompiledFrame
 
 
@@ -14,7 +13,7 @@ def _break(line=14, count=30):
 
 def _compile(breaks=(), recompiles=(), total_s=1.0, limit_hits=()):
     return {"present": True, "available": True, "graph_breaks": list(breaks), "recompiles": list(recompiles),
-            "limit_hits": list(limit_hits), "frames": [], "cache": {},
+            "limit_hits": list(limit_hits), "frames": [], "cache": {}, "graphs": [],
             "time_s": {"dynamo": total_s / 2, "aot": total_s / 4, "inductor": total_s / 4, "codegen": 0.0,
                        "total": total_s}}
 
@@ -36,16 +35,20 @@ def _with_compiled(compiled):
 def test_graph_break_silent_without_breaks_in_user_code():
     library = dict(_break(), user_code=False)
     assert GraphBreaks().check(facts(analysis=analysis(), compile=_compile(breaks=[library]))) == []
-    assert CompiledRegions().check(facts(analysis=analysis())) == []  # no compiled region in the trace
+    assert GraphBreaks().check(facts(analysis=analysis())) == []  # no compiled region in the trace
 
 
 def test_compiled_regions_from_a_trace_alone():
     frames = [CompiledFrame(frame=0, calls=5, time_us=5000.0, recompiles_seen=2)]
     a = _with_compiled(Compiled(present=True, nested_region_calls=4, eager_top_level_us=10_000.0, frames=frames))
-    breaks, recompiles = CompiledRegions().check(facts(analysis=a))
-    assert breaks.kind == "graph_break" and breaks.time_lost_s == 0.01 and "fullgraph=True" in breaks.fix
+    [breaks] = GraphBreaks().check(facts(analysis=a))
+    [recompiles] = Recompiles().check(facts(analysis=a))
+    assert breaks.evidence["source"] == "trace" and breaks.time_lost_s == 0.01 and "fullgraph=True" in breaks.fix
     assert recompiles.kind == "recompile" and recompiles.evidence["frames"][0]["recompiles_seen"] == 2
-    assert CompiledRegions().check(facts(analysis=a, compile=_compile())) == []  # the log says it better
+    assert recompiles.severity == "medium" and "mark_dynamic" in recompiles.fix
+    # with the run's compile log, it alone speaks (lines and reasons)
+    assert GraphBreaks().check(facts(analysis=a, compile=_compile())) == []
+    assert Recompiles().check(facts(analysis=a, compile=_compile())) == []
 
 
 def _recompile(count):

@@ -30,7 +30,7 @@ from .diagnose.engine import diagnose
 from .diagnose.facts import Facts
 from .diagnose.ranking import rank_findings
 from .errors import TorchneckError
-from .model.analysis import RankAnalysis
+from .model.analysis import Compiled, RankAnalysis
 from .model.base import Record, to_builtins, to_json
 from .model.findings import Finding
 from .model.report import OpLine, Report, RunSection, Target
@@ -105,10 +105,13 @@ def report_from_run_dir(run_dir: Path) -> Report:
     else:  # the profiled steps alone: start-up (imports) would dwarf them in the whole run's graph
         w0, w1 = phases["window_offsets_s"]
         views["stacks_window"] = stack_tree(samples, w0, w1)
-    compiled = compile_summary(_read_json(run_dir / "compile.json", required=False))
+    compiled = compile_summary(_read_json(run_dir / "compile.json", required=False), env.get("torch"))
     if compiled.get("present"):
-        compiled["wall_split"] = wall_split(compiled, to_builtins(analysis.compiled) if analysis else None,
-                                            run.get("wall_s") or 0.0, phases["phases"].get("window_s") or 0.0)
+        trace_compiled = to_builtins(analysis.compiled) if analysis else None
+        compiled["wall_split"] = wall_split(compiled, trace_compiled, run.get("wall_s") or 0.0,
+                                            phases["phases"].get("window_s") or 0.0)
+        if analysis and trace_compiled:  # the compile log names the graph each op and kernel came from
+            analysis.compiled = msgspec.convert(trace_compiled, Compiled)
     facts = Facts(analysis=analysis, env=env, phases=phases, python=python, ops_by_line=ops_lines,
                   compile=compiled, run_wall_s=run.get("wall_s") or 0.0,
                   call_sites=run.get("call_sites") or [], clock=run.get("clock") or {})

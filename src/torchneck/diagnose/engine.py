@@ -7,18 +7,14 @@ from typing import Any
 
 from ..model.findings import Finding
 from . import rules  # noqa: F401  (registers the rule families)
-from .compile_rules import COMPILE_RULES
 from .facts import Facts
 from .ranking import rank_findings
 from .rule import RULES
-from .rules.compiled_regions import CompiledRegions
-
-EXTRA_RULES: list[Any] = [CompiledRegions(), *COMPILE_RULES]
-"""torch.compile's rules: the compile log's (compile_rules.py) and the trace's fallback."""
 
 
 def all_rules() -> list[Any]:
-    return [*RULES, *EXTRA_RULES]
+    """The rules run on each rank (the job's rules across ranks are distributed_rules.JOB_RULES)."""
+    return list(RULES)
 
 
 def diagnose(facts: Facts) -> list[Finding]:

@@ -316,6 +316,23 @@ class CompiledFrame(Record):
     recompiles_seen: int = 0
 
 
+class Origin(Record):
+    """Where an op or kernel of a compiled run came from: inductor's own code or an ATen fallback."""
+
+    origin: Literal["inductor", "aten_fallback"]
+    count: int = 0
+    time_us: float = 0.0
+    graph_calls: list[str] = []
+    """The FX graph cache keys of the graph calls it ran in."""
+    graphs: list[str] = []
+    """The compiled graphs (dynamo compile ids) those are, when the run's compile log says."""
+
+
+class Origins(Record):
+    ops: dict[str, Origin] = {}
+    kernels: dict[str, Origin] = {}
+
+
 class Compiled(Record):
     """torch.compile as the trace shows it (analysis/compiled.py); `present` False without."""
 
@@ -329,6 +346,7 @@ class Compiled(Record):
     graph_calls: int = 0
     graph_call_us: float | None = None
     frames: list[CompiledFrame] = []
+    origins: Origins = msgspec.field(default_factory=Origins)
 
 
 class CollectiveType(Record):

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..model.analysis import RankAnalysis
+from ..model.analysis import Origin, RankAnalysis
 from ..model.findings import Finding
 from ..model.report import OpLine, Report
 
@@ -27,6 +27,15 @@ def _short(path: str, width: int = 40) -> str:
     except ValueError:
         pass
     return path if len(path) <= width else "…" + path[-(width - 1):]
+
+
+def _origin_cell(o: Origin | None) -> str:
+    """'inductor (graph 1/0)' / 'ATen fallback (graph 2/0)' / '' for an op or kernel of a compiled run."""
+    if not o:
+        return ""
+    what = "inductor" if o.origin == "inductor" else "ATen fallback"
+    ids = o.graphs
+    return what + (f" (graph {', '.join(ids[:2])}{'…' if len(ids) > 2 else ''})" if ids else "")
 
 
 def _ms(us: float) -> str:
@@ -153,7 +162,8 @@ class ConsoleRenderer:
         if mn:
             if mn["ok"]:
                 c.print(f"  [green]minified repro:[/] {escape(mn['repro'])}  "
-                        f"(python {escape(mn['repro'])} reproduces it)")
+                        + (f"({escape(mn['note'])})" if mn.get("note") else
+                           f"(python {escape(mn['repro'])} reproduces it)"))
             else:
                 c.print(f"  [yellow]minifier:[/] {escape(mn['reason'])}")
         for st in b["stages"]:
@@ -236,9 +246,13 @@ class ConsoleRenderer:
                           f"{1e3 * fw['eager_s']:.1f}" if fw.get("eager_s") is not None else ""]
             table.add_row(*cells)
         c.print(table)
+        self._compiled_graphs(comp)
         for b in comp["graph_breaks"][: self.top]:
+            caused = b.get("compile_s_caused") or 0.0
             c.print(f"  graph break at {escape(_short(b['file'], 40))}:{b['line']}: {escape(b['reason'])}"
-                    + (f" (x{b['count']})" if b["count"] > 1 else ""))
+                    + (f" (x{b['count']})" if b["count"] > 1 else "")
+                    + (f"; caused {caused:.2f} s compiling, {b.get('recompiles_caused', 0)} recompile(s)"
+                       if caused > 0 else ""))
         for r in comp["recompiles"][: self.top]:
             why = "; ".join(f"{e['what']} (x{e['count']})" for e in r["reasons"][:2])
             c.print(f"  {escape(r['label'])}: {r['count']} recompile(s): {escape(why)}")
@@ -251,6 +265,38 @@ class ConsoleRenderer:
                         f"run {cold['wall_s']:.2f} s; this run: {t['total']:.2f} s")
             else:
                 c.print(f"  [yellow]cold run failed: {escape(str(cold.get('error')))}[/]")
+
+    def _compiled_graphs(self, comp: dict) -> None:
+        """One row per compiled graph (dynamo compile id): where, ops, guards, compile time by
+        stage, cache, the break that ended it or why it was recompiled, its generated code."""
+        graphs = [g for g in comp.get("graphs") or [] if g.get("op_count")]
+        if not graphs:
+            return
+        t = Table(title="Compiled graphs (generated code under the run folder's graphs/)", box=box.SIMPLE,
+                  title_justify="left", pad_edge=False)
+        t.add_column("id")
+        t.add_column("code", overflow="fold", max_width=22)
+        t.add_column("ops", justify="right")
+        t.add_column("guards", justify="right")
+        t.add_column("compile s", justify="right")
+        t.add_column("cache")
+        t.add_column("why it ends / was recompiled", overflow="fold", max_width=34)
+        for g in graphs[: self.top]:
+            where = f"{g['function']}() {os.path.basename(g['file'])}:{g['resumes_after_line'] or g['line']}"
+            if g.get("resumes_after_line"):
+                where += " (after break)"
+            ts = g["time_s"]
+            why = ""
+            if g.get("recompile_reason"):
+                why = "recompiled: " + g["recompile_reason"]["what"]
+            elif g.get("ended_by_break"):
+                why = f"break at line {g['ended_by_break']['line']}: {g['ended_by_break']['reason']}"
+            t.add_row(g["id"], escape(where), str(g["op_count"]), str((g.get("guards") or {}).get("count", "")),
+                      f"{ts['total']:.2f}", g.get("cache") or "", escape(why[:200]))
+        self.console.print(t)
+        if len(graphs) > self.top or comp.get("graphs_not_listed"):
+            self.console.print(f"  ({len(graphs) - min(len(graphs), self.top) + (comp.get('graphs_not_listed') or 0)}"
+                               " more graphs in report.json)")
 
     def _phases(self, phases: dict) -> None:
         c = self.console
@@ -328,8 +374,14 @@ class ConsoleRenderer:
         t.add_column("self ms", justify="right")
         t.add_column("total ms", justify="right")
         t.add_column("mean µs", justify="right")
+        origins = a.compiled.origins.ops
+        if origins:
+            t.add_column("in compiled graph", overflow="fold", max_width=18)
         for o in ops[: self.top]:
-            t.add_row(escape(o.name), str(o.count), _ms(o.self_us), _ms(o.total_us), f"{o.mean_us:.1f}")
+            cells = [escape(o.name), str(o.count), _ms(o.self_us), _ms(o.total_us), f"{o.mean_us:.1f}"]
+            if origins:
+                cells.append(_origin_cell(origins.get(o.name)))
+            t.add_row(*cells)
         self.console.print(t)
         d = a.ops.dispatch
         self.console.print(f"  {d.top_level_ops} top-level ops ({d.ops_per_step:.0f} per step), "
@@ -351,8 +403,14 @@ class ConsoleRenderer:
         t.add_column("family")
         t.add_column("calls", justify="right")
         t.add_column("ms", justify="right")
+        origins = a.compiled.origins.kernels
+        if origins:
+            t.add_column("origin", overflow="fold", max_width=18)
         for k in g.top_kernels[: self.top]:
-            t.add_row(escape(k.name[:120]), k.family, str(k.count), _ms(k.time_us))
+            cells = [escape(k.name[:120]), k.family, str(k.count), _ms(k.time_us)]
+            if origins:
+                cells.append(_origin_cell(origins.get(k.name)))
+            t.add_row(*cells)
         self.console.print(t)
 
     def _memory(self, a: RankAnalysis) -> None:

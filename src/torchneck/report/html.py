@@ -70,6 +70,7 @@ class HtmlRenderer:
             f'<section id="verdict"><p>{_e(report.verdict)}</p></section>',
             self._diff(report.diff),
             self._findings(report.findings),
+            self._compile(report.compile),
             '<section id="charts">',
             '<h2>Step time</h2><div id="step-chart" class="chart"></div>',
             '<h2>A typical step</h2><div id="timeline" class="chart"></div>',
@@ -156,6 +157,51 @@ class HtmlRenderer:
                 '<table class="data"><thead><tr><th>status</th><th>kind</th><th>finding</th><th>where</th>'
                 f'<th>A</th><th>B</th><th>unit</th></tr></thead><tbody>{rows}</tbody></table>'
                 "<p class=\"run\">Below: B's findings, charts and tables.</p></section>")
+
+    @staticmethod
+    def _compile(comp: dict | None) -> str:
+        """torch.compile per compiled graph: where, ops, guards (readable list), compile seconds by
+        stage, cache, the break that ended it or why it was recompiled, and links to the code torch
+        generated for it (files under the run folder's graphs/, next to this page)."""
+        if not comp or not comp.get("present"):
+            return ""
+        graphs = [g for g in comp.get("graphs") or [] if g.get("op_count")]
+        rows = []
+        for g in graphs:
+            ts = g["time_s"]
+            stages = " · ".join(f"{k} {ts[k]:.2f}" for k in ("dynamo", "aot", "inductor", "codegen") if ts.get(k))
+            why = ""
+            if g.get("recompile_reason"):
+                why = "recompiled: " + g["recompile_reason"]["what"]
+            elif g.get("ended_by_break"):
+                b = g["ended_by_break"]
+                why = f"graph break at line {b['line']}: {b['reason']}"
+            links = " ".join(f'<a href="{_e(path)}">{_e(name)}</a>' for name, path in (g.get("files") or {}).items())
+            guards = g.get("guards") or {}
+            checks = "".join(f"<li>{_e(x)}</li>" for x in guards.get("checks") or [])
+            more = f"<li>… {guards['not_shown']} more (guards file)</li>" if guards.get("not_shown") else ""
+            guard_cell = (f"<details><summary>{_e(guards.get('count', 0))}</summary><ul>{checks}{more}</ul></details>"
+                          if guards else "")
+            where = f"{g['function']}() {g['file']}:{g['resumes_after_line'] or g['line']}"
+            if g.get("resumes_after_line"):
+                where += " (resumed after a graph break)"
+            kernels = ", ".join(g.get("kernels") or [])
+            fallbacks = ", ".join(f"{k} ×{v}" for k, v in (g.get("fallbacks") or {}).items())
+            rows.append(
+                f'<tr id="graph-{_e(g["id"].replace("/", "-"))}"><td>{_e(g["id"])}</td><td>{_e(where)}</td>'
+                f'<td class="num">{_e(g["op_count"])}</td><td>{guard_cell}</td>'
+                f'<td class="num">{ts["total"]:.2f}</td><td>{_e(stages)}</td><td>{_e(g.get("cache") or "")}</td>'
+                f'<td>{_e(why)}</td><td>{_e(kernels)}'
+                + (f"<br><small>ATen fallbacks: {_e(fallbacks)}</small>" if fallbacks else "")
+                + f'</td><td>{links}</td></tr>')
+        table = ('<table class="data" id="compiled-graphs"><thead><tr><th>graph</th><th>code</th><th>ops</th>'
+                 '<th>guards</th><th>compile s</th><th>by stage (s)</th><th>cache</th><th>ends / recompiled because'
+                 '</th><th>generated kernels</th><th>generated code</th></tr></thead><tbody>'
+                 + "".join(rows) + "</tbody></table>") if rows else "<p>No compiled graph with ops.</p>"
+        t = comp["time_s"]
+        return (f'<section id="compile"><h2>torch.compile</h2><p class="run">{t["total"]:.2f} s compiling '
+                f'(dynamo {t["dynamo"]:.2f}, AOT {t["aot"]:.2f}, inductor {t["inductor"]:.2f}, codegen '
+                f'{t["codegen"]:.2f}); {len(graphs)} graph(s)</p>{table}</section>')
 
     @staticmethod
     def _warnings(warnings: list[str]) -> str:

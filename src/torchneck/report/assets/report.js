@@ -180,9 +180,21 @@
   function tables() {
     const specs = [];
     const ops = rank0 && rank0.ops;
+    // torch.compile: which ops and kernels ran inside a compiled graph (inductor-generated or ATen fallback)
+    const origins = (rank0 && rank0.compiled && rank0.compiled.origins) || {};
+    function origin(map, name) {
+      const o = map && map[name];
+      if (!o) return "";
+      const ids = o.graphs || [];
+      return (o.origin === "inductor" ? "inductor" : "ATen fallback") + (ids.length ? " (graph " + ids.slice(0, 3).join(", ") + ")" : "");
+    }
+    const hasOpOrigins = origins.ops && Object.keys(origins.ops).length > 0;
+    const hasKernelOrigins = origins.kernels && Object.keys(origins.kernels).length > 0;
     if (ops) {
-      specs.push({ id: "ops", title: "Ops by name", rows: ops.by_name || [],
-        cols: [["name", "op"], ["count", "count"], ["self_us", "self µs"], ["total_us", "total µs"], ["mean_us", "mean µs"]] });
+      const opRows = hasOpOrigins ? (ops.by_name || []).map((r) => Object.assign({}, r, { origin: origin(origins.ops, r.name) })) : (ops.by_name || []);
+      specs.push({ id: "ops", title: "Ops by name", rows: opRows,
+        cols: [["name", "op"], ["count", "count"], ["self_us", "self µs"], ["total_us", "total µs"], ["mean_us", "mean µs"]]
+          .concat(hasOpOrigins ? [["origin", "in compiled graph"]] : []) });
       specs.push({ id: "shapes", title: "Ops by shape", rows: ops.by_shape || [],
         cols: [["name", "op"], ["shapes", "input shapes"], ["count", "count"], ["self_us", "self µs"]] });
     }
@@ -191,8 +203,10 @@
         cols: [["op", "op"], ["file", "file"], ["line", "line"], ["function", "function"], ["count", "count"], ["self_us", "self µs"], ["source", "from"]] });
     const gpu = rank0 && rank0.gpu;
     if (gpu && gpu.present && gpu.top_kernels)
-      specs.push({ id: "kernels", title: "Kernels", rows: gpu.top_kernels,
-        cols: [["name", "kernel"], ["family", "family"], ["count", "count"], ["time_us", "time µs"], ["mean_us", "mean µs"]] });
+      specs.push({ id: "kernels", title: "Kernels",
+        rows: hasKernelOrigins ? gpu.top_kernels.map((r) => Object.assign({}, r, { origin: origin(origins.kernels, r.name) })) : gpu.top_kernels,
+        cols: [["name", "kernel"], ["family", "family"], ["count", "count"], ["time_us", "time µs"], ["mean_us", "mean µs"]]
+          .concat(hasKernelOrigins ? [["origin", "origin"]] : []) });
     const py = DATA.python && (DATA.python.window || DATA.python.whole_run);
     if (py && py.lines && py.lines.length)
       specs.push({ id: "python", title: "Python lines", rows: py.lines,
