@@ -57,3 +57,53 @@ def test_last_started_within_is_the_last_op_of_the_thread_inside_the_span():
     same = shuffle[again]  # events alike in start and duration are interchangeable
     np.testing.assert_array_equal(table.ts[same], table.ts[got])
     np.testing.assert_array_equal(table.dur[same], table.dur[got])
+
+
+def test_streamed_quantiles_equal_numpy_s_without_holding_the_values():
+    import numpy as np
+
+    from torchneck.analysis.ops import streamed_median, streamed_quantiles
+
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 10, 1000, 12_345):
+        x = rng.exponential(10, n).astype(np.float32)
+        x[: n // 7] = 0.0  # ties and zeros
+        got = streamed_quantiles(lambda x=x, n=n: [x[: n // 2], x[n // 2:]], (0.1, 0.5, 0.9))
+        np.testing.assert_allclose(got, np.quantile(x.astype(np.float64), [0.1, 0.5, 0.9]), rtol=0, atol=1e-9)
+        assert streamed_median(lambda x=x: [x]) == float(np.median(x.astype(np.float64)))
+    assert streamed_quantiles(lambda: [], (0.5,)) == []
+
+
+def test_op_loops_equal_a_scan_of_the_ops_one_by_one_whatever_the_blocks():
+    """Sequences of ops with gaps under the limit, of at least TINY_RUN_MIN_OPS ops mostly small,
+    fed in blocks cut anywhere: the same wall time and op count as a plain scan."""
+    import numpy as np
+
+    from torchneck.analysis.ops import TINY_RUN_MIN_OPS, TINY_RUN_SMALL_SHARE, TinyRuns
+
+    def scan(start, end, small, gap):
+        covered, ops, i = 0.0, 0, 0
+        while i < len(start):
+            j, reach = i, end[i]
+            while j + 1 < len(start) and start[j + 1] - reach < gap:
+                j += 1
+                reach = max(reach, end[j])
+            n = j - i + 1
+            if n >= TINY_RUN_MIN_OPS and small[i:j + 1].sum() >= TINY_RUN_SMALL_SHARE * n:
+                covered, ops = covered + reach - start[i], ops + n
+            i = j + 1
+        return covered, ops
+
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        n = int(rng.integers(1, 3000))
+        durs = rng.exponential(8, n)
+        start = np.cumsum(rng.exponential(rng.uniform(10, 40), n) + np.r_[0, durs[:-1]])
+        end, small = start + durs, durs < rng.uniform(5, 30)
+        cuts = sorted(set(rng.integers(1, max(n, 2), size=int(rng.integers(0, 20))).tolist()) - {n})
+        runs = TinyRuns(60.0)
+        for a, b in zip([0, *cuts], [*cuts, n]):
+            runs.add(start[a:b], end[a:b], small[a:b])
+        covered, ops = runs.finish()
+        want = scan(start, end, small, 60.0)
+        assert abs(covered - want[0]) < 1e-6 and ops == want[1]

@@ -2,9 +2,7 @@
 
 from rule_cases import analysis, facts, fires, silent
 
-from torchneck.diagnose.engine import fold_same_line
 from torchneck.diagnose.rules.python import PythonHotspot
-from torchneck.model.findings import Finding, Where
 
 
 def _window(*lines, sampled_s=1.0):
@@ -33,15 +31,3 @@ def test_python_hotspot_silent_for_small_lines_and_the_loader_s_own():
     loading = _window(_line(12, 0.4, 0.4))
     loading["loading"] = {"lines": [{"file": "/x/t.py", "line": 12, "total_s": 0.4}]}  # input_pipeline's
     assert PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=loading)) == []
-
-
-def test_python_hotspot_on_the_dispatch_line_is_folded():
-    line = [Where(file="/x/t.py", line=12, function="<module>")]
-    dispatch = Finding(kind="dispatch_overhead", title="d", time_lost_s=0.3, time_lost_pct=30.0, fix="f", where=line)
-    hot = Finding(kind="python_hotspot", title="<module>() spends 27% ...", time_lost_s=0.27, time_lost_pct=27.0,
-                  fix="f", where=line, evidence={"outside_torch_s": 0.27})
-    other = Finding(kind="python_hotspot", title="t", time_lost_s=0.1, time_lost_pct=10.0, fix="f",
-                    where=[Where(file="/x/t.py", line=20, function="f")])
-    kept = fold_same_line([dispatch, hot, other])
-    assert [f.kind for f in kept] == ["dispatch_overhead", "python_hotspot"] and kept[1].where[0].line == 20
-    assert kept[0].evidence["python_outside_ops_on_this_line_s"] == 0.27

@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 from .analysis.distributed import compare_ranks, rank_summary
+from .diagnose.causes import rank_findings
 from .diagnose.distributed_rules import diagnose_job
-from .diagnose.ranking import rank_findings
 from .errors import TorchneckError
 from .model.base import Record, to_builtins
 from .model.report import Report, RunSection, Target

@@ -25,10 +25,10 @@ from .analysis.run import (
 from .analysis.steps import find_steps
 from .analysis.summary import analyze_with_nesting
 from .analysis.views import memory_timeline, representative_step, stack_tree, step_timeline
+from .diagnose.causes import rank_findings
 from .diagnose.distributed_rules import diagnose_job
 from .diagnose.engine import diagnose
 from .diagnose.facts import Facts
-from .diagnose.ranking import rank_findings
 from .errors import TorchneckError
 from .model.analysis import Compiled, RankAnalysis
 from .model.base import Record, to_builtins, to_json

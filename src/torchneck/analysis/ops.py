@@ -24,10 +24,140 @@ if os.environ.get("TORCHNECK_PURE_PYTHON"):
 
 HOST_CATEGORIES = (Cat.CPU_OP, Cat.USER_ANNOTATION, Cat.RUNTIME, Cat.DRIVER, Cat.SYNC)
 
+TINY_OP_FLOOR_MULTIPLE = 4.0
+"""An op is tiny, dominated by per-op overhead (Python, dispatcher, allocator), when its wall time
+is within 4x of the cheapest ops of the same trace: those are nothing but that overhead (~5-15 µs
+on a fast idle CPU, several times more on a slow or loaded one), so the limit follows the machine
+the trace was recorded on instead of a fixed number of µs."""
+TINY_OP_FLOOR_QUANTILE = 0.10
+"""The per-op overhead of a trace: the 10th percentile of its top-level ops' durations (the
+cheapest tenth: views, small element-wise ops)."""
 TINY_OP_US = 20.0
-"""An op shorter than this (wall, with its children) is dominated by per-op dispatch overhead:
-eager PyTorch spends ~5-15 µs of Python + dispatcher + allocator per op on a fast CPU, so an op
-this short does little work beyond that."""
+"""The tiny-op limit when a trace has too few ops to measure its floor, and the least it is
+(a floor of 1 µs, a view on a fast machine, would call every real op big)."""
+TINY_OP_MIN_FLOOR_OPS = 100
+"""Top-level ops needed to read the floor from a trace."""
+TINY_RUN_GAP_MULTIPLE = 5.0
+"""Two top-level ops belong to one loop when the gap between them (the Python that issues the
+next one) is under 5x the tiny-op limit (and `TINY_RUN_MIN_GAP_US`): a loop issuing ops, not
+two unrelated ops."""
+TINY_RUN_MIN_GAP_US = 100.0
+"""The least gap allowed inside a loop (a descheduled thread or a garbage collection pauses a
+loop for tens of µs without ending it)."""
+TINY_RUN_MIN_OPS = 50
+"""A loop of at least 50 ops back to back; shorter sequences are the bookkeeping ops (views,
+reshapes) between real work."""
+TINY_RUN_SMALL_SHARE = 0.7
+"""A loop is one of tiny ops when 70 % of its ops are small (an occasional bigger op, or a small
+op delayed by the machine, does not end it)."""
+SMALL_NUMEL = 2048
+"""An op whose tensors hold at most 2048 elements does a few µs of arithmetic at most: its time
+is per-op overhead (Python, dispatcher, allocator) whatever the machine or its load."""
+METADATA_OPS = frozenset({
+    "aten::select", "aten::slice", "aten::view", "aten::_unsafe_view", "aten::as_strided", "aten::unsqueeze",
+    "aten::squeeze", "aten::expand", "aten::t", "aten::transpose", "aten::permute", "aten::narrow", "aten::unbind",
+    "aten::split", "aten::chunk", "aten::alias", "aten::detach", "aten::numpy_T", "aten::split_with_sizes",
+    "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg",
+})
+"""Ops that only make a new view of a tensor (indexing one element out of a big tensor is a
+`select`): no arithmetic whatever the tensor's size, all per-op overhead."""
+
+
+class TinyRuns:
+    """Loops of ops on one thread, fed in start order a block at a time: sequences of top-level
+    ops with only small gaps between them. A sequence of at least `TINY_RUN_MIN_OPS` ops, mostly
+    small ones (`TINY_RUN_SMALL_SHARE`), counts with its whole wall time, the gaps included (the
+    Python that issues each op is per-op overhead as much as the op's dispatch is)."""
+
+    def __init__(self, gap_us: float) -> None:
+        self.gap_us = gap_us
+        self.covered_us = 0.0
+        self.ops = 0
+        self._open: tuple[float, float, int, int] | None = None  # (start, end, ops, small ops) in progress
+
+    def add(self, start: np.ndarray, end: np.ndarray, small: np.ndarray) -> None:
+        if not len(start):
+            return
+        prev_end = np.empty(len(start))
+        prev_end[1:] = np.maximum.accumulate(end)[:-1]
+        prev_end[0] = self._open[1] if self._open is not None else -np.inf
+        joins = start - prev_end < self.gap_us
+        # One id per sequence, a sequence starting where an op does not join the one before;
+        # sequence 0 may be the one in progress from the block before.
+        seq = np.cumsum(~joins) - (0 if joins[0] else 1)
+        n = int(seq[-1]) + 1
+        first = np.full(n, np.inf)
+        np.minimum.at(first, seq, start)
+        last = np.full(n, -np.inf)
+        np.maximum.at(last, seq, end)
+        count = np.bincount(seq, minlength=n)
+        n_small = np.bincount(seq, weights=small.astype(np.float64), minlength=n).astype(np.int64)
+        if self._open is not None and joins[0]:  # the sequence in progress goes on in this block
+            first[0] = self._open[0]
+            last[0] = max(last[0], self._open[1])
+            count[0] += self._open[2]
+            n_small[0] += self._open[3]
+        elif self._open is not None:
+            self._close()
+        self._open = (float(first[-1]), float(last[-1]), int(count[-1]), int(n_small[-1]))
+        self._count(first[:-1], last[:-1], count[:-1], n_small[:-1])
+
+    def _count(self, first, last, count, n_small) -> None:
+        keep = (count >= TINY_RUN_MIN_OPS) & (n_small >= TINY_RUN_SMALL_SHARE * count)
+        self.covered_us += float((last[keep] - first[keep]).sum())
+        self.ops += int(count[keep].sum())
+
+    def _close(self) -> None:
+        if self._open is not None:
+            start, end, count, n_small = self._open
+            self._count(np.array([start]), np.array([end]), np.array([count]), np.array([n_small]))
+        self._open = None
+
+    def finish(self) -> tuple[float, int]:
+        self._close()
+        return self.covered_us, self.ops
+
+
+def max_numel_of_shapes(table: EventTable, shape_ids: np.ndarray) -> np.ndarray:
+    """For string ids of recorded input shapes (`[[16, 64], [64], []]`), the largest tensor's
+    element count; -1 where no shapes were recorded or they cannot be read. Each distinct id is
+    parsed once."""
+    out = np.full(len(shape_ids), -1, dtype=np.int64)
+    ids = np.asarray(shape_ids)
+    for sid in np.unique(ids[ids >= 0]).tolist():
+        try:
+            shapes = json.loads(table.strings[sid])
+        except ValueError:
+            continue
+        sizes = [int(np.prod(s)) for s in shapes if isinstance(s, list) and all(isinstance(d, int) for d in s)]
+        out[ids == sid] = max(sizes, default=0)
+    return out
+
+
+def top_level_numel(table: EventTable, nesting: Nesting, top: np.ndarray, ops: np.ndarray) -> np.ndarray:
+    """For top-level ops `top`, the largest input tensor (elements) of the op or any op under it
+    (an autograd `evaluate_function` has no shapes; its backward op does); -1 when none of them
+    recorded shapes. `ops`: the CPU ops to look under them, `top` included."""
+    numel = max_numel_of_shapes(table, np.asarray(table.shapes[ops]))
+    has = numel >= 0
+    rows, numel = ops[has], numel[has]
+    out = np.full(len(top), -1, dtype=np.int64)
+    if not len(rows):
+        return out
+    order = np.argsort(top, kind="stable")
+    sorted_top = top[order]
+    at = rows.astype(np.int64)
+    for _ in range(64):  # climb to the top-level ancestor, one level at a time (ops nest a few deep)
+        k = np.minimum(np.searchsorted(sorted_top, at), len(top) - 1)
+        done = sorted_top[k] == at
+        np.maximum.at(out, order[k[done]], numel[done])
+        at, numel = at[~done], numel[~done]
+        if not len(at):
+            break
+        up = nesting.parent[at]
+        alive = up >= 0
+        at, numel = up[alive].astype(np.int64), numel[alive]
+    return out
 
 
 @dataclass
@@ -442,31 +572,68 @@ def dispatch_overhead(table: EventTable, nesting: Nesting, rows: np.ndarray, spa
     """How much of the host time goes to many tiny ops.
 
     Top-level ops are CPU ops whose parent is not another CPU op (the ops the user's code called).
-    `tiny_share` is the wall time of top-level ops shorter than `TINY_OP_US`, over `span_us`.
+    `tiny_share` is the wall time of top-level ops shorter than `tiny_limit_us` (see
+    `TINY_OP_FLOOR_MULTIPLE`), over `span_us`.
     """
     cpu = cpu_ops_among(table, rows)
     if not len(cpu):
         return Dispatch()
 
-    def top_level_durations():
-        """The top-level ops' durations (float32, as in the table), a block of ops at a time."""
+    def top_level_rows():
+        """The top-level ops, in start order, a block of ops at a time."""
         for a in range(0, len(cpu), ROW_BLOCK):
             c = cpu[a:a + ROW_BLOCK]
             par = nesting.parent[c]
             has_parent = par >= 0
             parent_is_op = np.zeros(len(c), dtype=bool)
             parent_is_op[has_parent] = table.cat[par[has_parent]] == Cat.CPU_OP
-            yield table.dur[c[~parent_is_op]]
+            yield c[~parent_is_op]
 
-    n, tiny_ops, tiny_us = 0, 0, 0.0
-    for dur in top_level_durations():
-        tiny = dur[dur < TINY_OP_US]
-        n += len(dur)
-        tiny_ops += len(tiny)
-        tiny_us += float(tiny.sum(dtype=np.float64))
+    def top_level_durations():
+        """The top-level ops' durations (float32, as in the table), a block of ops at a time."""
+        for top in top_level_rows():
+            yield table.dur[top]
+
+    quantiles = streamed_quantiles(top_level_durations, (TINY_OP_FLOOR_QUANTILE, 0.5))
+    floor, median = quantiles if quantiles else (0.0, 0.0)
+    n = sum(len(d) for d in top_level_durations())
+    limit = max(TINY_OP_US, TINY_OP_FLOOR_MULTIPLE * floor) if n >= TINY_OP_MIN_FLOOR_OPS else TINY_OP_US
+    tiny_ops, tiny_us = 0, 0.0
+    runs: dict[int, TinyRuns] = {}
+    gap = max(TINY_RUN_MIN_GAP_US, TINY_RUN_GAP_MULTIPLE * limit)
+    metadata = table.names_matching(lambda s: s in METADATA_OPS)
+    for a in range(0, len(cpu), ROW_BLOCK):
+        block = cpu[a:a + ROW_BLOCK]
+        par = nesting.parent[block]
+        has_parent = par >= 0
+        parent_is_op = np.zeros(len(block), dtype=bool)
+        parent_is_op[has_parent] = table.cat[par[has_parent]] == Cat.CPU_OP
+        top = block[~parent_is_op]
+        if not len(top):
+            continue
+        dur = table.dur[top]
+        is_tiny = dur < limit
+        tiny_ops += int(is_tiny.sum())
+        tiny_us += float(dur[is_tiny].sum(dtype=np.float64))
+        # Small by the tensors it works on where shapes were recorded (an op delayed by a busy
+        # machine is still small), by its duration otherwise. Ops whose children start in the
+        # next block are looked for in this one only: their numel may come out smaller; rare.
+        numel = top_level_numel(table, nesting, top, block)
+        small = np.where(numel >= 0, numel <= SMALL_NUMEL, is_tiny) | metadata[table.name[top]]
+        thread = table.thread[top]
+        for th in np.unique(thread).tolist():
+            on = thread == th
+            start = table.ts[top[on]].astype(np.float64)
+            runs.setdefault(th, TinyRuns(gap)).add(start, start + dur[on], small[on])
+    run_us, run_ops = 0.0, 0
+    for r in runs.values():
+        covered, ops_in_runs = r.finish()
+        run_us += covered
+        run_ops += ops_in_runs
     return Dispatch(top_level_ops=int(n), ops_per_step=float(n / max(steps, 1)), tiny_ops=tiny_ops, tiny_us=tiny_us,
-                    tiny_share=tiny_us / span_us if span_us > 0 else 0.0,
-                    median_op_us=streamed_median(top_level_durations))
+                    tiny_share=tiny_us / span_us if span_us > 0 else 0.0, median_op_us=median,
+                    floor_op_us=floor, tiny_limit_us=float(limit), tiny_run_us=run_us, tiny_run_ops=run_ops,
+                    tiny_run_share=run_us / span_us if span_us > 0 else 0.0)
 
 
 MEDIAN_BINS_SHIFT = 16
@@ -475,12 +642,20 @@ MEDIAN_BINS_SHIFT = 16
 
 
 def streamed_median(blocks: Callable[[], Iterable[np.ndarray]]) -> float:
-    """`np.median` (in float64, of non-negative float32 values) of the values that `blocks()`
-    yields, without holding them all: a first pass counts them into bins by their bit pattern
-    (ordered like the values, as they are not negative), a second keeps only the one or two
-    bins the middle ranks fall in, and those are partitioned. The top-level ops of a 3 GB CPU
-    trace are 20 MB of float32; the bins are 512 KB."""
+    """`np.median` of the values `blocks()` yields (see `streamed_quantiles`)."""
+    found = streamed_quantiles(blocks, (0.5,))
+    return found[0] if found else 0.0
+
+
+def streamed_quantiles(blocks: Callable[[], Iterable[np.ndarray]], qs: tuple[float, ...]) -> list[float]:
+    """`np.quantile(values, q)` (linear interpolation, in float64, of non-negative float32
+    values) for each q, of the values `blocks()` yields, without holding them all ([] when there
+    are none): a first pass counts them into bins by their bit pattern (ordered like the values,
+    as they are not negative), a second keeps only the bins the wanted ranks fall in, and those
+    are partitioned. The top-level ops of a 3 GB CPU trace are 20 MB of float32; the bins are
+    512 KB."""
     counts = np.zeros(1 << (32 - MEDIAN_BINS_SHIFT), dtype=np.int64)
+
     def float32_blocks():
         for values in blocks():  # + 0.0 makes a -0.0 (sign bit set) a 0.0
             yield np.asarray(values, dtype=np.float32) + np.float32(0.0)
@@ -489,23 +664,29 @@ def streamed_median(blocks: Callable[[], Iterable[np.ndarray]]) -> float:
         counts += np.bincount(values.view(np.uint32) >> MEDIAN_BINS_SHIFT, minlength=len(counts))
     n = int(counts.sum())
     if not n:
-        return 0.0
+        return []
     up_to = np.cumsum(counts)
-    ranks = ((n - 1) // 2, n // 2)
+    positions = [q * (n - 1) for q in qs]
+    ranks = sorted({k for pos in positions for k in (int(np.floor(pos)), int(np.ceil(pos)))})
     bins = sorted({int(np.searchsorted(up_to, k, side="right")) for k in ranks})
     kept: dict[int, list[np.ndarray]] = {b: [] for b in bins}
     for values in float32_blocks():
         bin_of = values.view(np.uint32) >> MEDIAN_BINS_SHIFT
         for b in bins:
             kept[b].append(values[bin_of == b])
-    middle = []
+    joined = {b: np.concatenate(kept[b]) for b in bins}
+    value: dict[int, float] = {}
     for k in ranks:
         b = int(np.searchsorted(up_to, k, side="right"))
-        inside = np.concatenate(kept[b])
+        inside = joined[b]
         at = k - (int(up_to[b - 1]) if b else 0)
         inside.partition(at)
-        middle.append(float(inside[at]))
-    return (middle[0] + middle[1]) / 2
+        value[k] = float(inside[at])
+    out = []
+    for pos in positions:
+        lo, hi = int(np.floor(pos)), int(np.ceil(pos))
+        out.append(value[lo] + (value[hi] - value[lo]) * (pos - lo))
+    return out
 
 
 def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int = 10,

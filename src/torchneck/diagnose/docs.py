@@ -84,6 +84,11 @@ def render() -> str:
     for r in rules:
         cls = type(r)
         lines += ["", f"## {r.kind}", "", f"**{r.summary}**", "", inspect.cleandoc(cls.__doc__ or ""), ""]
+        if isinstance(r, Rule):
+            lines += [f"Saving ({r.confidence}): {r.saving_basis or 'the time lost'}."]
+            if r.explains:
+                lines += ["", "Explains (folds under it): " + ", ".join(f"`{k}`" for k in r.explains) + "."]
+            lines.append("")
         found = thresholds(r)
         if found:
             lines += ["Thresholds:", ""]

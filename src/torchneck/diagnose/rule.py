@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import msgspec
 
 from ..model.base import Record, numpy_scalar
-from ..model.findings import Finding, Severity, Where
+from ..model.findings import SEVERITY_ORDER, Confidence, Finding, Severity, Where
 from .facts import Facts
 
 DOCS = {
@@ -85,6 +85,15 @@ class Rule(Generic[E]):
     """PyTorch's page about the fix."""
     evidence_type: ClassVar[type[Record]]
     """The figures each finding carries as `evidence`."""
+    confidence: ClassVar[Confidence] = "estimated"
+    """How its findings' saving is known (model/findings.Confidence); a finding may say otherwise."""
+    saving_basis: ClassVar[str] = ""
+    """How its saving is estimated, in one line (shown with each finding)."""
+    max_severity: ClassVar[Severity] = "high"
+    """The worst severity its findings get, whatever their saving (a dominant op is where time
+    goes, not a diagnosis; start-up is context)."""
+    explains: ClassVar[tuple[str, ...]] = ()
+    """The kinds of symptom this cause can explain (see `explained`)."""
 
     def check(self, facts: Facts) -> list[Finding]:
         """Findings from `facts`; [] when the rule does not apply or finds nothing."""
@@ -94,16 +103,46 @@ class Rule(Generic[E]):
         """What to change, for the finding with this evidence."""
         raise NotImplementedError
 
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """How much of `symptom` (of a kind in `explains`) the finding `cause` of this rule
+        explains, or None when it does not."""
+        return None
+
+    def least_severity(self, finding: Finding) -> Severity:
+        """The severity `finding` keeps whatever its saving (a cost the rule knows matters but
+        cannot put a number on)."""
+        return "info"
+
     def finding(self, evidence: E, *, title: str, lost_s: float, pct: float, where: Iterable[Where] = (),
                 ops: Iterable[str] = (), severity: Severity | None = None, rank: int | None = None,
-                docs: str | None = None) -> Finding:
+                docs: str | None = None, confidence: Confidence | None = None) -> Finding:
         """A finding of this rule: `lost_s` the time it costs, `pct` that as a share of what it is
         measured against (the window, or the run for one-time costs); the severity follows the
-        share unless the rule sets it (costs it cannot measure); `docs` replaces the rule's link
-        when the fix depends on the evidence."""
+        share unless the rule sets it (costs it cannot measure: give `confidence="unmeasured"`);
+        `docs` replaces the rule's link when the fix depends on the evidence."""
         return Finding(kind=self.kind, title=title, time_lost_s=lost_s, time_lost_pct=pct, fix=self.fix(evidence),
-                       severity=severity or severity_for(pct / 100), where=list(where), ops=list(ops),
-                       evidence=evidence_dict(evidence), docs=self.docs if docs is None else docs, rank=rank)
+                       severity=cap(severity or severity_for(pct / 100), self.max_severity), where=list(where),
+                       ops=list(ops), evidence=evidence_dict(evidence), docs=self.docs if docs is None else docs,
+                       rank=rank, confidence=confidence or self.confidence, saving_basis=self.saving_basis)
+
+
+class Explanation(msgspec.Struct, frozen=True):
+    """Part of a symptom's time that a cause explains. `adds` when that time is not already in
+    the cause's own cost (the compile time a graph break causes adds to its eager cost; the GPU
+    idle while the host waits for data is the same time as the wait, and does not)."""
+
+    seconds: float
+    adds: bool = False
+
+
+def cap(severity: Severity, worst: Severity) -> Severity:
+    """`severity`, but no worse than `worst`."""
+    return severity if SEVERITY_ORDER[severity] >= SEVERITY_ORDER[worst] else worst
+
+
+def worse(a: Severity, b: Severity) -> Severity:
+    """The more severe of two severities."""
+    return a if SEVERITY_ORDER[a] <= SEVERITY_ORDER[b] else b
 
 
 def make_finding(*, severity: str | None = None, **fields: Any) -> Finding:

@@ -76,6 +76,14 @@ class Dispatch(Record):
     tiny_us: float = 0.0
     tiny_share: float = 0.0
     median_op_us: float = 0.0
+    floor_op_us: float = 0.0
+    """The trace's per-op overhead: the 10th percentile of the top-level ops' durations."""
+    tiny_limit_us: float = 20.0
+    """Ops shorter than this count as tiny (4x the floor, at least 20 µs)."""
+    tiny_run_us: float = 0.0
+    """Wall time of runs of tiny ops back to back (a loop issuing them), the Python between included."""
+    tiny_run_ops: int = 0
+    tiny_run_share: float = 0.0
 
 
 class Annotation(Record):

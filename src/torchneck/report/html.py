@@ -19,6 +19,8 @@ from ..model.base import to_builtins, to_json
 from ..model.diff import DiffSection
 from ..model.findings import Finding
 from ..model.report import Report
+from .console import saving_text
+from .environment import environment_lines
 
 SEVERITY_CLASSES = ("high", "medium", "low", "info")
 CODE_CONTEXT_LINES = 3
@@ -105,6 +107,7 @@ class HtmlRenderer:
         text = f"args: {args} · " if args else ""
         text += f"exit code {run.exit_code} · wall {run.wall_s or 0:.2f} s · cpu {run.cpu_s or 0:.2f} s"
         out = f'<p class="run">{_e(text)}</p>'
+        out += "".join(f'<p class="run env">{_e(line)}</p>' for line in environment_lines(report.env))
         if run.error:
             out += f'<p class="error">The script did not finish normally: {_e(run.error)}</p>'
         return out
@@ -121,7 +124,7 @@ class HtmlRenderer:
                 f'<span class="kind">{_e(f.kind)}</span>'
                 + (f'<span class="kind">rank {_e(f.rank)}</span>' if f.rank is not None else "") +
                 f'<span class="title">{number}. {_e(f.title)}</span>'
-                f'<span class="lost">{f.time_lost_s * 1e3:.1f} ms lost · {f.time_lost_pct:.1f}%</span></div>')
+                f'<span class="lost">{_e(saving_text(f)) if f.saving_s else ""}</span></div>')
         body = []
         for w in f.where[:3]:
             loc = f"{w.file}:{w.line}" + (f" in {w.function}" if w.function else "")
@@ -137,9 +140,22 @@ class HtmlRenderer:
         if f.evidence:
             rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(_short_value(v))}</td></tr>" for k, v in f.evidence.items())
             body.append(f'<details class="evidence"><summary>evidence</summary><table>{rows}</table></details>')
+        if f.saving_basis:
+            body.append(f'<div class="basis">saving estimated from {_e(f.saving_basis)}</div>')
+        if f.symptoms:
+            body.append('<div class="symptoms"><b>Explains:</b><ul>' + self._symptoms(f.symptoms) + "</ul></div>")
         if f.docs:
             body.append(f'<div class="docs"><a href="{_e(f.docs)}" rel="noreferrer">docs</a></div>')
         return f'<article class="finding sev-{sev_class}">{head}{"".join(body)}</article>'
+
+    def _symptoms(self, symptoms: list[Finding]) -> str:
+        """A cause's symptoms, nested: the kind, the title and the seconds the cause explains."""
+        items = []
+        for s in symptoms:
+            share = f" ({s.explained_s:.3g} of its {s.time_lost_s:.3g} s)" if s.explained_s is not None else ""
+            inner = f"<ul>{self._symptoms(s.symptoms)}</ul>" if s.symptoms else ""
+            items.append(f'<li><span class="kind">{_e(s.kind)}</span> {_e(s.title)}{_e(share)}{inner}</li>')
+        return "".join(items)
 
     @staticmethod
     def _diff(diff: DiffSection | None) -> str:

@@ -14,9 +14,9 @@ from typing import Any
 from ...analysis.compile_guards import recompile_limit_name, torch_version_tuple
 from ...model.analysis import CompiledFrame
 from ...model.base import Record
-from ...model.findings import SEVERITY_ORDER, Finding, Severity
+from ...model.findings import Finding, Severity
 from ..facts import Facts, where_of
-from ..rule import MEDIUM_SHARE, Rule, register, severity_for
+from ..rule import MEDIUM_SHARE, Explanation, Rule, register, severity_for, worse
 
 DOCS_BREAKS = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html#graph-breaks"
 DOCS_RECOMPILES = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html#recompilations"
@@ -32,10 +32,6 @@ def _wall_pct(seconds: float, wall_s: float) -> float:
 
 def _torch_version(facts: Facts) -> str | None:
     return facts.env.get("torch")
-
-
-def _worse(a: Severity, b: Severity) -> Severity:
-    return a if SEVERITY_ORDER.get(a, 3) <= SEVERITY_ORDER.get(b, 3) else b
 
 
 def compile_severity(compile_s: float, run_wall_s: float) -> Severity:
@@ -100,6 +96,10 @@ class GraphBreaks(Rule[GraphBreakEvidence]):
     summary = "torch.compile breaks the graph at a line of your code (print, .item(), data-dependent if...)."
     docs = DOCS_BREAKS
     evidence_type = GraphBreakEvidence
+    confidence = "measured"
+    saving_basis = ("the broken function's eager time between its graphs (window), plus the compile seconds "
+                    "of the code resumed after the break")
+    explains = ("compile_time", "recompile")
     MAX_FINDINGS = 5
     """Breaks beyond the fifth are listed in the first finding's evidence, not each on its own."""
     COST_SHOWN_S = 0.1
@@ -144,14 +144,31 @@ class GraphBreaks(Rule[GraphBreakEvidence]):
             else:
                 explanation = f" ({b['explanation']})" if b["explanation"] and len(b["explanation"]) <= 110 else ""
                 title = f"Graph break in {name} at line {b['line']}: {b['reason']}{explanation}{self._cost(ev)}"
-            severity = severity_for(pct / 100)
-            if per_break <= 0 or ev.skipped_function:
-                # A break with no measured cost, or one that left a function uncompiled, still matters.
-                severity = severity if severity == "high" else "medium"
-            severity = _worse(severity, compile_severity(caused_s, facts.run_wall_s))
-            out.append(self.finding(ev, title=title, lost_s=per_break, pct=pct, where=where_of([b]),
-                                    severity=severity))
+            found = self.finding(ev, title=title, lost_s=per_break, pct=pct, where=where_of([b]))
+            found.severity = worse(worse(severity_for(pct / 100), compile_severity(caused_s, facts.run_wall_s)),
+                                   self.least_severity(found))
+            out.append(found)
         return out
+
+    def least_severity(self, finding: Finding) -> Severity:
+        """A break with no measured eager cost, or one that left a function uncompiled, still matters."""
+        if finding.evidence.get("skipped_function") or finding.time_lost_s <= 0:
+            return "medium"
+        return "info"
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """The compile seconds of the code resumed after the break (its graphs and recompiles)
+        are compile time the break causes, on top of its eager cost; a recompile of that code is
+        the break's doing too (already in those seconds)."""
+        if not cause.where:
+            return None
+        if symptom.kind == "compile_time":
+            caused = float(cause.evidence.get("compile_s_caused") or 0.0)
+            return Explanation(caused, adds=True) if caused > 0 else None
+        at = symptom.evidence.get("caused_by_break_at_line")
+        if at == cause.where[0].line and any(w.file == cause.where[0].file for w in symptom.where):
+            return Explanation(symptom.time_lost_s)
+        return None
 
     def _from_trace(self, facts: Facts) -> list[Finding]:
         a = facts.analysis
@@ -233,6 +250,9 @@ class Recompiles(Rule[RecompileEvidence]):
     summary = "A compiled function is compiled again and again because a guard fails (shapes, Python values)."
     docs = DOCS_RECOMPILES
     evidence_type = RecompileEvidence
+    confidence = "measured"
+    saving_basis = "the recompilations' compile seconds (over the run)"
+    explains = ("compile_time",)
     MIN_RECOMPILES = 2
     """One recompile (e.g. dynamo switching a dimension to dynamic after the first change) is
     normal; two or more for one function is a pattern."""
@@ -264,6 +284,14 @@ class Recompiles(Rule[RecompileEvidence]):
                                     severity="high" if hit else None))
         return out
 
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """Recompilation seconds are part of the run's compile time."""
+        return Explanation(cause.time_lost_s) if cause.time_lost_s > 0 else None
+
+    def least_severity(self, finding: Finding) -> Severity:
+        """A function that hit the recompile limit runs eagerly from then on, whatever the seconds."""
+        return "high" if finding.evidence.get("hit_recompile_limit") else "info"
+
     def _from_trace(self, facts: Facts) -> list[Finding]:
         a = facts.analysis
         recompiled = [f for f in a.compiled.frames if f.recompiles_seen > 0] if a and a.compiled.present else []
@@ -272,7 +300,7 @@ class Recompiles(Rule[RecompileEvidence]):
         ev = RecompileEvidence(recompilations=sum(f.recompiles_seen for f in recompiled), recompile_s=0.0,
                                frames=recompiled)
         return [self.finding(ev, title=f"{len(recompiled)} compiled frame(s) were recompiled in the window",
-                             lost_s=0.0, pct=0.0, severity="medium")]
+                             lost_s=0.0, pct=0.0, severity="medium", confidence="unmeasured")]
 
     def fix(self, evidence: RecompileEvidence) -> str:
         if evidence.frames and not evidence.reasons:
@@ -311,6 +339,10 @@ class CompileTime(Rule[CompileTimeEvidence]):
     summary = "Compiling takes a large part of the run."
     docs = DOCS_COMPILE_TIME
     evidence_type = CompileTimeEvidence
+    confidence = "measured"
+    saving_basis = "the run's compile seconds (a warm cache or fewer graphs removes most)"
+    max_severity = "medium"
+    explains = ("one_time_cost",)
     MIN_SHARE = 0.10
     """Under a tenth of the run, compile time is not worth a line in the report."""
     MEDIUM_SHARE = 0.50
@@ -351,6 +383,10 @@ class CompileTime(Rule[CompileTimeEvidence]):
             mega_cache=version is None or version >= MEGA_CACHE_SINCE)
         return [self.finding(ev, title=title, lost_s=t["total"], pct=100 * share, where=where_of(frames),
                              severity=severity)]
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """Compiling the first calls happens before the first step ends: part of the start-up."""
+        return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
     def fix(self, evidence: CompileTimeEvidence) -> str:
         return ("Remove recompilations and graph breaks first (each graph is compiled separately); keep "

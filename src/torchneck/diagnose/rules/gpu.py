@@ -21,7 +21,7 @@ from ...model.analysis import (
 from ...model.base import Record
 from ...model.findings import Finding
 from ..facts import Facts, where_of
-from ..rule import DOCS, Rule, register
+from ..rule import DOCS, Explanation, Rule, register
 
 
 @register
@@ -36,6 +36,9 @@ class HostSync(Rule[Syncs]):
     summary = "The CPU blocks on the GPU inside the step (.item(), .cpu(), printing tensors)."
     docs = DOCS["tuning"]
     evidence_type = Syncs
+    confidence = "measured"
+    saving_basis = "the sync calls' wall time (the CPU blocked, launching nothing)"
+    explains = ("gpu_idle", "launch_bound")
     MIN_SHARE = 0.05
     """Syncs that block the CPU 5 % of the window keep the GPU starved."""
 
@@ -54,6 +57,10 @@ class HostSync(Rule[Syncs]):
                                       f"{100 * wait / facts.window_s:.0f}% of the time",
                              lost_s=wait, pct=facts.pct(wait), ops=causes,
                              where=where_of(s.where) or facts.lines_for_ops(set(causes)))]
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """After each sync the queue is empty and the GPU idles until the CPU launches again."""
+        return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
     def fix(self, evidence: Syncs) -> str:
         return ("Avoid .item(), .cpu(), .numpy() and printing tensors inside the step; keep values "
@@ -159,6 +166,8 @@ class LaunchBound(_IdleRule):
     kind = "launch_bound"
     summary = "The GPU is idle because the CPU cannot launch its many short kernels fast enough."
     docs = DOCS["cuda_graphs"]
+    confidence = "measured"
+    saving_basis = "the GPU's idle time in the window (capturing the step as a CUDA graph removes launches)"
     launch_bound = True
 
     def fix(self, evidence: GpuIdleEvidence) -> str:
@@ -179,6 +188,8 @@ class GpuIdle(_IdleRule):
     kind = "gpu_idle"
     summary = "The GPU is idle much of the time (waiting for the host, syncs or dependencies)."
     docs = DOCS["profiler"]
+    confidence = "upper_bound"
+    saving_basis = "the GPU's idle time in the window (the most that keeping it busy could save)"
     launch_bound = False
 
     def fix(self, evidence: GpuIdleEvidence) -> str:
@@ -210,6 +221,8 @@ class MemcpyTime(Rule[MemcpyEvidence]):
     summary = "Host-device copies take much of the steps (pageable memory, copies back and forth)."
     docs = DOCS["pinned"]
     evidence_type = MemcpyEvidence
+    confidence = "upper_bound"
+    saving_basis = "the HtoD and DtoH copies' GPU time (what overlapping them with compute could hide)"
     MIN_SHARE = 0.10
     """A tenth of the window spent copying is worth pinning and overlapping."""
 
@@ -247,6 +260,8 @@ class ExtraCopy(Rule[FilledThenCopied]):
     summary = "Tensors are filled on the CPU and then copied to the GPU instead of created there."
     docs = DOCS["on_device"]
     evidence_type = FilledThenCopied
+    confidence = "measured"
+    saving_basis = "the host time of those copies (creating the tensor on the GPU needs none)"
     MIN_SHARE = 0.02
     """A copy that creating the tensor in place removes for free is worth fixing from 2 %."""
 
@@ -291,6 +306,7 @@ class TensorCores(Rule[TensorCoresEvidence]):
     summary = "FP32 matrix products run without the tensor cores (no TF32, no autocast)."
     docs = DOCS["tf32"]
     evidence_type = TensorCoresEvidence
+    saving_basis = "half of the FP32 GEMM kernels' time (TF32 is several times faster: half is a floor)"
     MIN_SHARE = 0.15
     """FP32 GEMMs worth a sixth of the window are worth a one-line precision setting."""
     SAVING = 0.5
@@ -345,6 +361,8 @@ class UnalignedHalfMatmul(Rule[UnalignedMatmulEvidence]):
     summary = "Half-precision matmuls with dimensions that are not multiples of 8."
     docs = DOCS["amp"]
     evidence_type = UnalignedMatmulEvidence
+    confidence = "unmeasured"
+    saving_basis = "not measured (it depends on the shape and the GPU)"
     MIN_SHARE = 0.10
     """Their kernels taking a tenth of the window make padding the shapes worth it (`medium`)."""
 
@@ -388,6 +406,8 @@ class MemoryNearCapacity(Rule[MemoryEvidence]):
     summary = "Peak GPU memory is close to the device's capacity."
     docs = DOCS["memory"]
     evidence_type = MemoryEvidence
+    confidence = "unmeasured"
+    saving_basis = "none measured: memory near capacity is a risk (stalls, out-of-memory), not a time cost"
     NEAR = 0.90
     """Reserved (or allocated) bytes at 90 % of the device's memory leave no headroom."""
     FRAGMENTED = 0.1

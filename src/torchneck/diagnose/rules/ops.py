@@ -8,7 +8,7 @@ from ...model.analysis import ConvBiasBn, Dispatch, OpRow
 from ...model.base import Record
 from ...model.findings import Finding
 from ..facts import Facts, where_of
-from ..rule import DOCS, Rule, register
+from ..rule import DOCS, Explanation, Rule, register
 
 
 class OpHotspotEvidence(Record):
@@ -18,22 +18,48 @@ class OpHotspotEvidence(Record):
     share: float
     """The op's self time over the window."""
     time_lost_is: str
+    avoidable: bool = False
+    """Data movement or creation (copies, conversions, concatenation, fills, indexing): work a change
+    of code usually removes; otherwise the model's own compute, which is context."""
     shapes: list[str | None] = []
     """Its most frequent input shapes (when recorded)."""
 
 
+def is_backward_op(name: str) -> bool:
+    """An op autograd runs for the backward pass (its cause is the forward op it differentiates)."""
+    return name.startswith("autograd::") or "Backward" in name or name.endswith("_backward")
+
+
+AVOIDABLE_OPS = frozenset({
+    "aten::copy_", "aten::to", "aten::_to_copy", "aten::clone", "aten::contiguous", "aten::cat", "aten::stack",
+    "aten::index", "aten::index_put_", "aten::nonzero", "aten::masked_select", "aten::zeros", "aten::ones",
+    "aten::empty", "aten::full", "aten::fill_", "aten::zero_", "aten::repeat", "aten::expand_as",
+    "aten::item", "aten::_local_scalar_dense", "aten::tensor", "aten::lift_fresh", "aten::from_numpy",
+    "aten::numpy_T", "aten::pad", "aten::constant_pad_nd", "aten::flip", "aten::roll", "aten::sort",
+    "aten::argsort", "aten::unique", "aten::_unique2",
+})
+"""Ops that move, convert, create or rearrange data rather than compute the model's math: when one
+dominates, a change of code (creating tensors in place, preallocating instead of concatenating,
+keeping one layout) usually removes it."""
+
+
 @register
 class OpHotspot(Rule[OpHotspotEvidence]):
-    """One operator dominates the steady state. It says where the time goes, not why: a clean
-    model's main op (a convolution, a matmul) legitimately dominates. So it is `medium` at most,
-    and ranks after a finding of equal severity that names a cause (`ranking.GENERIC_KINDS`).
+    """One operator dominates the steady state. When it moves, converts or creates data (a
+    copy, a conversion, torch.cat in a loop) it is work a code change usually removes: `medium`
+    at most (its time is an upper bound of the saving). When it is the model's own compute (a
+    matmul, a convolution), it is where the time goes, not a problem: `info`, context for the
+    rules that name a cause (dtype, tiny ops, threads), which explain it when they apply.
 
     Time lost: the op's self time, an upper bound (what removing the op entirely would save)."""
 
     kind = "op_hotspot"
-    summary = "One operator takes a large share of the steps (where the time goes; a cheaper op or size may do)."
+    summary = "One operator takes a large share of the steps (avoidable data movement, or context)."
     docs = DOCS["profiler"]
     evidence_type = OpHotspotEvidence
+    confidence = "upper_bound"
+    saving_basis = "the op's whole self time (the most removing or shrinking it could save)"
+    max_severity = "medium"
     MIN_SHARE = 0.20
     """One operator taking a fifth of the steady state is the place to look first."""
 
@@ -46,51 +72,82 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         if share < self.MIN_SHARE:
             return []
         lost = top.self_us / 1e6
+        avoidable = top.name in AVOIDABLE_OPS
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
-                               time_lost_is="upper bound (the op's whole self time)",
+                               time_lost_is="upper bound (the op's whole self time)", avoidable=avoidable,
                                shapes=[s.shapes for s in a.ops.by_shape if s.name == top.name][:3])
-        return [self.finding(ev, title=f"{top.name} takes {100 * share:.0f}% of the profiled time ({top.count} calls)",
-                             lost_s=lost, pct=facts.pct(lost), severity="medium",
+        what = "" if avoidable else " (the model's compute: where the time goes, not a problem by itself)"
+        return [self.finding(ev, title=f"{top.name} takes {100 * share:.0f}% of the profiled time "
+                                       f"({top.count} calls){what}",
+                             lost_s=lost, pct=facts.pct(lost), severity=None if avoidable else "info",
                              where=facts.lines_for_ops({top.name}), ops=[top.name])]
 
     def fix(self, evidence: OpHotspotEvidence) -> str:
-        return ("Check whether this op is needed at this size and precision: reduce its input, "
-                "batch its calls, or use a cheaper equivalent; it dominates the step.")
+        if evidence.avoidable:
+            return ("This op moves or creates data rather than computing: create tensors where and how they "
+                    "are used (device=, dtype=, preallocated instead of torch.cat in a loop), avoid copies and "
+                    "conversions inside the step.")
+        return ("If this op is needed at this size and precision, it is the model's work; otherwise reduce its "
+                "input, batch its calls, or use a cheaper equivalent (the lines shown run it).")
 
 
 @register
 class DispatchOverhead(Rule[Dispatch]):
-    """Thousands of tiny ops per step: the per-op cost of eager PyTorch (Python, dispatcher,
-    allocator: ~5-15 µs an op) exceeds the arithmetic.
+    """Loops of tiny ops: back-to-back ops so small (within 4x of the trace's cheapest, pure
+    overhead) that the per-op cost of eager PyTorch (the Python issuing each op, the dispatcher,
+    the allocator: ~5-15 µs an op on a fast CPU) is most of the time. Measured as the wall time
+    of runs of at least 50 such ops with only small gaps between them, those gaps (the Python
+    of the loop) included (`Dispatch.tiny_run_us`).
 
-    Time lost: `FUSED_SAVING` of the tiny ops' wall time (fusing or batching them recovers most,
-    not all, of the per-op cost)."""
+    Time lost: `FUSED_SAVING` of that time (vectorising, batching or fusing the ops recovers most,
+    not all, of it)."""
 
     kind = "dispatch_overhead"
-    summary = "Many tiny ops per step: per-op overhead costs more than the arithmetic."
+    summary = "Loops of tiny ops: per-op overhead (Python, dispatcher) costs more than the arithmetic."
     docs = DOCS["tuning"]
     evidence_type = Dispatch
+    saving_basis = ("70% of the wall time of runs of tiny ops issued back to back, the Python between them "
+                    "included (what vectorising or fusing them recovers)")
+    explains = ("python_hotspot", "op_hotspot", "launch_bound", "gpu_idle")
     MIN_SHARE = 0.30
-    """When a third of the window goes to ops under 20 µs, per-op overhead (Python, dispatcher,
-    allocator) costs more than the arithmetic."""
+    """When a third of the window goes to loops of tiny ops, per-op overhead costs more than the
+    arithmetic."""
     MIN_OPS_PER_STEP = 200
-    """Fewer ops per step are too few for their overhead to add up, whatever their size."""
+    """Fewer tiny ops per step are too few for their overhead to add up, whatever their size."""
     FUSED_SAVING = 0.7
-    """Fusing recovers most, not all, of the per-op cost."""
+    """Vectorising or fusing recovers most, not all, of the per-op cost."""
     NAMED_OPS = 5
     """The top ops by self time named in the finding (and whose lines are shown)."""
+    SMALL_CALL_US = 50.0
+    """A dominant op whose calls average under this is many small calls: the tiny-op pattern."""
 
     def check(self, facts: Facts) -> list[Finding]:
         a = facts.analysis
         if not a:
             return []
         d = a.ops.dispatch
-        if d.tiny_share < self.MIN_SHARE or d.ops_per_step < self.MIN_OPS_PER_STEP:
+        per_step = d.tiny_run_ops / max(facts.steps, 1)
+        if d.tiny_run_share < self.MIN_SHARE or per_step < self.MIN_OPS_PER_STEP:
             return []
-        lost = d.tiny_us / 1e6 * self.FUSED_SAVING
-        names = {o.name for o in a.ops.by_name[: self.NAMED_OPS]}
-        return [self.finding(d, title=f"{d.ops_per_step:.0f} small ops per step: per-op overhead dominates",
+        lost = d.tiny_run_us / 1e6 * self.FUSED_SAVING
+        # The forward ops name the loop to change: their backward runs at the backward() line.
+        forward = [o for o in a.ops.by_name if not is_backward_op(o.name)] or a.ops.by_name
+        names = {o.name for o in forward[: self.NAMED_OPS]}
+        return [self.finding(d, title=f"{per_step:.0f} tiny ops per step, issued one by one: per-op overhead "
+                                      f"takes {100 * d.tiny_run_share:.0f}% of the time",
                              lost_s=lost, pct=facts.pct(lost), where=facts.lines_for_ops(names), ops=sorted(names))]
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """The Python of a loop issuing tiny ops is the same problem as their per-op overhead (one
+        fix, vectorising the loop); on a GPU each tiny op is a tiny kernel the CPU must launch."""
+        if symptom.kind == "python_hotspot":
+            here = {(w.file, w.function) for w in cause.where}
+            same = any((w.file, w.function) in here for w in symptom.where)
+            return Explanation(symptom.time_lost_s) if same else None
+        if symptom.kind == "op_hotspot":  # the dominant op is one of the tiny ones, called many times
+            small = symptom.evidence.get("mean_us", float("inf")) < self.SMALL_CALL_US
+            return Explanation(symptom.time_lost_s) if small and set(symptom.ops) & set(cause.ops) else None
+        return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
     def fix(self, evidence: Dispatch) -> str:
         return ("Batch the work into fewer, larger tensor ops (vectorise loops over elements/rows), "
@@ -117,6 +174,8 @@ class DtypeFloat64(Rule[Float64Evidence]):
     summary = "Ops run on float64 tensors (often NumPy's default dtype carried into torch)."
     docs = DOCS["tuning"]
     evidence_type = Float64Evidence
+    saving_basis = "half the self time of the ops with float64 tensor inputs (float32 runs twice as fast)"
+    explains = ("op_hotspot",)
     MIN_SHARE = 0.05
     """float64 work costs 2x float32 (and much more on GPUs); 5 % of the window is worth a cast."""
 
@@ -138,6 +197,12 @@ class DtypeFloat64(Rule[Float64Evidence]):
                                    f"{100 * s / facts.window_s:.0f}% of the time",
                              lost_s=lost, pct=facts.pct(lost), where=where, ops=sorted(names))]
 
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """A dominant op that runs on float64 data is slow because of its dtype."""
+        if not set(symptom.ops) & set(cause.ops):
+            return None
+        return Explanation(min(symptom.time_lost_s, cause.evidence.get("float64_self_s", 0.0)))
+
     def fix(self, evidence: Float64Evidence) -> str:
         return ("Create these tensors as float32 (NumPy arrays default to float64: "
                 "torch.from_numpy(x).float(), or dtype=torch.float32).")
@@ -155,6 +220,8 @@ class ConvBiasBeforeBatchNorm(Rule[ConvBiasBn]):
     summary = "A convolution's bias is computed and then cancelled by the BatchNorm right after it."
     docs = DOCS["tuning"]
     evidence_type = ConvBiasBn
+    confidence = "unmeasured"
+    saving_basis = "not measurable from a trace (the bias add is fused into the convolution)"
 
     def check(self, facts: Facts) -> list[Finding]:
         a = facts.analysis

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...model.base import Record
 from ...model.findings import Finding
 from ..facts import Facts, where_of
-from ..rule import DOCS, Rule, register
+from ..rule import DOCS, Explanation, Rule, register
 
 
 class PythonHotspotEvidence(Record):
@@ -39,6 +39,9 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
     summary = "A line of your code spends much of each step in Python, NumPy or waiting, outside torch ops."
     docs = DOCS["tuning"]
     evidence_type = PythonHotspotEvidence
+    confidence = "measured"
+    saving_basis = "the line's sampled time outside torch ops (its share of the steps, over the run)"
+    explains = ("gpu_idle", "launch_bound")
     MIN_SHARE = 0.10
     """A line whose work outside torch ops (its own Python, NumPy, other libraries) takes 10 % of
     the steady state is worth moving into tensor ops; below that it is noise next to the ops."""
@@ -95,6 +98,10 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
             out.append(self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost), where=where_of([line]),
                                     docs=DOCS["dataloader"] if ev.waits else None))
         return out
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """While the line runs Python (or waits), the host launches nothing: the GPU idles as long."""
+        return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
     def fix(self, evidence: PythonHotspotEvidence) -> str:
         if evidence.waits:

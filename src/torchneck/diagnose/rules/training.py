@@ -9,7 +9,7 @@ from ...model.analysis import Annotation, OpRow
 from ...model.base import Record
 from ...model.findings import Finding
 from ..facts import Facts, where_of
-from ..rule import DOCS, Rule, register
+from ..rule import DOCS, Explanation, Rule, register
 
 
 class InputPipelineEvidence(Record):
@@ -30,6 +30,9 @@ class InputPipeline(Rule[InputPipelineEvidence]):
     summary = "The steps wait for the DataLoader (loading or per-sample work in the main process)."
     docs = DOCS["dataloader"]
     evidence_type = InputPipelineEvidence
+    confidence = "measured"
+    saving_basis = "the steps' time inside DataLoader iteration (what loading that keeps up would hide)"
+    explains = ("gpu_idle", "launch_bound", "python_hotspot")
     MIN_SHARE = 0.10
     """Waiting 10 % of the step for data is recoverable with loader workers."""
     LINES_SHOWN = 3
@@ -47,6 +50,15 @@ class InputPipeline(Rule[InputPipelineEvidence]):
                              title=f"Waiting for the DataLoader takes {100 * dl / facts.window_s:.0f}% of each step",
                              lost_s=dl, pct=facts.pct(dl), where=where_of(loading.get("lines", [])[: self.LINES_SHOWN]),
                              ops=[n.name for n in a.ops.annotations if "DataLoader" in n.name][:2])]
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """While the host waits for the next batch, it launches nothing: the GPU idles as long. A
+        Python hotspot on a line the loader runs (the Dataset's code) is that same wait."""
+        if symptom.kind == "python_hotspot":
+            loading = {(w.file, w.line) for w in cause.where}
+            inside = any((w.file, w.line) in loading for w in symptom.where)
+            return Explanation(min(symptom.time_lost_s, cause.time_lost_s)) if inside else None
+        return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
     def fix(self, evidence: InputPipelineEvidence) -> str:
         return ("Load data in parallel: DataLoader(num_workers=N, persistent_workers=True, "
@@ -71,6 +83,7 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
     summary = "The optimizer updates one parameter tensor at a time (single-tensor implementation)."
     docs = DOCS["optim"]
     evidence_type = OptimizerEvidence
+    saving_basis = "45% of the time in Optimizer.step (foreach=True measured against the for-loop)"
     MIN_SHARE = 0.15
     """An optimizer step under 15 % of the window is not worth changing."""
     MIN_PARAMS = 20
@@ -125,6 +138,8 @@ class ZeroGradKernels(Rule[ZeroGradEvidence]):
     summary = "Gradients are zeroed with fills every step instead of being set to None."
     docs = DOCS["zero_grad"]
     evidence_type = ZeroGradEvidence
+    confidence = "measured"
+    saving_basis = "the fills' self time inside Optimizer.zero_grad (None costs nothing)"
     MIN_SHARE = 0.03
     """Zeroing is pure overhead: 3 % of the window is worth a keyword argument."""
 
@@ -163,13 +178,17 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
     """Forward passes that record autograd graphs nobody uses: the steps are calls of a model
     (no optimizer step), their outputs carry a `grad_fn`, and the trace has no backward.
 
-    Time lost: `AUTOGRAD_OVERHEAD` of the window (recording the graph and keeping activations
-    alive), an estimate: the trace cannot separate it from the ops."""
+    Time lost: `AUTOGRAD_OVERHEAD` of the time the model calls take (recording the graph and
+    keeping activations alive), an estimate: the trace cannot separate it from the ops. The model
+    calls' time is the self time of the ops run at the model-call line when the trace places ops
+    at lines, else the whole window."""
 
     kind = "autograd_in_inference"
     summary = "Inference records autograd graphs that no backward uses (no inference_mode / no_grad)."
     docs = DOCS["inference_mode"]
     evidence_type = AutogradInInferenceEvidence
+    saving_basis = ("10% of the model calls' time (recording graphs and keeping activations, measured on a "
+                    "typical MLP)")
     MIN_GRAD_SHARE = 0.5
     """Most model calls must have built a graph (one stray call is not a pattern)."""
     AUTOGRAD_OVERHEAD = 0.10
@@ -187,11 +206,13 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
         names = [o.name for o in a.ops.by_name] + [n.name for n in a.ops.annotations]
         if any("evaluate_function" in n or "Backward" in n for n in names):
             return []  # a backward ran: this is training
-        lost = facts.window_s * self.AUTOGRAD_OVERHEAD
         lines = (facts.python or {}).get("window", {}).get("lines", [])[:1]
         # A fast machine can finish the window between two samples: then the line that ran the
         # most ops (exact, from the line spans) is the model call.
         where = where_of(lines) or facts.lines_for_ops(None, limit=1)
+        at = {(w.file, w.line) for w in where}
+        in_calls = sum(e["self_us"] for e in facts.ops_by_line if (e.get("file"), e.get("line")) in at) / 1e6
+        lost = (in_calls or facts.window_s) * self.AUTOGRAD_OVERHEAD
         return [self.finding(AutogradInInferenceEvidence(model_calls=calls, outputs_with_grad=with_grad,
                                                          backward_in_trace=False,
                                                          estimated_overhead=self.AUTOGRAD_OVERHEAD),
