@@ -7,6 +7,7 @@ from pathlib import Path
 
 from . import __version__
 from .analysis.compile import compile_summary, wall_split
+from .analysis.key_averages import TableOptions
 from .analysis.python_stacks import load_samples
 from .analysis.run import (
     ops_by_user_line,
@@ -63,8 +64,8 @@ def verdict(analysis: dict | None, phases: dict | None, findings: list) -> str:
     return " ".join(parts)
 
 
-def report_from_run_dir(run_dir: Path) -> dict:
-    """Analyse a run directory written by `torchneck run`."""
+def report_from_run_dir(run_dir: Path, tables: TableOptions | None = None) -> dict:
+    """Analyse a run directory written by `torchneck run` (`tables`: the key_averages table's options)."""
     run_dir = Path(run_dir)
     run = _read_json(run_dir / "run.json")
     env = _read_json(run_dir / "env.json", required=False) or {}
@@ -78,7 +79,7 @@ def report_from_run_dir(run_dir: Path) -> dict:
     warnings = []
     if trace_path.exists():
         trace = load_trace(trace_path)
-        analysis, nesting = analyze_with_nesting(trace)  # the nesting is used three times
+        analysis, nesting = analyze_with_nesting(trace, tables=tables)  # the nesting is used three times
         offset_us = trace_clock_offset_us(trace, run)  # sample clock -> trace clock, once
         ops_lines = ops_by_user_line(trace, samples, offset_us, nesting)
         op_s = sample_op_seconds(trace, samples, offset_us)
@@ -87,8 +88,9 @@ def report_from_run_dir(run_dir: Path) -> dict:
         views = {}
         warnings.append("no trace was recorded" + (f": {run['trace_error']}" if run.get("trace_error") else ""))
     python = python_phases(samples, phases, op_s)
-    if profiling_warning(phases):
-        warnings.append(profiling_warning(phases))
+    profiling_note = profiling_warning(phases)
+    if profiling_note:
+        warnings.append(profiling_note)
     views["stacks"] = stack_tree(samples)
     if not phases["phases"].get("window_s") or (run.get("clock") or {}).get("whole_run"):
         views["stacks_window"] = None
@@ -124,9 +126,9 @@ def write_reports(run_dir: Path, report: dict) -> dict:
     return report
 
 
-def write_run_report(run_dir: Path) -> dict:
+def write_run_report(run_dir: Path, tables: TableOptions | None = None) -> dict:
     """Analyse a one-process run directory and write its reports."""
-    return write_reports(run_dir, report_from_run_dir(Path(run_dir)))
+    return write_reports(run_dir, report_from_run_dir(Path(run_dir), tables))
 
 
 def map_per_rank(fn, items: list, *extra: list, workers: int | None = None) -> list:
@@ -144,18 +146,20 @@ def map_per_rank(fn, items: list, *extra: list, workers: int | None = None) -> l
         return list(pool.map(fn, items, *extra))
 
 
-def analyse_trace_file(path: str, rank: int | None = None, progress=None, with_views: bool = True) -> dict | None:
+def analyse_trace_file(path: str, rank: int | None = None, progress=None, with_views: bool = True,
+                       tables: TableOptions | None = None) -> dict | None:
     """One trace file -> {"analysis", "views"}; None when it is not the wanted rank. Runs in a
     worker process for multi-rank input, so only this small summary crosses back."""
     trace = load_trace(path, progress=progress)
     if rank is not None and trace.meta.rank is not None and trace.meta.rank != rank:
         return None
-    analysis, nesting = analyze_with_nesting(trace)
+    analysis, nesting = analyze_with_nesting(trace, tables=tables)
     return {"analysis": analysis, "views": trace_views(trace, nesting) if with_views else {},
             "ops_by_line": ops_by_user_line(trace, None, None, nesting)}  # with_stack traces: by function
 
 
-def report_from_traces(paths: list[str], rank: int | None = None, progress=None) -> dict:
+def report_from_traces(paths: list[str], rank: int | None = None, progress=None,
+                       tables: TableOptions | None = None) -> dict:
     """Analyse existing trace files (a file, or a directory of per-rank traces). With several
     ranks: each rank's findings (tagged with its rank), plus the straggler and communication
     findings from comparing them."""
@@ -168,10 +172,11 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None)
     for p in paths:
         files += [str(f) for f in find_trace_files(p)]
     if len(files) == 1:  # in this process, with the progress bar
-        results = [analyse_trace_file(files[0], rank, progress)]
+        found = [analyse_trace_file(files[0], rank, progress, tables=tables)]
     else:
-        results = map_per_rank(analyse_trace_file, files, [rank] * len(files))
-    results = [r for r in results if r is not None]
+        found = map_per_rank(analyse_trace_file, files, [rank] * len(files), [None] * len(files),
+                             [True] * len(files), [tables] * len(files))
+    results: list[dict] = [r for r in found if r is not None]
     if not results:
         raise TorchneckError(f"no trace for rank {rank} among {len(files)} file(s)")
     analyses = [r["analysis"] for r in results]

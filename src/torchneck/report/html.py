@@ -15,13 +15,15 @@ import json
 import linecache
 from importlib import resources
 
+from .tables import render_html as render_tables_html
+
 SEVERITY_CLASSES = ("high", "medium", "low", "info")
 CODE_CONTEXT_LINES = 3
 """Lines shown above and below each finding's line of user code."""
 
 
 def _asset(name: str) -> str:
-    return resources.files("torchneck.report").joinpath("assets", name).read_text(encoding="utf-8")
+    return resources.files("torchneck.report").joinpath("assets").joinpath(name).read_text(encoding="utf-8")
 
 
 def _e(value) -> str:
@@ -65,6 +67,7 @@ class HtmlRenderer:
             f'<section id="verdict"><p>{_e(report.get("verdict", ""))}</p></section>',
             self._diff(report.get("diff")),
             self._findings(report.get("findings") or []),
+            render_tables_html(report),
             '<section id="charts">',
             '<h2>Step time</h2><div id="step-chart" class="chart"></div>',
             '<h2>A typical step</h2><div id="timeline" class="chart"></div>',
