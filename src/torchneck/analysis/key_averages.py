@@ -436,6 +436,16 @@ def _positions_within(f: _Forest, spans: np.ndarray) -> Iterator[np.ndarray]:
         first = last
 
 
+def _sorted_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(values, return_counts=True)` by one sort: numpy's hash-based unique took
+    0.1 s for 100k positions."""
+    s = np.sort(values)
+    if not len(s):
+        return s, np.empty(0, dtype=np.int64)
+    first = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
+    return s[first], np.diff(np.append(first, len(s)))
+
+
 def _merge_duplicates(parents: _Parents, canon_name: np.ndarray, walk_same: np.ndarray) -> None:
     """torch's `_remove_dup_nodes`: an event with its parent's name that is the parent's only
     child is merged away (repeatedly). `walk_same`: the events with their walk parent's name;
@@ -443,7 +453,7 @@ def _merge_duplicates(parents: _Parents, canon_name: np.ndarray, walk_same: np.n
     are found in one more pass, only when there are candidates; the merging runs on those few."""
     f = parents.f
     names = f.table.name
-    moved = np.union1d(walk_same, parents.fixed_rows)
+    moved = _sorted_counts(np.concatenate([walk_same, parents.fixed_rows]))[0]
     if len(parents.fixed_rows):
         p = parents.corrected(moved)
         ok = p >= 0
@@ -453,7 +463,7 @@ def _merge_duplicates(parents: _Parents, canon_name: np.ndarray, walk_same: np.n
         c = walk_same
     if not len(c):
         return
-    watched = np.union1d(c, parents.corrected(c))  # the candidates and their parents
+    watched = _sorted_counts(np.concatenate([c, parents.corrected(c)]))[0]  # the candidates and their parents
     watch = _RowSet(watched, len(f))
     kids, kid_parent = [], []
     for pos in _positions_within(f, watched):
@@ -467,7 +477,7 @@ def _merge_duplicates(parents: _Parents, canon_name: np.ndarray, walk_same: np.n
     is_cand = positions_in(c, kid) >= 0
     while True:
         live = ~merged
-        parents_live, counts = np.unique(par[live], return_counts=True)
+        parents_live, counts = _sorted_counts(par[live])
         only_child = np.zeros(len(kid), dtype=bool)
         at = positions_in(parents_live, par)
         only_child[at >= 0] = counts[at[at >= 0]] == 1
