@@ -11,7 +11,8 @@ Per label (instances of one name, the outermost when one nests in another of its
 directly under it, or under labels nested in it), `outside_ops_us` (the rest: Python, NumPy, other
 libraries, waits), `self_us` (the duration less its direct children's, key_averages' Self CPU
 without the Python frames of `with_stack` traces), `ops` (CPU ops run under it at any depth),
-`top_ops` (by self time) and `where` (the user's lines whose torch calls ran under it).
+`top_ops` (by self time, the ops whose innermost label it is) and `where` (the user's lines
+whose torch calls ran under it, by the ops' self time).
 
 Which annotations are labels: user annotations other than torch's and torchneck's own
 (`INTERNAL_LABELS`: profiler steps, the optimizer's, compiled regions, DataLoader, collectives,
@@ -42,7 +43,9 @@ INTERNAL_LABELS = re.compile(
 
 COVERING_CATS = (Cat.CPU_OP, Cat.RUNTIME, Cat.DRIVER, Cat.SYNC)
 """Host events whose time counts as torch's: ops, and the runtime calls (a device sync under a
-label is torch waiting, not Python)."""
+label is torch waiting, not Python). Under `torchneck run`, torchneck's span around each torch
+call counts too: what it adds to the op is torch's Python-side dispatch (and torchneck's), not
+the user's Python."""
 
 TOP_OPS = 10
 """Ops listed per label (by self time): enough for a rule to find the ops of its finding."""
@@ -95,8 +98,10 @@ def label_table(trace: Trace, nesting: Nesting, rows: Rows, window_us: float, to
     by_op: dict[tuple[int, int], list[float]] = {}  # (label name id, op name id) -> [self us, count]
     width = len(t.strings) + 1
     placed = 0
+    span = _span_names(t)
     for block in _index_blocks(rows):
-        work = block[in_categories(t.cat[block], COVERING_CATS)]
+        work = block[in_categories(t.cat[block], COVERING_CATS)
+                     | ((t.cat[block] == Cat.USER_ANNOTATION) & span[t.name[block]])]
         if not len(work):
             continue
         lab, between, direct = _climb_to_label(t, nesting, labels, work)
@@ -121,23 +126,28 @@ def label_table(trace: Trace, nesting: Nesting, rows: Rows, window_us: float, to
             entry[0] += s
             entry[1] += c
         if placed < MAX_PLACED_ROWS:
-            keep = top_level & is_op
-            for i in np.unique(lab[keep]).tolist():
-                sel = work[keep & (lab == i)]
+            for i in np.unique(op_label).tolist():
+                sel = ops[op_label == i]
                 op_rows[i].append(sel)
                 placed += len(sel)
-    # Nested labels: their direct-child time and covered time count in the label around them
-    # (unless an op between already covers them).
+    # Nested labels: their time is a direct child's of the label around them, their torch time
+    # covers it too (unless an op between covers them already), their ops are under it.
     children += np.bincount(outer[outer_direct], weights=dur[outer_direct], minlength=n)
     covered_total = covered.copy()
     depth = _depths(outer)
     for level in range(int(depth.max(initial=0)), 0, -1):
-        inner = np.flatnonzero((depth == level) & (outer >= 0) & ~outer_covered)
-        np.add.at(covered_total, outer[inner], covered_total[inner])
+        inner = np.flatnonzero((depth == level) & (outer >= 0))
+        add = inner[~outer_covered[inner]]
+        np.add.at(covered_total, outer[add], covered_total[add])
+        np.add.at(op_count, outer[inner], op_count[inner])
         for i in inner.tolist():
             op_rows[int(outer[i])].extend(op_rows[i])
     return _by_name(trace, nesting, labels, outer, dur, covered_total, children, op_count, by_op, op_rows,
                     window_us, top)
+
+
+def _span_names(t: EventTable) -> np.ndarray:
+    return t.names_matching(lambda s: s.startswith(LINE_PREFIX))
 
 
 def _index_blocks(rows: Rows):
@@ -149,13 +159,13 @@ def _index_blocks(rows: Rows):
 def _climb_to_label(t: EventTable, nesting: Nesting, labels: np.ndarray, rows: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each row: the index (in `labels`) of the innermost label above it, or -1; whether a
-    covering event (op, runtime call) lies between the two; whether the label is its direct
-    parent, torchneck's per-line spans looked through."""
-    span = t.names_matching(lambda s: s.startswith(LINE_PREFIX))
+    covering event (op, runtime call, torchneck span) lies between the two; whether the label
+    is its parent."""
+    span = _span_names(t)
     found = np.full(len(rows), -1, dtype=np.int64)
     between = np.zeros(len(rows), dtype=bool)
     direct = np.zeros(len(rows), dtype=bool)
-    first_hop = np.ones(len(rows), dtype=bool)  # no non-span event passed yet
+    first_hop = np.ones(len(rows), dtype=bool)  # no event passed yet
     up = nesting.parent[rows].astype(np.int64)
     todo = np.flatnonzero(up >= 0)
     while len(todo):
@@ -166,9 +176,8 @@ def _climb_to_label(t: EventTable, nesting: Nesting, labels: np.ndarray, rows: n
         direct[todo[hit]] = first_hop[todo[hit]]
         rest = todo[~hit]
         a = a[~hit]
-        passing_span = (t.cat[a] == Cat.USER_ANNOTATION) & span[t.name[a]]
-        between[rest] |= in_categories(t.cat[a], COVERING_CATS)
-        first_hop[rest] &= passing_span
+        between[rest] |= in_categories(t.cat[a], COVERING_CATS) | ((t.cat[a] == Cat.USER_ANNOTATION) & span[t.name[a]])
+        first_hop[rest] = False
         up[rest] = nesting.parent[a]
         todo = rest[up[rest] >= 0]
     return found, between, direct
@@ -212,8 +221,8 @@ def _by_name(trace: Trace, nesting: Nesting, labels: np.ndarray, outer: np.ndarr
         mine = sorted(((s, c, op) for (lab, op), (s, c) in by_op.items() if lab == nid), key=lambda x: (-x[0], x[2]))
         top_ops = [{"name": t.strings[op], "self_us": s, "count": int(c)} for s, c, op in mine[:TOP_OPS]]
         rows = [r for i in top_idx.tolist() for r in op_rows[i]]
-        placed = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
-        where = user_code_of(trace, nesting, np.unique(placed), weights=None, top=WHERE_LINES) if len(placed) else []
+        placed = np.unique(np.concatenate(rows)) if rows else np.empty(0, dtype=np.int64)
+        where = user_code_of(trace, nesting, placed, top=WHERE_LINES) if len(placed) else []
         opened_at = None
         if where_frames is not None:
             first = [int(where_frames[i]) for i in idx if where_frames[i] >= 0]
@@ -227,7 +236,7 @@ def _by_name(trace: Trace, nesting: Nesting, labels: np.ndarray, outer: np.ndarr
             "ops_us": ops_us,
             "outside_ops_us": max(total - ops_us, 0.0),
             "outside_ops_pct": 100.0 * max(total - ops_us, 0.0) / total if total > 0 else 0.0,
-            "ops": int(op_count[idx_arr].sum()),
+            "ops": int(op_count[top_idx].sum()),
             "top_ops": top_ops,
             "where": where,
             "opened_at": opened_at,
