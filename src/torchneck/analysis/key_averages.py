@@ -870,6 +870,11 @@ def _canonical_names(table: EventTable) -> np.ndarray:
     return canon
 
 
+def _has_backward(table: EventTable) -> bool:
+    """Whether autograd's backward pass ran ops in the trace."""
+    return bool(table.names_matching(lambda s: s.startswith("autograd::engine::evaluate_function")).any())
+
+
 def _row_name(name: str) -> str:
     return "ProfilerStep*" if name.startswith("ProfilerStep#") else name
 
@@ -981,7 +986,7 @@ def _table(keys: _Keys, totals: _Totals | _DenseTotals, uncovered: tuple[int, in
     notes = []
     if options.group_by_stack_n and keys.stacks.source is None:
         notes.append("the trace holds no Python stacks (record it with with_stack=True): rows are not split by stack")
-    if options.group_by_stack_n and keys.stacks.source is not None:
+    if options.group_by_stack_n and keys.stacks.source is not None and _has_backward(forest.table):
         notes.append("ops run by the backward pass are grouped under the stack of the .backward() call; torch "
                      "groups them under their forward op's stack")
     return {

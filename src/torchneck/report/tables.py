@@ -208,6 +208,10 @@ def _e(value) -> str:
     return html.escape(str(value), quote=True)
 
 
+TABLE_STYLE = ("<style>#table-labels td:first-child, #table-labels td.num, #table-key-averages td.num "
+               "{ white-space: nowrap; }</style>")
+"""Label names and figures stay on one line; op names and stacks may wrap."""
+
 SORT_SCRIPT = """<script>(function(){
   /* click a heading of a torchneck table to sort it; cells keep their text (textContent only) */
   function key(t){var m=/^(-?[0-9.]+)\\s*(s|ms|us|B|KB|MB|GB|%)?$/.exec(t.trim());if(!m)return null;
@@ -243,7 +247,7 @@ def render_html(report: dict) -> str:
                      + notes + "</section>")
     if not parts:
         return ""
-    return "\n".join(parts) + SORT_SCRIPT
+    return "\n".join(parts) + TABLE_STYLE + SORT_SCRIPT
 
 
 def _html_table(table_id: str, columns: list[str], rows: list[list[str]]) -> str:
