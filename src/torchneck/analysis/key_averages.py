@@ -313,9 +313,9 @@ class _RowSet:
     for every row of a block, where a binary search in the set would cost more."""
 
     def __init__(self, members: np.ndarray, size: int):
-        bits = np.zeros(max(size, 1), dtype=bool)
-        bits[members] = True
-        self.bits = np.packbits(bits, bitorder="little")
+        members = np.asarray(members, dtype=np.int64)
+        self.bits = np.zeros((max(size, 1) + 7) // 8, dtype=np.uint8)
+        np.bitwise_or.at(self.bits, members >> 3, (1 << (members & 7)).astype(np.uint8))
         self.empty = not len(members)
 
     def contains(self, pos: np.ndarray) -> np.ndarray:
