@@ -50,7 +50,7 @@ the user's Python."""
 TOP_OPS = 10
 """Ops listed per label (by self time): enough for a rule to find the ops of its finding."""
 WHERE_LINES = 3
-MAX_PLACED_ROWS = 1 << 20
+MAX_PLACED_ROWS = 1 << 18
 """Op rows kept to place a label's time in the user's code: beyond, the rest of a label's ops go
 unplaced (their time is still counted)."""
 
@@ -94,42 +94,39 @@ def label_table(trace: Trace, nesting: Nesting, rows: Rows, window_us: float, to
     covered = np.zeros(n)  # time of top-level torch work directly under each label
     children = np.zeros(n)  # direct children's time
     op_count = np.zeros(n, dtype=np.int64)
-    op_rows: list[list[np.ndarray]] = [[] for _ in range(n)]
-    by_op: dict[tuple[int, int], list[float]] = {}  # (label name id, op name id) -> [self us, count]
-    width = len(t.strings) + 1
+    names = t.name[labels].astype(np.int64)
+    label_names, label_rank = np.unique(names, return_inverse=True)
+    ops_by_label = _OpTotals(len(label_names), len(t.strings))
+    place_labels, place_ops = [], []
     placed = 0
     span = _span_names(t)
+    at = _LabelAt(t, labels, outer)
     for block in _index_blocks(rows):
-        work = block[in_categories(t.cat[block], COVERING_CATS)
-                     | ((t.cat[block] == Cat.USER_ANNOTATION) & span[t.name[block]])]
+        work = block[_covering(t, block, span)]
         if not len(work):
             continue
-        lab, between, direct = _climb_to_label(t, nesting, labels, work)
+        lab = at(work)
         under = lab >= 0
-        work, lab, between, direct = work[under], lab[under], between[under], direct[under]
+        work, lab = work[under], lab[under]
         if not len(work):
             continue
         d = t.dur[work].astype(np.float64)
-        top_level = ~between
+        parent = nesting.parent[work].astype(np.int64)
+        top_level = parent < 0
+        top_level[~top_level] = ~_covering(t, parent[~top_level], span)
+        direct = parent == labels[lab]
         covered += np.bincount(lab[top_level], weights=d[top_level], minlength=n)
         children += np.bincount(lab[direct], weights=d[direct], minlength=n)
         is_op = t.cat[work] == Cat.CPU_OP
         op_count += np.bincount(lab[is_op], minlength=n)
         ops, op_label = work[is_op], lab[is_op]
-        self_us = nesting.self_time(ops).astype(np.float64)
-        key = t.name[labels[op_label]].astype(np.int64) * width + t.name[ops]
-        uniq, inverse = np.unique(key, return_inverse=True)
-        sums = np.bincount(inverse.reshape(-1), weights=self_us)
-        counts = np.bincount(inverse.reshape(-1))
-        for k, s, c in zip(uniq.tolist(), sums.tolist(), counts.tolist()):
-            entry = by_op.setdefault(divmod(k, width), [0.0, 0])
-            entry[0] += s
-            entry[1] += c
+        ops_by_label.add(label_rank[op_label], t.name[ops], nesting.self_time(ops))
         if placed < MAX_PLACED_ROWS:
-            for i in np.unique(op_label).tolist():
-                sel = ops[op_label == i]
-                op_rows[i].append(sel)
-                placed += len(sel)
+            place_labels.append(op_label)
+            place_ops.append(ops)
+            placed += len(ops)
+    op_rows = _rows_by_label(n, place_labels, place_ops)
+    covered = np.minimum(covered, dur)
     # Nested labels: their time is a direct child's of the label around them, their torch time
     # covers it too (unless an op between covers them already), their ops are under it.
     children += np.bincount(outer[outer_direct], weights=dur[outer_direct], minlength=n)
@@ -142,12 +139,113 @@ def label_table(trace: Trace, nesting: Nesting, rows: Rows, window_us: float, to
         np.add.at(op_count, outer[inner], op_count[inner])
         for i in inner.tolist():
             op_rows[int(outer[i])].extend(op_rows[i])
+    by_op = ops_by_label.result(label_names)
     return _by_name(trace, nesting, labels, outer, dur, covered_total, children, op_count, by_op, op_rows,
                     window_us, top)
 
 
 def _span_names(t: EventTable) -> np.ndarray:
     return t.names_matching(lambda s: s.startswith(LINE_PREFIX))
+
+
+def _covering(t: EventTable, rows: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """Which rows are torch's work (`COVERING_CATS`, torchneck's per-call spans)."""
+    cat = t.cat[rows]
+    return in_categories(cat, COVERING_CATS) | ((cat == Cat.USER_ANNOTATION) & span[t.name[rows]])
+
+
+class _LabelAt:
+    """The innermost label open at each row's start on the row's thread (an index into
+    `labels`, or -1): a binary search among the thread's labels, then up through the labels
+    around it (`outer`) while the one found ended by then. Labels nest like the calls they wrap,
+    so this is the label the row's call chain leads to, found without climbing that chain."""
+
+    def __init__(self, t: EventTable, labels: np.ndarray, outer: np.ndarray):
+        self.t = t
+        self.outer = outer
+        self.start = t.ts[labels]
+        self.end = self.start + t.dur[labels]
+        thread = t.thread[labels]
+        self.by_thread = {int(th): np.flatnonzero(thread == th) for th in np.unique(thread).tolist()}
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        out = np.full(len(rows), -1, dtype=np.int64)
+        thread = self.t.thread[rows]
+        start = self.t.ts[rows]
+        present = np.unique(thread) if len(self.by_thread) > 1 else list(self.by_thread)
+        for th in np.asarray(present).tolist():
+            mine = self.by_thread.get(int(th))
+            if mine is None:
+                continue
+            at = np.flatnonzero(thread == th) if len(present) > 1 else np.arange(len(rows))
+            j = np.searchsorted(self.start[mine], start[at], side="right") - 1
+            found = np.where(j >= 0, mine[np.maximum(j, 0)], -1)
+            while True:
+                closed = found >= 0
+                closed[closed] = self.end[found[closed]] <= start[at][closed]
+                if not closed.any():
+                    break
+                found[closed] = self.outer[found[closed]]
+            out[at] = found
+        return out
+
+
+class _OpTotals:
+    """Self time and calls per (label name, op name), totalled a block at a time: into a dense
+    array when the pairs are few, else by sorting each block's keys."""
+
+    DENSE = 1 << 20
+
+    def __init__(self, label_names: int, strings: int):
+        self.width = strings + 1
+        self.size = label_names * self.width
+        self.dense = self.size <= self.DENSE
+        self.sums = np.zeros(self.size if self.dense else 0)
+        self.counts = np.zeros(self.size if self.dense else 0, dtype=np.int64)
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, label: np.ndarray, op_name: np.ndarray, self_us: np.ndarray) -> None:
+        key = label.astype(np.int64) * self.width + op_name
+        w = self_us.astype(np.float64)
+        if self.dense:
+            self.sums += np.bincount(key, weights=w, minlength=self.size)
+            self.counts += np.bincount(key, minlength=self.size)
+            return
+        uniq, inverse = np.unique(key, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        self.parts.append((uniq, np.bincount(inverse, weights=w), np.bincount(inverse)))
+
+    def result(self, label_names: np.ndarray) -> dict[tuple[int, int], list[float]]:
+        """{(label name id, op name id): [self µs, calls]}."""
+        if self.dense:
+            keys = np.flatnonzero(self.counts)
+            sums, counts = self.sums[keys], self.counts[keys]
+        elif self.parts:
+            all_keys = np.concatenate([p[0] for p in self.parts])
+            keys, inverse = np.unique(all_keys, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            sums = np.bincount(inverse, weights=np.concatenate([p[1] for p in self.parts]))
+            counts = np.bincount(inverse, weights=np.concatenate([p[2] for p in self.parts])).astype(np.int64)
+        else:
+            return {}
+        label, op = np.divmod(keys, self.width)
+        return {(int(label_names[lab]), int(o)): [float(s), int(c)]
+                for lab, o, s, c in zip(label.tolist(), op.tolist(), sums.tolist(), counts.tolist())}
+
+
+def _rows_by_label(n: int, labels: list[np.ndarray], ops: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """The op rows kept for placing each label's time, grouped by label (one sort)."""
+    out: list[list[np.ndarray]] = [[] for _ in range(n)]
+    if not ops:
+        return out
+    lab, rows = np.concatenate(labels), np.concatenate(ops)
+    order = np.argsort(lab, kind="stable")
+    lab, rows = lab[order], rows[order]
+    bounds = np.flatnonzero(np.diff(lab)) + 1
+    for part_lab, part in zip(np.split(lab, bounds), np.split(rows, bounds)):
+        if len(part):
+            out[int(part_lab[0])].append(part)
+    return out
 
 
 def _index_blocks(rows: Rows):
@@ -221,7 +319,7 @@ def _by_name(trace: Trace, nesting: Nesting, labels: np.ndarray, outer: np.ndarr
         mine = sorted(((s, c, op) for (lab, op), (s, c) in by_op.items() if lab == nid), key=lambda x: (-x[0], x[2]))
         top_ops = [{"name": t.strings[op], "self_us": s, "count": int(c)} for s, c, op in mine[:TOP_OPS]]
         rows = [r for i in top_idx.tolist() for r in op_rows[i]]
-        placed = np.unique(np.concatenate(rows)) if rows else np.empty(0, dtype=np.int64)
+        placed = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)  # each op under one instance
         where = user_code_of(trace, nesting, placed, top=WHERE_LINES) if len(placed) else []
         opened_at = None
         if where_frames is not None:
