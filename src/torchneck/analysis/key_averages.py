@@ -31,8 +31,8 @@ Where the result differs from torch on purpose or of necessity, the report says 
 ops run by autograd's backward pass get the stack of the `.backward()` call, where torch gives
 them their forward op's stack (matched by sequence numbers the loader does not keep).
 
-Every pass goes through the table a block of rows at a time (`intervals.ROW_BLOCK`) and totals
-by group, so the temporaries stay a few MB on traces of any size; only `with_stack` traces,
+Every pass goes through the table a block of rows at a time (`ROW_BLOCK`) and totals by group,
+so the temporaries stay a few MB on traces of any size; only `with_stack` traces,
 whose Python calls must be nested with the host events, get one combined table of those events.
 """
 
@@ -48,8 +48,14 @@ from ..errors import TorchneckError
 from ..sites import LINE_PREFIX
 from ..trace.table import Cat, EventTable, SparseColumn, Trace, in_categories
 from .groups import positions_in
-from .intervals import ROW_BLOCK, merge
+from .intervals import ROW_BLOCK as TABLE_BLOCK
+from .intervals import merge
 from .ops import Nesting, host_nesting
+
+ROW_BLOCK = TABLE_BLOCK // 4
+"""Rows read at once here: a quarter of the other analyses' blocks, since this table is built on
+the analysis thread beside them and glibc keeps that thread's peak in its own arena (16k rows:
+the passes' ~20 temporaries stay ~3 MB; 4x more blocks cost ~20 ms a GB)."""
 
 TORCH_DROPPED = frozenset({
     "[memory]", "[OutOfMemory]", "profiler::_record_function_enter", "profiler::_record_function_enter_new",

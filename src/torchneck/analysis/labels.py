@@ -32,8 +32,8 @@ import numpy as np
 
 from ..sites import LINE_PREFIX
 from ..trace.table import Cat, EventTable, Trace, in_categories
-from .ops import Nesting, Rows, row_blocks
-from .trace_stacks import describe_site, enclosing_user_frames, user_code_of
+from .ops import Nesting, Rows, has_line_marks, row_blocks
+from .trace_stacks import describe_site, enclosing_user_frames, has_call_stacks, user_code_of
 
 INTERNAL_LABELS = re.compile(
     r"^(ProfilerStep#|Optimizer\.\w+#|Torch-Compiled Region|CompiledFunction|## Call CompiledFxGraph|"
@@ -50,9 +50,9 @@ the user's Python."""
 TOP_OPS = 10
 """Ops listed per label (by self time): enough for a rule to find the ops of its finding."""
 WHERE_LINES = 3
-MAX_PLACED_ROWS = 1 << 18
-"""Op rows kept to place a label's time in the user's code: beyond, the rest of a label's ops go
-unplaced (their time is still counted)."""
+MAX_PLACED_ROWS = 1 << 17
+"""Op rows kept to place the labels' time in the user's code (1 MB): beyond, the rest of the
+ops go unplaced (their time is still counted). None are kept when the trace cannot place ops."""
 
 
 def user_label_names(table: EventTable) -> np.ndarray:
@@ -98,7 +98,7 @@ def label_table(trace: Trace, nesting: Nesting, rows: Rows, window_us: float, to
     label_names, label_rank = np.unique(names, return_inverse=True)
     ops_by_label = _OpTotals(len(label_names), len(t.strings))
     place_labels, place_ops = [], []
-    placed = 0
+    placed = 0 if _can_place(trace) else MAX_PLACED_ROWS
     span = _span_names(t)
     at = _LabelAt(t, labels, outer)
     for block in _index_blocks(rows):
@@ -122,8 +122,8 @@ def label_table(trace: Trace, nesting: Nesting, rows: Rows, window_us: float, to
         ops, op_label = work[is_op], lab[is_op]
         ops_by_label.add(label_rank[op_label], t.name[ops], nesting.self_time(ops))
         if placed < MAX_PLACED_ROWS:
-            place_labels.append(op_label)
-            place_ops.append(ops)
+            place_labels.append(op_label.astype(np.int32))
+            place_ops.append(ops.astype(np.int32 if len(t) < 2**31 else np.int64))
             placed += len(ops)
     op_rows = _rows_by_label(n, place_labels, place_ops)
     covered = np.minimum(covered, dur)
@@ -142,6 +142,11 @@ def label_table(trace: Trace, nesting: Nesting, rows: Rows, window_us: float, to
     by_op = ops_by_label.result(label_names)
     return _by_name(trace, nesting, labels, outer, dur, covered_total, children, op_count, by_op, op_rows,
                     window_us, top)
+
+
+def _can_place(trace: Trace) -> bool:
+    """Whether the trace says where in the user's code ops ran (`trace_stacks.user_code_of`)."""
+    return bool(len(trace.python)) or has_line_marks(trace.events) or has_call_stacks(trace)
 
 
 def _span_names(t: EventTable) -> np.ndarray:
