@@ -472,11 +472,13 @@ def _merge_duplicates(parents: _Parents, canon_name: np.ndarray, walk_same: np.n
     watched = _sorted_counts(np.concatenate([c, parents.corrected(c)]))[0]  # the candidates and their parents
     watch = _RowSet(watched, len(f))
     kids, kid_parent = [], []
+    index = np.int32 if len(f) < 2**31 else np.int64  # the children can be a few % of the table
+    c = c.astype(index)
     for pos in _positions_within(f, watched):
         p = parents.corrected(pos)
         keep = watch.contains(p)
-        kids.append(pos[keep])
-        kid_parent.append(p[keep])
+        kids.append(pos[keep].astype(index))
+        kid_parent.append(p[keep].astype(index))
     kid = np.concatenate(kids)
     par = np.concatenate(kid_parent)
     merged = np.zeros(len(kid), dtype=bool)
