@@ -113,8 +113,8 @@ def test_run_labels_point_at_the_lines_under_them(tmp_path):
     assert mask["where"][0]["line"] == planted_line(script, "# LABEL-OPS")
     assert mask["where"][0]["file"].endswith("labels_run.py")
     forward = by_name["FORWARD"]
-    assert forward["ops_us"] > 0.5 * forward["total_us"]  # the model: torch's time
-    assert forward["outside_ops_pct"] < mask["outside_ops_pct"]
+    assert forward["ops_us"] > 0 and forward["ops"] >= 5 * forward["count"]  # the model's ops, each step
+    assert forward["outside_ops_pct"] < mask["outside_ops_pct"]  # (module calls are Python time too)
     assert not any(lab["name"].startswith(("torchneck@", "ProfilerStep#", "Optimizer.")) for lab in labels)
 
 

@@ -47,7 +47,7 @@ label is torch waiting, not Python). Under `torchneck run`, torchneck's span aro
 call counts too: what it adds to the op is torch's Python-side dispatch (and torchneck's), not
 the user's Python."""
 
-TOP_OPS = 10
+TOP_OPS = 25
 """Ops listed per label (by self time): enough for a rule to find the ops of its finding."""
 WHERE_LINES = 3
 MAX_PLACED_ROWS = 1 << 17
@@ -112,9 +112,8 @@ def label_table(trace: Trace, nesting: Nesting, rows: Rows, window_us: float, to
             continue
         d = t.dur[work].astype(np.float64)
         parent = nesting.parent[work].astype(np.int64)
-        top_level = parent < 0
-        top_level[~top_level] = ~_covering(t, parent[~top_level], span)
         direct = parent == labels[lab]
+        top_level = _top_level(t, nesting, span, parent, labels[lab])
         covered += np.bincount(lab[top_level], weights=d[top_level], minlength=n)
         children += np.bincount(lab[direct], weights=d[direct], minlength=n)
         is_op = t.cat[work] == Cat.CPU_OP
@@ -142,6 +141,22 @@ def label_table(trace: Trace, nesting: Nesting, rows: Rows, window_us: float, to
     by_op = ops_by_label.result(label_names)
     return _by_name(trace, nesting, labels, outer, dur, covered_total, children, op_count, by_op, op_rows,
                     window_us, top)
+
+
+def _top_level(t: EventTable, nesting: Nesting, span: np.ndarray, parent: np.ndarray, label_row: np.ndarray
+               ) -> np.ndarray:
+    """Whether no torch work (`_covering`) lies between each row (given by its parent) and its
+    label: the climb passes only other annotations, so it is a step or two."""
+    a = parent.copy()
+    top = np.ones(len(a), dtype=bool)
+    todo = np.flatnonzero((a >= 0) & (a != label_row))
+    while len(todo):
+        cov = _covering(t, a[todo], span)
+        top[todo[cov]] = False
+        todo = todo[~cov]
+        a[todo] = nesting.parent[a[todo]]
+        todo = todo[(a[todo] >= 0) & (a[todo] != label_row[todo])]
+    return top
 
 
 def _can_place(trace: Trace) -> bool:
@@ -182,7 +197,7 @@ class _LabelAt:
             mine = self.by_thread.get(int(th))
             if mine is None:
                 continue
-            at = np.flatnonzero(thread == th) if len(present) > 1 else np.arange(len(rows))
+            at = np.flatnonzero(thread == th)
             j = np.searchsorted(self.start[mine], start[at], side="right") - 1
             found = np.where(j >= 0, mine[np.maximum(j, 0)], -1)
             while True:
