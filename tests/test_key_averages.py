@@ -34,6 +34,7 @@ import torchneck
 from torchneck.analysis.key_averages import KIND_NAMES, TableOptions, key_averages, sort_key
 from torchneck.analysis.ops import host_nesting
 from torchneck.errors import TorchneckError
+from torchneck.pipeline import report_from_traces
 from torchneck.trace.loader import load_trace
 
 TIME_TOL_US = 0.01
@@ -191,6 +192,25 @@ def test_call_stack_traces_group_by_their_frames():
     assert table["stack_source"] == "call_stack"
     assert {(k[0], k[2:]): r["count"] for k, r in ours.items()} == want
     assert sum(1 for k in want if k[1]) > 20  # most ops have their stack
+
+
+@pytest.mark.parametrize("name", ["trace_diff__control__control", "gpu_h100__eager_train"])
+def test_sorted_totals_equal_dense_totals(name, monkeypatch):
+    """Group totals go into dense arrays when the key space is small, else are sorted and merged
+    block by block: both give the same table (and the label table's op totals likewise)."""
+    from torchneck.analysis import key_averages as ka
+    from torchneck.analysis import labels
+
+    path = str(DATA / f"{name}.json.gz")
+    options = TableOptions(row_limit=-1, group_by_input_shape=True)
+    trace = load_trace(path)
+    nesting = host_nesting(trace.events)
+    dense = key_averages(trace, nesting, options)
+    dense_labels = report_from_traces([path])["ranks"][0]["labels"]
+    monkeypatch.setattr(ka, "DENSE_KEYS", 0)
+    monkeypatch.setattr(labels._OpTotals, "DENSE", 0)
+    assert key_averages(trace, nesting, options) == dense
+    assert report_from_traces([path])["ranks"][0]["labels"] == dense_labels
 
 
 # -- GPU: device time, on the traces recorded on an H100 ------------------------------------------

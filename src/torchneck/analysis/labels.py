@@ -237,6 +237,8 @@ class _OpTotals:
 
     def result(self, label_names: np.ndarray) -> dict[tuple[int, int], list[float]]:
         """{(label name id, op name id): [self µs, calls]}."""
+        sums: np.ndarray
+        counts: np.ndarray
         if self.dense:
             keys = np.flatnonzero(self.counts)
             sums, counts = self.sums[keys], self.counts[keys]
