@@ -27,9 +27,14 @@ torch/autograd/profiler.py, `EventList` in profiler_util.py) and how it is done 
   stack, which it exports only with `_ExperimentalConfig(verbose=True)`), or from the ops'
   `Call stack` argument in traces without Python events (PyTorch 1.8-1.11).
 
-Where the result differs from torch on purpose or of necessity, the report says so in `notes`:
-ops run by autograd's backward pass get the stack of the `.backward()` call, where torch gives
-them their forward op's stack (matched by sequence numbers the loader does not keep).
+Where the result differs from torch of necessity: ops run by autograd's backward pass get the
+stack of the `.backward()` call, where torch gives them their forward op's stack (matched by
+sequence numbers the loader does not keep; the report's `notes` say so). And torch links a kernel
+to the op recorded with its launch (the trace's "External id", which the loader does not keep
+either); the launching call's enclosing op is the same op on the H100 and MI250 traces of
+tests/data except for kernels replayed from a CUDA graph outside any op (torch: no op), under
+inductor's "## Call CompiledFxGraph" spans (torch: the compiled region around them) and NCCL's
+(torch: `record_param_comms`).
 
 Every pass goes through the table a block of rows at a time (`ROW_BLOCK`) and totals by group,
 so the temporaries stay a few MB on traces of any size; only `with_stack` traces,
