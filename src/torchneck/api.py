@@ -16,12 +16,13 @@ from __future__ import annotations
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from .capture.runner import Outcome, Target
 from .capture.window import WindowOptions
 
 if TYPE_CHECKING:
+    from .capture.session import CaptureSession
     from .model.report import Report as TypedReport
 
 
@@ -65,7 +66,7 @@ class profile:  # noqa: N801  (a context manager used like a function, as torch.
                                      record_shapes=record_shapes, profile_memory=profile_memory)
         self.out = out
         self.run_dir: Path | None = None
-        self._session = None
+        self._session: CaptureSession | None = None
         self._report: Report | None = None
 
     def __enter__(self) -> profile:
@@ -81,12 +82,13 @@ class profile:  # noqa: N801  (a context manager used like a function, as torch.
         self._session.begin()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         if exc_type is None:
             outcome = Outcome(0, "ok")
         else:
             outcome = Outcome(1, "exception", f"{exc_type.__name__}: {exc}",
                               "".join(traceback.format_exception(exc_type, exc, tb)))
+        assert self._session is not None
         self._session.end(outcome, self._target)
         return False  # the block's exception, if any, goes on
 
@@ -101,8 +103,14 @@ class profile:  # noqa: N801  (a context manager used like a function, as torch.
         return self._report
 
 
-def analyze(*paths: str, rank: int | None = None) -> Report:
-    """Diagnose existing profiler traces (files or directories), as `torchneck analyze` does."""
+def analyze(*paths: str, rank: int | None = None, sort_by: str | None = None, row_limit: int | None = None,
+            group_by_shape: bool = False, group_by_stack: int | None = None) -> Report:
+    """Diagnose existing profiler traces (files or directories), as `torchneck analyze` does.
+    `sort_by`, `row_limit`, `group_by_shape`, `group_by_stack`: the key_averages table's options
+    (`torchneck analyze --sort-by ...`); the table is `report["ranks"][0]["key_averages"]`, and
+    printing the report shows it when one of them is given."""
+    from .analysis.key_averages import TableOptions
     from .pipeline import report_from_traces
 
-    return Report(report_from_traces([str(p) for p in paths], rank))
+    tables = TableOptions.make(sort_by, row_limit, group_by_shape, group_by_stack)
+    return Report(report_from_traces([str(p) for p in paths], rank, tables=tables))

@@ -78,6 +78,27 @@ def _add_fail_on(p: argparse.ArgumentParser) -> None:
                    help="exit 1 when a finding of this severity or worse exists (high|medium|low; for CI gates)")
 
 
+def _add_table_options(p: argparse.ArgumentParser) -> None:
+    """The profiler recipe's `key_averages(...).table(...)` options: the terminal shows the table
+    when one is given (report.json and the HTML always hold it)."""
+    g = p.add_argument_group("key_averages table (as torch.profiler's prof.key_averages(...).table(...))")
+    g.add_argument("--sort-by", metavar="KEY",
+                   help="sort the table by this column: self_cpu_time_total (default), cpu_time_total, "
+                        "self_cuda_time_total, cuda_time_total, self_cpu_memory_usage, cpu_memory_usage, "
+                        "self_cuda_memory_usage, cuda_memory_usage, count, cpu_time, cuda_time")
+    g.add_argument("--row-limit", type=int, metavar="N", help="rows to show (default 25; -1 for all)")
+    g.add_argument("--group-by-shape", action="store_true",
+                   help="one row per op and input shapes (group_by_input_shape=True; needs record_shapes)")
+    g.add_argument("--group-by-stack", type=int, metavar="N",
+                   help="one row per op and its N innermost Python frames (group_by_stack_n=N; needs with_stack)")
+
+
+def _table_options(ns: argparse.Namespace):
+    from .analysis.key_averages import TableOptions
+
+    return TableOptions.make(ns.sort_by, ns.row_limit, ns.group_by_shape, ns.group_by_stack)
+
+
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
 
@@ -141,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--quiet", action="store_true", help="print no terminal report")
     an.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report here")
     _add_fail_on(an)
+    _add_table_options(an)
     rep = sub.add_parser("report", help="re-analyse a run directory written by `torchneck run`")
     rep.add_argument("run_dir", metavar="RUN_DIR")
     rep.add_argument("--json", metavar="FILE", help="write the report JSON here ('-' for stdout)")
@@ -148,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="(re)write RUN_DIR/report.html and say where it is, instead of the terminal report")
     rep.add_argument("--quiet", action="store_true", help="print no terminal report")
     _add_fail_on(rep)
+    _add_table_options(rep)
     dif = sub.add_parser("diff", help="compare two runs: step time, findings, ops, Python lines",
                          description="Compare two runs (run directories, report.json files or traces; "
                                      "`last` and `last~1` are the newest runs in ./torchneck-runs).")
@@ -196,7 +219,7 @@ COMPILE_KINDS = ("graph_break", "recompile", "compile_time", "internal")
 def cmd_compile(ns: argparse.Namespace) -> int:
     """`run`, with the report narrowed to torch.compile; `--cold` adds a cache-less second run."""
     report, run_dir, code = _capture_and_analyse(ns)
-    if report is None:
+    if report is None or run_dir is None:
         return code
     from .model.base import to_json
 
@@ -317,14 +340,15 @@ def write_job_report(run_dir: Path) -> Report:
     return write_reports(run_dir, report_from_job_dir(run_dir))
 
 
-def build_run_report(run_dir: Path) -> Report:
-    """report.json/.txt/.html of a run directory: one process, or a multi-rank job."""
+def build_run_report(run_dir: Path, tables=None) -> Report:
+    """report.json/.txt/.html of a run directory: one process, or a multi-rank job (`tables`:
+    the key_averages table's options, for one process)."""
     from .jobs import is_job_dir
     from .pipeline import write_run_report
 
     if is_job_dir(run_dir):
         return write_job_report(run_dir)
-    return write_run_report(run_dir)
+    return write_run_report(run_dir, tables)
 
 
 def _write_html(report: Report, target: str | None) -> None:
@@ -338,6 +362,7 @@ def _write_html(report: Report, target: str | None) -> None:
 def cmd_analyze(ns: argparse.Namespace) -> int:
     from .pipeline import report_from_traces
 
+    tables = _table_options(ns)
     big = any(Path(p).is_file() and Path(p).stat().st_size > 50 << 20 for p in ns.paths)
     if big and not ns.quiet and ns.json != "-":
         from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
@@ -349,9 +374,9 @@ def cmd_analyze(ns: argparse.Namespace) -> int:
             def progress(done: int, size: int) -> None:
                 bar.update(task, completed=done)
 
-            report = report_from_traces(ns.paths, ns.rank, progress)
+            report = report_from_traces(ns.paths, ns.rank, progress, tables)
     else:
-        report = report_from_traces(ns.paths, ns.rank)
+        report = report_from_traces(ns.paths, ns.rank, tables=tables)
     _emit(report, ns.json, ns.quiet)
     _write_html(report, ns.html)
     return 1 if failed_gate(report, ns.fail_on) else 0
@@ -359,7 +384,7 @@ def cmd_analyze(ns: argparse.Namespace) -> int:
 
 def cmd_report(ns: argparse.Namespace) -> int:
     run_dir = Path(ns.run_dir)
-    report = build_run_report(run_dir)
+    report = build_run_report(run_dir, _table_options(ns))
     _emit(report, ns.json, ns.quiet or ns.html)
     if ns.html:
         _stderr_console().print(f"torchneck: HTML report {run_dir / 'report.html'}")

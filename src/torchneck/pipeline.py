@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from .analysis.compile import compile_summary, wall_split
+from .analysis.key_averages import TableOptions
 from .analysis.python_stacks import load_samples
 from .analysis.run import (
     ops_by_user_line,
@@ -72,8 +73,8 @@ def verdict(analysis: RankAnalysis | None, phases: dict | None, findings: list[F
     return " ".join(parts)
 
 
-def report_from_run_dir(run_dir: Path) -> Report:
-    """Analyse a run directory written by `torchneck run`."""
+def report_from_run_dir(run_dir: Path, tables: TableOptions | None = None) -> Report:
+    """Analyse a run directory written by `torchneck run` (`tables`: the key_averages table's options)."""
     run_dir = Path(run_dir)
     run = _read_json(run_dir / "run.json")
     env = _read_json(run_dir / "env.json", required=False) or {}
@@ -87,7 +88,7 @@ def report_from_run_dir(run_dir: Path) -> Report:
     warnings = []
     if trace_path.exists():
         trace = load_trace(trace_path)
-        analysis, nesting = analyze_with_nesting(trace)  # the nesting is used three times
+        analysis, nesting = analyze_with_nesting(trace, tables=tables)  # the nesting is used three times
         offset_us = trace_clock_offset_us(trace, run)  # sample clock -> trace clock, once
         ops_lines = ops_by_user_line(trace, samples, offset_us, nesting)
         op_s = sample_op_seconds(trace, samples, offset_us)
@@ -96,9 +97,9 @@ def report_from_run_dir(run_dir: Path) -> Report:
         views = {}
         warnings.append("no trace was recorded" + (f": {run['trace_error']}" if run.get("trace_error") else ""))
     python = python_phases(samples, phases, op_s)
-    slowdown = profiling_warning(phases)
-    if slowdown:
-        warnings.append(slowdown)
+    profiling_note = profiling_warning(phases)
+    if profiling_note:
+        warnings.append(profiling_note)
     views["stacks"] = stack_tree(samples)
     if not phases["phases"].get("window_s") or (run.get("clock") or {}).get("whole_run"):
         views["stacks_window"] = None
@@ -145,9 +146,9 @@ def write_reports(run_dir: Path, report: Report) -> Report:
     return report
 
 
-def write_run_report(run_dir: Path) -> Report:
+def write_run_report(run_dir: Path, tables: TableOptions | None = None) -> Report:
     """Analyse a one-process run directory and write its reports."""
-    return write_reports(run_dir, report_from_run_dir(Path(run_dir)))
+    return write_reports(run_dir, report_from_run_dir(Path(run_dir), tables))
 
 
 class TraceResult(Record):
@@ -158,19 +159,20 @@ class TraceResult(Record):
     ops_by_line: list[OpLine] = []
 
 
-def analyse_trace_file(path: str, rank: int | None = None, progress=None,
-                       with_views: bool = True) -> TraceResult | None:
+def analyse_trace_file(path: str, rank: int | None = None, progress=None, with_views: bool = True,
+                       tables: TableOptions | None = None) -> TraceResult | None:
     """One trace file -> its analysis; None when it is not the wanted rank. Runs in a worker
     process for multi-rank input, so only this small summary crosses back."""
     trace = load_trace(path, progress=progress)
     if rank is not None and trace.meta.rank is not None and trace.meta.rank != rank:
         return None
-    analysis, nesting = analyze_with_nesting(trace)
+    analysis, nesting = analyze_with_nesting(trace, tables=tables)
     return TraceResult(analysis=analysis, views=trace_views(trace, nesting) if with_views else {},
                        ops_by_line=op_lines(ops_by_user_line(trace, None, None, nesting)))  # with_stack: by function
 
 
-def report_from_traces(paths: list[str], rank: int | None = None, progress=None) -> Report:
+def report_from_traces(paths: list[str], rank: int | None = None, progress=None,
+                       tables: TableOptions | None = None) -> Report:
     """Analyse existing trace files (a file, or a directory of per-rank traces). With several
     ranks: each rank's findings (tagged with its rank), plus the straggler and communication
     findings from comparing them."""
@@ -180,10 +182,11 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None)
     for p in paths:
         files += [str(f) for f in find_trace_files(p)]
     if len(files) == 1:  # in this process, with the progress bar
-        results = [analyse_trace_file(files[0], rank, progress)]
+        found = [analyse_trace_file(files[0], rank, progress, tables=tables)]
     else:
-        results = map_per_rank(analyse_trace_file, files, [rank] * len(files))
-    done = [r for r in results if r is not None]
+        found = map_per_rank(analyse_trace_file, files, [rank] * len(files), [None] * len(files),
+                             [True] * len(files), [tables] * len(files))
+    done = [r for r in found if r is not None]
     if not done:
         raise TorchneckError(f"no trace for rank {rank} among {len(files)} file(s)")
     analyses = [r.analysis for r in done]
@@ -192,10 +195,10 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None)
     for i, r in enumerate(done):
         a = r.analysis
         key = a.trace.rank if a.trace.rank is not None else i
-        found = diagnose(Facts(analysis=a, ops_by_line=[to_builtins(e) for e in r.ops_by_line]))
-        for f in found:
+        found_on_rank = diagnose(Facts(analysis=a, ops_by_line=[to_builtins(e) for e in r.ops_by_line]))
+        for f in found_on_rank:
             f.rank = a.trace.rank
-        per_rank.setdefault(key, found)
+        per_rank.setdefault(key, found_on_rank)
     findings = merge_rank_findings(per_rank) if len(per_rank) > 1 else per_rank[next(iter(per_rank))]
     distributed = None
     if len(analyses) > 1:

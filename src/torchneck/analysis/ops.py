@@ -802,7 +802,7 @@ def conv_bias_before_batch_norm(table: EventTable, nesting: Nesting, rows: np.nd
     return ConvBiasBn(recorded=True, pairs=int(len(hits)), conv_us=float(table.dur[hits].sum()) if len(hits) else 0.0)
 
 
-def annotations(table: EventTable, rows: Rows, top: int = 20) -> list[Annotation]:
+def annotation_table(table: EventTable, rows: Rows, top: int = 20) -> list[Annotation]:
     """User annotations (`record_function` blocks, module names) other than steps, by total time."""
     ann = rows_matching(rows, lambda block: table.cat[block] == Cat.USER_ANNOTATION)
     if not len(ann):

@@ -375,6 +375,76 @@ class Comm(Record):
     by_type: list[CollectiveType] = []
 
 
+class LabelOp(Record):
+    name: str
+    self_us: float
+    count: int
+
+
+class Label(Record):
+    """A record_function label of the user's over the window (analysis/labels.py): its time, the
+    part covered by torch ops, the rest (Python, NumPy, waits), its ops and where it runs."""
+
+    name: str
+    count: int
+    total_us: float
+    pct: float
+    """Its time over the profiled window."""
+    self_us: float
+    ops_us: float
+    """Time covered by torch work under it (ops, runtime calls)."""
+    outside_ops_us: float
+    outside_ops_pct: float
+    ops: int
+    top_ops: list[LabelOp] = []
+    where: list[CodeSite] = []
+    opened_at: CodeSite | None = None
+
+
+class KeyAveragesOptions(Record):
+    sort_by: str
+    row_limit: int
+    group_by_input_shape: bool = False
+    group_by_stack_n: int = 0
+    requested: bool = False
+    """Given on the command line or the API: the terminal shows the table."""
+
+
+class KeyAveragesRow(Record):
+    """One row of torch's `key_averages()` table, computed from the trace (analysis/key_averages.py)."""
+
+    name: str
+    kind: str
+    count: int
+    cpu_time: float
+    cpu_time_total: float
+    self_cpu_time_total: float
+    device_time: float
+    device_time_total: float
+    self_device_time_total: float
+    cpu_memory_usage: int = 0
+    self_cpu_memory_usage: int = 0
+    device_memory_usage: int = 0
+    self_device_memory_usage: int = 0
+    input_shapes: str | None = None
+    stack: list[str] | None = None
+
+
+class KeyAverages(Record):
+    """`prof.key_averages(...)` of the whole trace, sorted and limited as asked."""
+
+    options: KeyAveragesOptions
+    groups: int
+    rows: list[KeyAveragesRow] = []
+    self_cpu_time_total: float = 0.0
+    self_device_time_total: float = 0.0
+    has_memory: bool = False
+    has_device_time: bool = False
+    has_device_memory: bool = False
+    stack_source: str | None = None
+    notes: list[str] = []
+
+
 class RankAnalysis(Record):
     """Every analysis of one trace (analysis/summary.analyze_trace). The defaults are what an
     empty trace gives (tests build partial analyses from them)."""
@@ -387,3 +457,5 @@ class RankAnalysis(Record):
     memory: Memory = msgspec.field(default_factory=lambda: Memory(recorded=False))
     compiled: Compiled = msgspec.field(default_factory=lambda: Compiled(present=False))
     comm: Comm = msgspec.field(default_factory=lambda: Comm(present=False))
+    labels: list[Label] = []
+    key_averages: KeyAverages | None = None

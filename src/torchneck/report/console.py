@@ -6,6 +6,7 @@ Reads only the report dict. Stays readable at 80 columns and without a TTY (CI l
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 from rich import box
 from rich.console import Console
@@ -16,8 +17,10 @@ from ..model.analysis import Origin, RankAnalysis
 from ..model.findings import Finding
 from ..model.report import OpLine, Report
 from .environment import environment_lines
+from .tables import render_console as render_tables
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
+Justify = Literal["left", "right"]
 
 
 def _short(path: str, width: int = 40) -> str:
@@ -92,6 +95,7 @@ class ConsoleRenderer:
         for analysis in report.ranks[:1]:
             self._steps(analysis)
             self._ops(analysis)
+            render_tables(self.console, analysis)
             self._gpu(analysis)
             self._memory(analysis)
         if report.distributed:
@@ -114,8 +118,9 @@ class ConsoleRenderer:
         if d.findings:
             t = Table(title="Findings, A -> B (time lost, ms per step; start-up and compile per run)",
                       box=box.SIMPLE, title_justify="left")
-            for col, just in (("status", "left"), ("kind", "left"), ("finding", "left"), ("A", "right"),
-                              ("B", "right")):
+            diff_cols: tuple[tuple[str, Justify], ...] = (("status", "left"), ("kind", "left"), ("finding", "left"),
+                                                          ("A", "right"), ("B", "right"))
+            for col, just in diff_cols:
                 t.add_column(col, justify=just)
             for f in d.findings:
                 st = styles[f.status]
@@ -136,7 +141,9 @@ class ConsoleRenderer:
         c.print(f"[bold]{escape(' '.join(b['target']))}[/]  backend {escape(b['backend'] or '-')}"
                 + (f"  (outputs checked against eager, tolerance {b['tolerance']:g})" if b["accuracy"] else ""))
         t = Table(box=box.SIMPLE, title="Stages, in the order run", title_justify="left")
-        for col, just in (("stage", "left"), ("outcome", "left"), ("graphs", "right"), ("wall s", "right")):
+        stage_cols: tuple[tuple[str, Justify], ...] = (("stage", "left"), ("outcome", "left"), ("graphs", "right"),
+                                                       ("wall s", "right"))
+        for col, just in stage_cols:
             t.add_column(col, justify=just)
         for st in b["stages"]:
             style = "red" if st["failed"] else "green"
@@ -455,8 +462,10 @@ class ConsoleRenderer:
         c = self.console
         t = Table(title=f"Ranks ({d['world_size']}; step time spread {d['step_spread_pct']:.0f}%)",
                   box=box.SIMPLE, title_justify="left", pad_edge=False)
-        for col, just in (("rank", "left"), ("status", "left"), ("steps", "right"), ("median step ms", "right"),
-                          ("collectives ms/step", "right"), ("top collective", "left")):
+        rank_cols: tuple[tuple[str, Justify], ...] = (("rank", "left"), ("status", "left"), ("steps", "right"),
+                                                      ("median step ms", "right"), ("collectives ms/step", "right"),
+                                                      ("top collective", "left"))
+        for col, just in rank_cols:
             t.add_column(col, justify=just)
         straggler = (d.get("straggler") or {}).get("rank")
         for r in d["ranks"]:

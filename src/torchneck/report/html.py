@@ -21,6 +21,7 @@ from ..model.findings import Finding
 from ..model.report import Report
 from .console import saving_text
 from .environment import environment_lines
+from .tables import render_html as render_tables_html
 
 SEVERITY_CLASSES = ("high", "medium", "low", "info")
 CODE_CONTEXT_LINES = 3
@@ -28,7 +29,7 @@ CODE_CONTEXT_LINES = 3
 
 
 def _asset(name: str) -> str:
-    return resources.files("torchneck.report").joinpath("assets", name).read_text(encoding="utf-8")
+    return resources.files("torchneck.report").joinpath("assets").joinpath(name).read_text(encoding="utf-8")
 
 
 def _e(value) -> str:
@@ -73,6 +74,7 @@ class HtmlRenderer:
             self._diff(report.diff),
             self._findings(report.findings),
             self._compile(report.compile),
+            render_tables_html(report),
             '<section id="charts">',
             '<h2>Step time</h2><div id="step-chart" class="chart"></div>',
             '<h2>A typical step</h2><div id="timeline" class="chart"></div>',
