@@ -136,13 +136,13 @@ def run(args: argparse.Namespace, other_src: Path | None) -> None:
         path = OUT / f"replicated-{stem}{mb}MB.json"
         generate(mb, path, args.source)
         files[mb] = path
-    from torchneck.trace import loader
+    from torchneck.trace import decode
 
-    if loader._scan is None:
+    if decode._scan is None:
         print("note: the native scanner (torchneck.trace._scan) is not built; both rows use msgspec")
-    from torchneck.analysis import ops
+    from torchneck.analysis import nesting
 
-    if ops._nest is None:
+    if nesting._nest is None:
         print("note: the native nesting walk (torchneck.analysis._nest) is not built; both rows use numpy")
     # As `pip install` leaves it: bytecode compiled. An editable checkout run under
     # PYTHONDONTWRITEBYTECODE=1 (this workplace sets it) would otherwise compile every module

@@ -13,15 +13,14 @@ from .distributed import collectives
 from .gpu import end_of_launched_work, gpu_summary
 from .groups import totals_by_id
 from .memory import memory_summary
+from .nesting import Nesting, host_nesting
 from .ops import (
-    Nesting,
     annotations,
     conv_bias_before_batch_norm,
     dispatch_overhead,
     enclosing_sites,
     float64_ops,
     has_line_marks,
-    host_nesting,
     op_table,
     rows_starting_in,
 )

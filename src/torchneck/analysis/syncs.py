@@ -8,7 +8,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ..trace.table import Cat, EventTable, in_categories
-from .ops import Nesting, Rows, row_blocks, rows_where
+from .nesting import Nesting, Rows
+from .ops import row_blocks, rows_where
 
 _SYNC_CALLS = re.compile(r"(cuda|hip)(Stream|Device|Event)Synchronize|cuStreamSynchronize|"
                          r"cuCtxSynchronize|cuEventSynchronize")

@@ -1,0 +1,333 @@
+"""Merging decoded slices into the trace's columns, then sorting them by start.
+
+Slices arrive in file order (`Merger.add`); their columns are copied into one growing buffer
+each (never held twice as parts plus their concatenation), their strings, threads and args
+mapped onto the trace's ids (`ids.py`). `Merger.finish` then sorts the table by start, longer
+first on ties (so parents precede their children), in place where the C sort (`_order.c`) is
+built, and splits off the python_function rows and the memory events into their own tables.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .decode import ChunkColumns
+from .ids import GlobalIds, distinct_arg_pairs, distinct_threads
+from .launches import launcher_column
+from .table import Cat, EventTable, MemoryTable, SparseColumn, TraceMeta
+
+try:  # the optional C sort (setup.py); without it numpy's argsort and gathers give the same order
+    from . import _order  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - built without a C compiler
+    _order = None
+if os.environ.get("TORCHNECK_PURE_PYTHON"):  # to compare the two
+    _order = None
+
+
+class _Columns:
+    """Growable numpy columns: chunks are copied into one buffer per column (grown by half when
+    full), so the finished table is never held twice as a list of parts plus its concatenation.
+
+    Integer columns named in `narrow` are kept in the narrowest signed type that holds every
+    value so far (int8 up to the column's dtype), widened when a chunk needs more: ids, threads,
+    streams and byte counts are int64 in the JSON but nearly always small, and at 2.5 M events
+    a GB every byte a row is 2.5 MB. Analyses only compare, index, look up and sum them (numpy
+    sums small ints into int64; combined keys are built in int64)."""
+
+    def __init__(self, dtypes: dict[str, type], narrow: tuple[str, ...] = ()):
+        self.dtypes = {k: np.dtype(dt) for k, dt in dtypes.items()}
+        self.size = 0
+        self.cols = {k: np.empty(0, dtype=np.int8 if k in narrow else dt) for k, dt in dtypes.items()}
+        self.narrow = narrow
+
+    def append(self, values: dict[str, np.ndarray], hint: int = 0) -> None:
+        n = len(next(iter(values.values())))
+        need = self.size + n
+        capacity = len(next(iter(self.cols.values())))
+        if need > capacity:
+            new_capacity = max(need, capacity + capacity // 2, hint, 4096)
+            for k in self.cols:  # one column at a time
+                grown = np.empty(new_capacity, dtype=self.cols[k].dtype)
+                grown[:self.size] = self.cols[k][:self.size]
+                self.cols[k] = grown
+        for k in self.narrow:
+            v = values[k]
+            if n and self.cols[k].dtype != self.dtypes[k]:
+                wanted = _narrowest_int(int(v.min()), int(v.max()), self.dtypes[k])
+                if wanted.itemsize > self.cols[k].itemsize:  # copy the rows so far, not the capacity
+                    wider = np.empty(len(self.cols[k]), dtype=wanted)
+                    wider[:self.size] = self.cols[k][:self.size]
+                    self.cols[k] = wider
+        for k, v in values.items():
+            self.cols[k][self.size:need] = v
+        self.size = need
+
+    def take(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """The finished column `key` in the order `rows`; frees the buffer."""
+        col = self.cols.pop(key)
+        return np.take(col, rows)
+
+    def trim(self) -> None:
+        """Give back the capacity beyond the rows held (up to half of it, after the last
+        growth): numpy reallocates in place, and glibc shrinks a large block where it lies."""
+        for col in self.cols.values():
+            if len(col) > self.size:
+                try:
+                    col.resize(self.size, refcheck=False)
+                except ValueError:  # not its own buffer: a copy would cost more than it saves
+                    pass
+
+    def pairs_by_size(self) -> list[tuple[str, str | None]]:
+        """The columns in pairs gathered at once, neither pair holding more bytes a row than the
+        widest column alone: while a pair is gathered, its two new columns sit beside the whole
+        old table, so pairing the widest two would raise the load's peak by their sum."""
+        width = {k: col.itemsize for k, col in self.cols.items()}
+        left = sorted(width, key=lambda k: -width[k])
+        widest = width[left[0]] if left else 0
+        pairs: list[tuple[str, str | None]] = []
+        while left:
+            a = left.pop(0)
+            b = next((k for k in left if width[a] + width[k] <= widest), None)
+            if b is not None:
+                left.remove(b)
+            pairs.append((a, b))
+        return pairs
+
+
+_INT_BOUNDS = [(np.dtype(dt), int(np.iinfo(dt).min), int(np.iinfo(dt).max)) for dt in (np.int8, np.int16, np.int32)]
+
+
+def _narrowest_int(lo: int, hi: int, widest: np.dtype) -> np.dtype:
+    for dt, low, high in _INT_BOUNDS:
+        if low <= lo and hi <= high:
+            return dt
+    return widest
+
+
+_X_DTYPES = {"ts": np.float64, "dur": np.float32, "cat": np.int8, "name": np.int32, "thread": np.int32,
+             "correlation": np.int64, "device": np.int16, "stream": np.int32, "args": np.int32}
+"""Each column's widest type; those in `_X_NARROW` are stored narrower while their values fit.
+`args` is the row's (shapes, types) pair, one id for the two (`EventTable.arg_pairs`).
+(Bytes moved and call stacks, set on few rows, are kept apart: `SPARSE_COLUMNS`.)"""
+SPARSE_COLUMNS = {"nbytes": np.int64, "call_stack": np.int32}
+"""Columns kept as `SparseColumn`s, with their values' type; the chunks' `stack` string ids are
+stored as `call_stack`, 1 + the id (0: none)."""
+_X_NARROW = ("name", "thread", "correlation", "device", "stream", "args")
+_MEM_DTYPES = {"ts": np.float64, "thread": np.int32, "nbytes": np.int64, "total_allocated": np.int64,
+               "total_reserved": np.int64, "device_type": np.int8, "device_id": np.int16, "addr": np.int64}
+
+
+ORDER_BLOCK = 1 << 20
+"""Rows compared at once when looking for equal starts after the sort (bounds its memory)."""
+
+
+def _start_order(ts: np.ndarray, dur: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """`rows` (default: all) ordered by start, longer first on equal starts (then as given): a
+    stable sort on start alone (fast on a trace's nearly sorted runs), then only the tied rows
+    re-sorted. intp positions, as `argsort` gives them and `np.take` wants them: with int32
+    (4 bytes less a row, 10 MB at 1 GB) numpy converted the order again for every column put
+    in it, and the gathers took twice as long."""
+    order = np.argsort(ts if rows is None else ts[rows], kind="stable")
+    if rows is not None:
+        order = rows[order]
+    n = len(order)
+    tied = np.zeros(n, dtype=bool)
+    for a in range(0, max(n - 1, 0), ORDER_BLOCK):
+        t = ts[order[a:a + ORDER_BLOCK + 1]]
+        same = t[1:] == t[:-1]
+        tied[a:a + len(same)] |= same
+        tied[a + 1:a + 1 + len(same)] |= same
+    if tied.any():
+        at = np.flatnonzero(tied)
+        sub = order[at]
+        order[at] = sub[np.lexsort((-dur[sub], ts[sub]))]
+    return order
+
+
+def _row_sets(ts: np.ndarray, cat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Masks of the loaded rows: the table's, the python_function ones (their own table), and
+    those without a start (dropped)."""
+    valid = ~np.isnan(ts)
+    py = cat == Cat.PYTHON_FUNCTION
+    return valid & ~py, valid & py, ~valid
+
+
+def _halves_by_width(columns: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """The columns in two groups of about equal bytes a row (widest first, each to the lighter)."""
+    groups: list[list[np.ndarray]] = [[], []]
+    width = [0, 0]
+    for col in sorted(columns, key=lambda c: -c.itemsize):
+        lighter = int(width[1] < width[0])
+        groups[lighter].append(col)
+        width[lighter] += col.itemsize
+    return [g for g in groups if g]
+
+
+class Merger:
+    """Accumulates slices into global columns with one global string table."""
+
+    def __init__(self, meta: TraceMeta, expected_bytes: int = 0, keep_correlation: bool = False):
+        self.meta = meta
+        self.keep_correlation = keep_correlation
+        self.expected_bytes = expected_bytes
+        self.ids = GlobalIds()
+        self.x = _Columns(_X_DTYPES, _X_NARROW)
+        self.mem = _Columns(_MEM_DTYPES)
+        # the sparse columns (`SPARSE_COLUMNS`): their rows (in load order, ascending) and values
+        self.sparse: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {k: ([], []) for k in SPARSE_COLUMNS}
+        self.negative_dur = 0
+        self.bytes_seen = 0
+
+    def add(self, chunk: ChunkColumns) -> None:
+        """Add one decoded slice."""
+        remap = self.ids.strings_of(chunk.strings)
+        x = chunk.x
+        n = len(x["ts"])
+        self.bytes_seen += chunk.source_bytes
+        # Size the buffers once from the events per byte so far, when the total size is known.
+        size_hint = int(1.1 * self.expected_bytes * (self.x.size + n) / self.bytes_seen) \
+            if self.expected_bytes and self.bytes_seen else 0
+        self.meta.event_count += n
+        self.meta.flow_count += chunk.flow_count
+        self.negative_dur += chunk.negative_dur
+        for k, v in chunk.unknown_phases.items():
+            self.meta.unknown_phases[k] = self.meta.unknown_phases.get(k, 0) + v
+        for kind, pid, tid, value in chunk.meta_events:
+            if kind == "process_name" and isinstance(value, str):
+                self.meta.process_names[pid] = value
+            elif kind == "thread_name" and isinstance(value, str):
+                self.meta.thread_names[(pid, tid)] = value
+            elif kind == "process_labels" and isinstance(value, str):
+                self.meta.process_labels[pid] = value
+        if n:
+            moved = np.flatnonzero(x["nbytes"])
+            self._keep_sparse("nbytes", moved, x["nbytes"][moved].astype(np.int64))
+            with_stack = np.flatnonzero(x["stack"] >= 0)
+            self._keep_sparse("call_stack", with_stack, remap[x["stack"][with_stack]] + 1)
+            values = {k: x[k] for k in ("ts", "dur", "cat", "correlation", "device", "stream")}
+            values["name"] = remap[x["name"]]
+            pairs = chunk.threads if chunk.threads is not None else distinct_threads(x["pid"], x["tid"])
+            values["thread"] = self.ids.threads_of(pairs, remap)
+            arg_pairs = chunk.arg_pairs if chunk.arg_pairs is not None else distinct_arg_pairs(x["shapes"], x["types"])
+            values["args"] = self.ids.args_of(arg_pairs, remap)
+            self.x.append(values, size_hint)
+        mem = chunk.mem
+        if len(mem["ts"]):
+            mem = dict(mem)
+            mem["thread"] = self.ids.threads_of(distinct_threads(mem.pop("pid"), mem.pop("tid")), remap)
+            self.mem.append(mem)
+
+    def _keep_sparse(self, column: str, at: np.ndarray, values: np.ndarray) -> None:
+        """Values of a sparse column at rows `at` of the slice being added."""
+        if len(at):
+            self.sparse[column][0].append(at + self.x.size)
+            self.sparse[column][1].append(values)
+
+    def _sparse_columns(self, order: np.ndarray, loaded: int) -> dict[str, SparseColumn]:
+        """The sparse columns of the table put in `order` (load-order rows): where the few rows
+        that have a value went."""
+        out = {}
+        for k, (parts, values) in self.sparse.items():
+            if not parts:
+                out[k] = SparseColumn(np.empty(0), np.empty(0, dtype=SPARSE_COLUMNS[k]), len(order))
+                continue
+            old_rows = np.concatenate(parts)
+            has = np.zeros(loaded, dtype=bool)
+            has[old_rows] = True
+            rows = np.flatnonzero(has[order])
+            del has
+            out[k] = SparseColumn(rows, np.concatenate(values)[np.searchsorted(old_rows, order[rows])], len(order))
+        return out
+
+    def finish(self) -> tuple[EventTable, EventTable, MemoryTable]:
+        """Sort (by start, longer first on ties, so parents precede their children) and split off
+        python_function rows: in place where the C sort is built (`_finish_in_place`), else two
+        columns at a time: peak memory is then the table, the two row orders and new columns
+        as wide as the widest (`pairs_by_size`)."""
+        x = self.x
+        n = x.size
+        x.trim()
+        ts = x.cols["ts"][:n]
+        dur = x.cols["dur"][:n]
+        cat = x.cols["cat"][:n]
+        skipped = int(np.isnan(ts).sum())
+        if skipped:
+            self.meta.warnings.append(f"{skipped} events without a timestamp were skipped")
+        whole = not skipped and not (cat == Cat.PYTHON_FUNCTION).any()  # the usual case: no row sets
+        if _order is not None and n < 2**31:
+            return self._finish_in_place(ts, dur, cat, whole)
+        if whole:
+            main_rows, py_rows = _start_order(ts, dur), np.empty(0, dtype=np.intp)
+        else:
+            main_rows, py_rows = (_start_order(ts, dur, np.flatnonzero(m)) for m in _row_sets(ts, cat)[:2])
+        del ts, dur, cat
+        python = {k: x.cols[k][py_rows] for k in _X_DTYPES}
+        del py_rows
+        main = {}
+        with ThreadPoolExecutor(1) as other:  # two columns at a time: numpy gathers without the GIL
+            for a, b in x.pairs_by_size():
+                other_column = other.submit(x.take, b, main_rows) if b else None
+                main[a] = x.take(a, main_rows)
+                if other_column is not None:
+                    main[b] = other_column.result()
+        main.update(self._sparse_columns(main_rows, n))
+        del main_rows
+        return self._tables(main, python)
+
+    def _finish_in_place(self, ts: np.ndarray, dur: np.ndarray, cat: np.ndarray, whole: bool):
+        """`finish` with the C sort (`_order.c`): a 4-byte order sorted by a natural merge sort,
+        then the columns permuted in place. Python rows (and rows without a start) are ordered
+        after the others, then cut off: little but the order is ever held beside the table
+        (at 3 GB the load's peak fell from 366 to 264 MB)."""
+        x = self.x
+        n = x.size
+        if whole:
+            order = np.arange(n, dtype=np.int32)
+            _order.start_order(ts, dur, order)
+            m, p = n, 0
+        else:
+            parts = [np.flatnonzero(mask).astype(np.int32) for mask in _row_sets(ts, cat)]
+            for part in parts[:2]:
+                _order.start_order(ts, dur, part)
+            m, p = len(parts[0]), len(parts[1])
+            order = np.concatenate(parts)
+            del parts
+        del ts, dur, cat
+        sparse = self._sparse_columns(order[:m], n)
+        with ThreadPoolExecutor(2) as pool:  # two walks on two cores (the C walk drops the GIL)
+            for done in [pool.submit(_order.permute, tuple(c[:n] for c in group), order)
+                         for group in _halves_by_width(list(x.cols.values()))]:
+                done.result()
+        del order
+        main, python = {}, {}
+        for k in list(x.cols):
+            col = x.cols.pop(k)
+            python[k] = col[m:m + p].copy()
+            if len(col) > m:
+                try:
+                    col.resize(m, refcheck=False)
+                except ValueError:
+                    col = col[:m]
+            main[k] = col
+        main.update(sparse)
+        return self._tables(main, python)
+
+    def _tables(self, main: dict, python: dict) -> tuple[EventTable, EventTable, MemoryTable]:
+        main["launcher"] = launcher_column(main["cat"], main["correlation"])
+        if not self.keep_correlation:  # resolved into `launcher`: 4 bytes an event no analysis reads
+            main["correlation"] = python["correlation"] = None
+        pairs = self.ids.arg_pair_table()
+        table = EventTable(**main, arg_pairs=pairs, strings=self.ids.strings, threads=self.ids.threads)
+        n_python = len(python["ts"])
+        none = {k: SparseColumn(np.empty(0), np.empty(0, dtype=dt), n_python) for k, dt in SPARSE_COLUMNS.items()}
+        none["launcher"] = SparseColumn(np.empty(0), np.empty(0, dtype=np.int32), n_python, fill=-1)
+        python_table = EventTable(**python, **none, arg_pairs=pairs, strings=self.ids.strings, threads=self.ids.threads)
+        m = self.mem
+        morder = np.argsort(m.cols["ts"][:m.size], kind="stable")
+        memory = MemoryTable(**{k: m.take(k, morder) for k in _MEM_DTYPES})
+        if self.negative_dur:
+            self.meta.warnings.append(f"{self.negative_dur} events had a negative duration (counted as 0)")
+        return table, python_table, memory
