@@ -27,9 +27,10 @@ except ImportError:  # pragma: no cover - isal is a dependency, but stay usable 
 
 GZIP_MAGIC = b"\x1f\x8b"
 
-COMPRESSED_PIECE = 64 << 10
+COMPRESSED_PIECE = 16 << 10
 """Compressed bytes handed to the decompressor at once. Where the stream is damaged, the output
-of the call that fails is lost: small pieces keep that to a few hundred KB of events."""
+of the call that fails is lost: small pieces keep that to a few hundred KB of events (a trace
+expands 10-40x), and the calls are still few (64 a MB)."""
 
 BOMB_MIN_BYTES = 2 << 30
 """Decompressed bytes before the expansion ratio is checked: below, any ratio is read."""
@@ -139,12 +140,17 @@ def _open(path: Path):
 
 class _Gunzip:
     """Decompresses a gzip stream piece by piece (`COMPRESSED_PIECE` in, `size` out at most), member
-    after member, turning every way it can break into an end of data and one warning."""
+    after member, turning every way it can break into an end of data and one warning.
+
+    The members' framing (header, CRC-32 and size trailer) is read here and their deflate data
+    inflated raw: a checksum that fails is then a warning about data already delivered, not an
+    error that loses the last piece (zlib's gzip mode raises it with that piece's output)."""
 
     def __init__(self, source: Source, head: bytes):
         self.source = source
-        self.pending = head  # compressed bytes read but not yet decompressed
-        self.inflate = _inflate.decompressobj(31)
+        self.pending = head  # compressed bytes read but not yet inflated
+        self.inflate = None  # the current member's inflater; None between members
+        self.crc = 0
         self.out = 0  # bytes decompressed so far
         self.member_out = 0  # of which by the current member
         self.member_at = 0  # where the current member began in the file
@@ -156,10 +162,21 @@ class _Gunzip:
         self.consumed += len(data)
         return data
 
+    def _at_least(self, n: int) -> bool:
+        """Whether `n` bytes are pending (reading more as needed)."""
+        while len(self.pending) < n:
+            more = self._more()
+            if not more:
+                return False
+            self.pending += more
+        return True
+
     def read(self, size: int) -> bytes:
         out: list[bytes] = []
         want = size
         while want > 0 and not self.done:
+            if self.inflate is None and not self._start_member():
+                break
             if not self.pending:
                 self.pending = self._more()
                 if not self.pending:
@@ -176,8 +193,10 @@ class _Gunzip:
                 want -= len(piece)
                 self.out += len(piece)
                 self.member_out += len(piece)
+                self.crc = _inflate.crc32(piece, self.crc)
             if self.inflate.eof:
-                self._next_member(self.inflate.unused_data)
+                self.pending = self.inflate.unused_data + self.pending
+                self._end_member()
             elif self.out > BOMB_MIN_BYTES and self.out > MAX_EXPANSION * self.consumed:
                 self.done = True
                 self.source.warnings.append(
@@ -185,41 +204,83 @@ class _Gunzip:
                     f"after {self.out / 2**30:.1f} GB")
         return b"".join(out)
 
-    def _next_member(self, rest: bytes) -> None:
-        """After a member's end: another member, zero padding (ignored), or garbage (a warning)."""
-        while len(rest) < 2:
-            more = self._more()
-            if not more:
-                break
-            rest += more
-        at = self.consumed - len(rest)
-        if rest.startswith(GZIP_MAGIC):
-            self.inflate = _inflate.decompressobj(31)
-            self.pending, self.member_out, self.member_at = rest, 0, at
+    def _start_member(self) -> bool:
+        """Read a member's header; at the end of the data, after zero padding, or before bytes
+        that are not gzip, stop (False)."""
+        if not self._at_least(1):
+            self.done = True
+            return False
+        while not self.pending.strip(b"\x00"):  # padding to a block size: nothing lost
+            self.pending = self._more()
+            if not self.pending:
+                self.done = True
+                return False
+        at = self.consumed - len(self.pending)
+        header = self._header_length()
+        if header is None:
+            self.done = True
+            if self.out:
+                self.source.warnings.append(f"bytes after the compressed data were ignored (from byte {at:,} of the "
+                                            "file: not a gzip member)")
+            else:
+                self.source.warnings.append("the compressed data is damaged at its start (no valid gzip header)")
+            return False
+        self.pending = self.pending[header:]
+        self.inflate = _inflate.decompressobj(-15)
+        self.crc = self.member_out = 0
+        self.member_at = at
+        return True
+
+    def _header_length(self) -> int | None:
+        """The length of the gzip header that `pending` starts with, or None if it is not one."""
+        if not self._at_least(10) or self.pending[:3] != GZIP_MAGIC + b"\x08":
+            return None
+        flags, pos = self.pending[3], 10
+        if flags & 4:  # FEXTRA: a length, then that many bytes
+            if not self._at_least(pos + 2):
+                return None
+            pos += 2 + int.from_bytes(self.pending[pos:pos + 2], "little")
+        for flag in (8, 16):  # FNAME, FCOMMENT: zero-terminated
+            if flags & flag:
+                while (end := self.pending.find(b"\x00", pos)) < 0:
+                    if len(self.pending) > _HEADER_LIMIT or not self._at_least(len(self.pending) + 1):
+                        return None
+                pos = end + 1
+        if flags & 2:  # FHCRC
+            pos += 2
+        return pos if self._at_least(pos) else None
+
+    def _end_member(self) -> None:
+        """A member's deflate data ended: check its CRC-32 and size; then the next member."""
+        self.inflate = None
+        if not self._at_least(8):
+            self.source.warnings.append("the compressed data ends early (its last checksum is missing); all of it "
+                                        "was read")
+            self.done = True
             return
-        while rest and not rest.strip(b"\x00"):  # padding to a block size: nothing lost
-            rest = self._more()
-        self.done = True
-        if rest:
-            at = self.consumed - len(rest.lstrip(b"\x00"))
-            self.source.warnings.append(f"bytes after the compressed data were ignored (from byte {at:,} of the "
-                                        "file: not gzip)")
+        crc, size = int.from_bytes(self.pending[:4], "little"), int.from_bytes(self.pending[4:8], "little")
+        self.pending = self.pending[8:]
+        if crc != self.crc or size != self.member_out & 0xFFFFFFFF:
+            self.source.warnings.append(f"the compressed data fails its checksum (from byte {self.member_at:,} of "
+                                        "the file): it may be damaged; its events were read as they decompressed")
 
     def _stop(self, how: str, exc: Exception | None = None) -> None:
-        """The stream ended (`ends`) or broke (`damaged`) inside a member."""
+        """The stream ended (`ends`) or broke (`damaged`) inside a member's deflate data."""
         self.done = True
-        if self.member_out == 0 and self.out > 0:  # a later member that gave nothing: trailing bytes
-            self.source.warnings.append(f"bytes after the compressed data were ignored (from byte "
-                                        f"{self.member_at:,} of the file: "
-                                        f"{'an incomplete' if how == 'ends' else 'a damaged'} gzip member)")
-        elif how == "ends":
+        if how == "ends":
             self.source.warnings.append(
                 f"the compressed data ends early (the file is cut short after {self.consumed / 2**20:.1f} MB); "
                 f"the {self.out / 2**20:.1f} MB decompressed before the cut were read")
         else:
             reason = str(exc).split(":")[-1].strip() or type(exc).__name__
-            self.source.warnings.append(f"the compressed data is damaged near byte {self.consumed:,} of the file "
+            where = self.consumed - len(self.pending)
+            self.source.warnings.append(f"the compressed data is damaged near byte {where:,} of the file "
                                         f"({reason}); the events before it were read")
+
+
+_HEADER_LIMIT = 1 << 20
+"""A gzip header's file name or comment longer than this is not one (garbage that began with the
+magic bytes)."""
 
 
 def read_range(path: str, start: int, stop: int) -> bytes:
