@@ -17,6 +17,8 @@ from .table import TraceMeta
 _HEADER_LIMIT = 64 << 20
 """Bytes read before giving up on finding the events array (a trace's metadata before it is KBs)."""
 _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_KEY_OVERLAP = 4096
+"""Bytes searched again for the key with the next block, for a key that straddles the two."""
 HEAD_BLOCK = 1 << 20
 """Bytes read at once while looking for the array."""
 BLANKS_BLOCK = 4 << 20
@@ -26,34 +28,37 @@ BLANKS_BLOCK = 4 << 20
 def find_events_array(source: Source, meta: TraceMeta) -> tuple[bytes, bytearray]:
     """(the document up to and including `"traceEvents":` (b"" for a bare list), the bytes after
     the array's `[`, leading blanks skipped). Sets `meta.format`. Raises `TraceError` (one line)
-    when the file is empty or not a trace."""
+    when the file is empty or not a trace. Blanks before the document or the first event (any
+    amount) are read a block at a time and dropped."""
     head = bytearray()
     while True:
         block = source.read(HEAD_BLOCK)
+        if not head:
+            block = block.lstrip()  # blanks before the document
+        searched = max(0, len(head) - _KEY_OVERLAP)
         head += block
-        stripped = head.lstrip()
-        if stripped[:1] == b"[":
+        if head[:1] == b"[":
             meta.format = "list"
-            start = len(head) - len(stripped) + 1
-            header = b""
+            header, start = b"", 1
             break
-        if stripped[:1] not in (b"{", b""):
+        if head[:1] not in (b"{", b""):
             raise TraceError(f"{source.path}: not a profiler trace (it is not JSON)")
-        m = _TRACE_EVENTS_KEY.search(head)
+        m = _TRACE_EVENTS_KEY.search(head, searched)
         if m:
             start = m.end()
             header = bytes(head[: m.end() - 1])  # up to and including `"traceEvents":`
             break
-        if not block or len(head) > _HEADER_LIMIT:
-            if not head.strip():
+        if not block and source.eof or len(head) > _HEADER_LIMIT:
+            if not head:
+                if meta.warnings:  # damaged before anything decompressed
+                    raise TraceError(f"{source.path}: nothing could be read ({meta.warnings[0]})")
                 raise TraceError(f"{source.path}: the file is empty")
+            if len(head) > _HEADER_LIMIT:
+                raise TraceError(f"{source.path}: not a profiler trace (no \"traceEvents\" array in its first "
+                                 f"{_HEADER_LIMIT >> 20} MB)")
             raise TraceError(f"{source.path}: not a profiler trace (no \"traceEvents\" array)")
-    buf = bytearray(head[start:])
+    buf = bytearray(head[start:].lstrip())
     del head
-    # Skip whitespace and detect an empty array.
-    while True:
-        lead = buf.lstrip()
-        if lead or source.eof:
-            break
-        buf += source.read(BLANKS_BLOCK)
-    return header, bytearray(buf.lstrip())
+    while not buf and not source.eof:  # blanks after `[`: dropped a block at a time
+        buf = bytearray(source.read(BLANKS_BLOCK).lstrip())
+    return header, buf
