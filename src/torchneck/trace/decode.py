@@ -19,7 +19,15 @@ import msgspec
 import numpy as np
 
 from .ids import Interner, distinct_arg_pairs, distinct_threads
-from .normalise import _float_column, _gpu_placement, _int_column, _rows_with_args, _x_dict
+from .normalise import (
+    TS_LIMIT_US,
+    _float_column,
+    _gpu_placement,
+    _int_column,
+    _rows_with_args,
+    _x_dict,
+    out_of_range,
+)
 from .schema import EMPTY_ARGS, EVENT_LIST_DECODER, LOOSE_EVENT_LIST_DECODER, Event
 from .source import map_range, read_range, read_range_reused
 from .table import normalise_category
@@ -50,6 +58,9 @@ class ChunkColumns:
     flow_count: int
     unknown_phases: dict[str, int]
     negative_dur: int
+    out_of_range: int = 0  # complete events with a start or duration out of range (`normalise.out_of_range`)
+    memory_out_of_range: int = 0  # `[memory]` events with a start out of range, dropped
+    replaced_utf8: int = 0  # invalid UTF-8 sequences replaced by U+FFFD
     source_bytes: int = 0
     threads: tuple[np.ndarray, np.ndarray] | None = None  # (distinct pid<<32|tid, per row: which)
     arg_pairs: tuple[np.ndarray, np.ndarray] | None = None  # (distinct shapes, types pairs; per row: which)
@@ -67,11 +78,11 @@ def _decode_slice(data: bytes) -> list[Event] | None:
         return EVENT_LIST_DECODER.decode(wrapped)
     except msgspec.ValidationError:
         pass  # valid JSON, unusual types: decode loosely
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # not JSON, or nested deeper than msgspec goes
         return None
     try:
         return LOOSE_EVENT_LIST_DECODER.decode(wrapped)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
 
 
@@ -84,12 +95,15 @@ def events_to_columns(events: list, mixed: bool = False) -> ChunkColumns:
     decoded one by one), so the tolerant conversion is used."""
     strings = Interner()
     xs, mems, meta_events, flows, unknown = _split_phases(events)
-    if xs and type(xs[0]) is Event and not mixed:
-        x, negative = _strict_x(xs, strings)
-    else:
-        x, negative = _loose_x(xs, strings)
-    return ChunkColumns(strings.strings, x, _memory_columns(mems, strings), meta_events, flows, unknown,
-                        negative)
+    try:
+        if not (xs and type(xs[0]) is Event and not mixed):
+            raise OverflowError
+        x, negative, out = _strict_x(xs, strings)
+    except OverflowError:  # also an id beyond int64 in a typed event (msgspec reads any integer)
+        strings = Interner()
+        x, negative, out = _loose_x(xs, strings)
+    mem, dropped = _memory_columns(mems, strings)
+    return ChunkColumns(strings.strings, x, mem, meta_events, flows, unknown, negative, out, dropped)
 
 
 def _split_phases(events: list) -> tuple[list, list, list, int, dict[str, int]]:
@@ -129,19 +143,26 @@ def _split_phases(events: list) -> tuple[list, list, list, int, dict[str, int]]:
     return xs, mems, meta_events, flows, unknown
 
 
-def _memory_columns(mems: list, strings: Interner) -> dict[str, np.ndarray]:
+def _memory_columns(mems: list, strings: Interner) -> tuple[dict[str, np.ndarray], int]:
+    """The `[memory]` events' columns, and how many were dropped for a time out of range."""
+    ts = _float_column([e.ts for e in mems], float("nan"))
+    keep = np.abs(ts) < TS_LIMIT_US
+    dropped = len(mems) - int(np.count_nonzero(keep))
+    if dropped:
+        mems = list(compress(mems, keep.tolist()))
+        ts = ts[keep]
     margs = [e.args for e in mems]
     return {
-        "ts": _float_column([e.ts for e in mems], float("nan")),
-        "pid": strings.ids([e.pid for e in mems]),
-        "tid": strings.ids([e.tid for e in mems]),
+        "ts": ts,
+        "pid": strings.ids(_texts([e.pid for e in mems])),
+        "tid": strings.ids(_texts([e.tid for e in mems])),
         "nbytes": _int_column([a.mem_bytes for a in margs], 0, np.int64),
         "total_allocated": _int_column([a.total_allocated for a in margs], -1, np.int64),
         "total_reserved": _int_column([a.total_reserved for a in margs], -1, np.int64),
         "device_type": _int_column([a.device_type for a in margs], 0, np.int8),
         "device_id": _int_column([a.device_id for a in margs], -1, np.int16),
         "addr": _int_column([a.addr for a in margs], 0, np.int64),
-    }
+    }, dropped
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,9 +210,9 @@ def _scan_columns(data, length: int | None = None, start: int = 0) -> ChunkColum
         _, mems, meta_events, _, unknown = _split_phases(others)
     cols = {k: np.frombuffer(v, dtype=_SCANNED_DTYPES[k]) for k, v in raw.items()}
     thread = cols.pop("thread")
-    x, negative = _native_x(cols, strings)
-    chunk = ChunkColumns(strings.strings, x, _memory_columns(mems, strings), meta_events, flows, unknown,
-                         negative)
+    x, negative, out = _native_x(cols, strings)
+    mem, dropped = _memory_columns(mems, strings)
+    chunk = ChunkColumns(strings.strings, x, mem, meta_events, flows, unknown, negative, out, dropped)
     chunk.threads = (np.frombuffer(thread_pairs, dtype=np.int64), thread)
     return chunk
 
@@ -201,7 +222,7 @@ _SCANNED_DTYPES = {**dict.fromkeys(("cat", "name", "pid", "tid", "thread", "dims
                    "device": np.int64, "stream": np.int64, "nbytes": np.int64}
 
 
-def _native_x(cols: dict[str, np.ndarray], strings: Interner) -> tuple[dict, int]:
+def _native_x(cols: dict[str, np.ndarray], strings: Interner) -> tuple[dict, int, int]:
     """The scanner's raw columns -> the same columns `_strict_x` makes: categories coded, args
     kept only on the rows that carry them (device/stream/bytes on GPU events, shapes on host
     ops)."""
@@ -211,7 +232,8 @@ def _native_x(cols: dict[str, np.ndarray], strings: Interner) -> tuple[dict, int
     for i in np.unique(cat_ids).tolist():
         lookup[i] = normalise_category(table[i])
     cats = lookup[cat_ids]
-    dur = cols["dur"].astype(np.float32)
+    ts, dur64, out = out_of_range(cols["ts"], cols["dur"])
+    dur = dur64.astype(np.float32)
     negative = int(np.count_nonzero(dur < 0))
     if negative:
         dur[dur < 0] = 0.0
@@ -224,11 +246,11 @@ def _native_x(cols: dict[str, np.ndarray], strings: Interner) -> tuple[dict, int
     stack = np.where(ops, cols["stack"], -1).astype(np.int32)
     pid, tid = cols["pid"], cols["tid"]
     device, stream = _gpu_placement(gpu, device, stream, pid, tid, strings)
-    return _x_dict(cols["ts"], dur, cats, cols["name"], pid, tid, cols["correlation"], device, stream, shapes,
-                   types, nbytes, stack), negative
+    return _x_dict(ts, dur, cats, cols["name"], pid, tid, cols["correlation"], device, stream, shapes,
+                   types, nbytes, stack), negative, out
 
 
-def _strict_x(xs: list, strings: Interner) -> tuple[dict, int]:
+def _strict_x(xs: list, strings: Interner) -> tuple[dict, int, int]:
     """Columns from strictly typed events: every field has its JSON type or its default, so each
     column is one C-level pass (`np.fromiter` over an attrgetter map), no per-value checks.
     Args that only some categories carry (shapes on ops, stream and bytes on GPU events) are
@@ -240,6 +262,7 @@ def _strict_x(xs: list, strings: Interner) -> tuple[dict, int]:
     del raw_cats
     ts = np.fromiter(map(_get_ts, xs), dtype=np.float64, count=n)
     dur = np.fromiter(map(_get_dur, xs), dtype=np.float64, count=n)
+    ts, dur, out = out_of_range(ts, dur)
     negative = int(np.count_nonzero(dur < 0))
     if negative:
         dur[dur < 0] = 0.0
@@ -268,7 +291,7 @@ def _strict_x(xs: list, strings: Interner) -> tuple[dict, int]:
         stack[where] = _stack_ids(list(map(_get_stack, oargs)), strings)
     device, stream = _gpu_placement(gpu, device, stream, pid_arr, tid_arr, strings)
     return _x_dict(ts, dur, cats, name, pid_arr, tid_arr, corr, device, stream, shapes, types,
-                   nbytes, stack), negative
+                   nbytes, stack), negative, out
 
 
 _get_ph, _get_cat, _get_ts, _get_dur, _get_name = map(attrgetter, ("ph", "cat", "ts", "dur", "name"))
@@ -290,20 +313,22 @@ def _get_dims(args) -> msgspec.Raw:
     return args.input_dims if args.input_dims else args.input_dims_old
 
 
-def _loose_x(xs: list, strings: Interner) -> tuple[dict, int]:
-    """Columns from loosely typed events (any JSON type in any field)."""
+def _loose_x(xs: list, strings: Interner) -> tuple[dict, int, int]:
+    """Columns from loosely typed events (any JSON type in any field; an object or a list where
+    a name or an id belongs reads as its JSON text)."""
     n = len(xs)
-    raw_cats = list(map(attrgetter("cat"), xs))
+    raw_cats = _texts(list(map(attrgetter("cat"), xs)))
     cat_codes = {c: int(normalise_category(c)) for c in dict.fromkeys(raw_cats)}
     cats = np.fromiter(map(cat_codes.__getitem__, raw_cats), dtype=np.int8, count=n)
     ts = _float_column(list(map(attrgetter("ts"), xs)), float("nan"))
     dur = _float_column(list(map(attrgetter("dur"), xs)), 0.0)
+    ts, dur, out = out_of_range(ts, dur)
     negative = int(np.count_nonzero(dur < 0))
     if negative:
         dur[dur < 0] = 0.0
-    name = strings.ids(list(map(attrgetter("name"), xs)))
-    pid_arr = strings.ids(list(map(attrgetter("pid"), xs)))
-    tid_arr = strings.ids(list(map(attrgetter("tid"), xs)))
+    name = strings.ids(_texts(list(map(attrgetter("name"), xs))))
+    pid_arr = strings.ids(_texts(list(map(attrgetter("pid"), xs))))
+    tid_arr = strings.ids(_texts(list(map(attrgetter("tid"), xs))))
     empty = EMPTY_ARGS
     args = [a if a is not None else empty for a in map(_get_args, xs)]
     corr = _int_column(list(map(attrgetter("correlation"), args)), -1, np.int64)
@@ -321,7 +346,14 @@ def _loose_x(xs: list, strings: Interner) -> tuple[dict, int]:
     stack[~ops] = -1
     device, stream = _gpu_placement(gpu, device, stream, pid_arr, tid_arr, strings)
     x = _x_dict(ts, dur, cats, name, pid_arr, tid_arr, corr, device, stream, shapes, types, nbytes, stack)
-    return x, negative
+    return x, negative, out
+
+
+def _texts(values: list) -> list:
+    """`values` with each object or list (unhashable, not a name) replaced by its JSON text."""
+    if all(type(v) is not list and type(v) is not dict for v in values):
+        return values
+    return [msgspec.json.encode(v).decode() if isinstance(v, (list, dict)) else v for v in values]
 
 
 def decode_to_columns(data: bytes) -> ChunkColumns | None:
@@ -329,8 +361,21 @@ def decode_to_columns(data: bytes) -> ChunkColumns | None:
     The native scanner takes the slice when it is built and the slice is ordinary; the typed
     msgspec decoder otherwise (same columns)."""
     data = bytes(data)
-    chunk = _scan_columns(data) if _scan is not None else None
-    return _python_columns(data) if chunk is None else _sized(chunk, len(data))
+    try:
+        chunk = _scan_columns(data) if _scan is not None else None
+        return _python_columns(data) if chunk is None else _sized(chunk, len(data))
+    except UnicodeDecodeError:  # invalid UTF-8 in a string: replaced, counted, decoded again
+        fixed, replaced = repaired_utf8(data)
+        chunk = decode_to_columns(fixed)
+        if chunk is not None:
+            chunk.replaced_utf8 = replaced
+        return chunk
+
+
+def repaired_utf8(data: bytes) -> tuple[bytes, int]:
+    """`data` with each invalid UTF-8 sequence replaced by U+FFFD, and how many were."""
+    text = data.decode("utf-8", "replace")
+    return text.encode("utf-8"), text.count("\ufffd") - data.count("\ufffd".encode())
 
 
 def _python_columns(data: bytes) -> ChunkColumns | None:
@@ -354,6 +399,13 @@ def decode_range(path: str, start: int, stop: int) -> ChunkColumns | None:
     unmapped when done) instead of a copy: copying was ~7% of the load's CPU."""
     if _scan is None:
         return decode_to_columns(read_range(path, start, stop))
+    try:
+        return _scan_range(path, start, stop)
+    except UnicodeDecodeError:  # repaired on a copy (`decode_to_columns`)
+        return decode_to_columns(read_range(path, start, stop))
+
+
+def _scan_range(path: str, start: int, stop: int) -> ChunkColumns | None:
     try:
         mapped, skip = map_range(path, start, stop)
     except (OSError, ValueError):  # no mmap here (some file systems): read a copy

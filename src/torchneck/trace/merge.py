@@ -17,6 +17,7 @@ import numpy as np
 from .decode import ChunkColumns
 from .ids import GlobalIds, distinct_arg_pairs, distinct_threads
 from .launches import launcher_column
+from .normalise import DUR_LIMIT_US, MAX_NAME_CHARS, MAX_TEXT_CHARS, shortened
 from .table import Cat, EventTable, MemoryTable, SparseColumn, TraceMeta
 
 try:  # the optional C sort (setup.py); without it numpy's argsort and gathers give the same order
@@ -180,9 +181,18 @@ class Merger:
         self.sparse: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {k: ([], []) for k in SPARSE_COLUMNS}
         self.negative_dur = 0
         self.bytes_seen = 0
+        # what was skipped or changed, said once in the warnings (`_warn`)
+        self.out_of_range = 0
+        self.memory_out_of_range = 0
+        self.replaced_utf8 = 0
+        self.shortened: set[str] = set()  # the shortened names (their hashes)
+        self.others = 0  # elements of other phases (flows, metadata, instants, counters, ...)
+        self.damaged = 0  # events that did not decode (counted by the salvage)
+        self.too_deep = 0
 
     def add(self, chunk: ChunkColumns) -> None:
         """Add one decoded slice."""
+        self._shorten_long_strings(chunk)
         remap = self.ids.strings_of(chunk.strings)
         x = chunk.x
         n = len(x["ts"])
@@ -192,10 +202,19 @@ class Merger:
             if self.expected_bytes and self.bytes_seen else 0
         self.meta.event_count += n
         self.meta.flow_count += chunk.flow_count
+        self.others += chunk.flow_count + sum(chunk.unknown_phases.values()) + len(chunk.meta_events) + \
+            len(chunk.mem["ts"]) + chunk.memory_out_of_range
         self.negative_dur += chunk.negative_dur
+        self.out_of_range += chunk.out_of_range
+        self.memory_out_of_range += chunk.memory_out_of_range
+        self.replaced_utf8 += chunk.replaced_utf8
         for k, v in chunk.unknown_phases.items():
             self.meta.unknown_phases[k] = self.meta.unknown_phases.get(k, 0) + v
         for kind, pid, tid, value in chunk.meta_events:
+            if isinstance(value, str) and len(value) > MAX_NAME_CHARS:
+                value = shortened(value, MAX_NAME_CHARS)
+            if len(pid) > MAX_NAME_CHARS or len(tid) > MAX_NAME_CHARS:  # as in the thread table
+                pid, tid = (t if len(t) <= MAX_NAME_CHARS else shortened(t, MAX_NAME_CHARS) for t in (pid, tid))
             if kind == "process_name" and isinstance(value, str):
                 self.meta.process_names[pid] = value
             elif kind == "thread_name" and isinstance(value, str):
@@ -219,6 +238,43 @@ class Merger:
             mem = dict(mem)
             mem["thread"] = self.ids.threads_of(distinct_threads(mem.pop("pid"), mem.pop("tid")), remap)
             self.mem.append(mem)
+
+    def _shorten_long_strings(self, chunk: ChunkColumns) -> None:
+        """Shorten a slice's strings over `MAX_NAME_CHARS` (names, pids, tids: one of 16 MB took
+        the terminal report minutes, and every copy of it memory) or, for those its rows use as
+        shapes, types or a call stack (parsed by the analyses), over `MAX_TEXT_CHARS`."""
+        strings = chunk.strings
+        long = [i for i, text in enumerate(strings) if len(text) > MAX_NAME_CHARS]
+        if not long:
+            return
+        x = chunk.x
+        as_text = set(np.concatenate([x["shapes"], x["types"], x["stack"]]).tolist())
+        for i in long:
+            limit = MAX_TEXT_CHARS if i in as_text else MAX_NAME_CHARS
+            if len(strings[i]) > limit:
+                strings[i] = shortened(strings[i], limit)
+                if limit == MAX_NAME_CHARS:
+                    self.shortened.add(strings[i][-16:])
+
+    def _warn(self) -> None:
+        """One warning for each kind of thing skipped or changed while loading."""
+        said = self.meta.warnings
+        if self.damaged:
+            said.append(f"{_count(self.damaged, 'damaged event')} {_was(self.damaged)} skipped")
+        if self.too_deep:
+            said.append(f"{_count(self.too_deep, 'event')} nested too deeply to decode (about 1000 levels) "
+                        f"{_was(self.too_deep)} skipped")
+        out = self.out_of_range + self.memory_out_of_range
+        if out:
+            said.append(f"{_count(out, 'event')} with a time out of range (a start beyond +-2^53 µs, or a duration "
+                        f"of {DUR_LIMIT_US / 86_400e6:.1f} days or more) {_was(out)} skipped")
+        if self.replaced_utf8:
+            said.append(f"{self.replaced_utf8} invalid UTF-8 byte sequence{'s' if self.replaced_utf8 > 1 else ''} "
+                        "replaced by U+FFFD")
+        if self.shortened:
+            n = len(self.shortened)
+            said.append(f"{_count(n, 'name')} longer than {MAX_NAME_CHARS} characters shortened (to their start, "
+                        "'…' and a hash)")
 
     def _keep_sparse(self, column: str, at: np.ndarray, values: np.ndarray) -> None:
         """Values of a sparse column at rows `at` of the slice being added."""
@@ -254,8 +310,9 @@ class Merger:
         dur = x.cols["dur"][:n]
         cat = x.cols["cat"][:n]
         skipped = int(np.isnan(ts).sum())
-        if skipped:
-            self.meta.warnings.append(f"{skipped} events without a timestamp were skipped")
+        if skipped > self.out_of_range:
+            self.meta.warnings.append(f"{skipped - self.out_of_range} events without a timestamp were skipped")
+        self._warn()
         whole = not skipped and not (cat == Cat.PYTHON_FUNCTION).any()  # the usual case: no row sets
         if _order is not None and n < 2**31:
             return self._finish_in_place(ts, dur, cat, whole)
@@ -331,3 +388,12 @@ class Merger:
         if self.negative_dur:
             self.meta.warnings.append(f"{self.negative_dur} events had a negative duration (counted as 0)")
         return table, python_table, memory
+
+
+def _count(n: int, what: str) -> str:
+    """`1 event`, `2 events`."""
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
+def _was(n: int) -> str:
+    return "was" if n == 1 else "were"

@@ -9,31 +9,70 @@ stages, the profiler's steps in 1.8) are filed as annotations.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from ..sites import LINE_PREFIX
 from .table import Cat, EventTable, in_categories
 
+TS_LIMIT_US = 2.0**53
+"""Starts beyond +-2**53 µs (285 years) are not times: a trace's clock is µs since the epoch (1.7e15
+in 2024) or since the process started, and float64 holds whole µs exactly only below this."""
+DUR_LIMIT_US = 1e12
+"""Durations of 1e12 µs (11.6 days) or more are not a profiled span (a training job's trace covers
+seconds to hours); kept, one such event would cover every step and its end every sum."""
+_INT64 = 1 << 63
+
+MAX_NAME_CHARS = 16 << 10
+"""Names (and pids, tids) longer than this are shortened at load (`shortened`). Real ones stay
+far below: the longest kernel name in the bundled traces is 5,141 characters (a C++ template).
+A name of 16 MB took the terminal report minutes to lay out, and each copy of it memory."""
+MAX_TEXT_CHARS = 1 << 20
+"""Shapes, dtypes and call stacks (texts the analyses parse) longer than this are shortened."""
+
+
+def shortened(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters: its start, "…" and a hash of the whole, so that distinct
+    long names stay distinct (and the same name is shortened alike in every slice)."""
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return text[:limit - len(digest) - 1] + "…" + digest
+
+
+def out_of_range(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(`ts` with the start of each event whose start or duration is out of range (`TS_LIMIT_US`,
+    `DUR_LIMIT_US`, infinite or not a number) set to NaN, so that it is dropped like an event
+    without a start; `dur` with theirs set to 0; how many). No infinity or NaN reaches an
+    analysis."""
+    bad = ~(np.abs(ts) < TS_LIMIT_US) & ~np.isnan(ts) | ~(dur < DUR_LIMIT_US)
+    n = int(np.count_nonzero(bad))
+    if not n:
+        return ts, dur, 0
+    return np.where(bad, np.nan, ts), np.where(bad, 0.0, dur), n
+
 
 def _num(value, default: int = -1) -> int:
-    """Lenient integer: ids written as strings ("stream 7") keep their digits."""
+    """Lenient integer: ids written as strings ("stream 7") keep their digits; anything beyond
+    64 bits (or not a number) is `default`."""
     if value is None:
         return default
     if isinstance(value, (bool, int)):
-        return int(value)
-    if isinstance(value, float):
-        return int(value) if value == value else default
-    if isinstance(value, str):
+        found = int(value)
+    elif isinstance(value, float):
+        found = int(value) if abs(value) < _INT64 else default
+    elif isinstance(value, str):
         digits = "".join(ch for ch in value if ch.isdigit())
-        return int(digits) if digits else default
-    return default
+        found = int(digits) if 0 < len(digits) <= 19 else default
+    else:
+        return default
+    return found if -_INT64 <= found < _INT64 else default
 
 
 def _int_column(values: list, default: int, dtype) -> np.ndarray:
     """Integers from a list that may hold None (absent) or strings, fast path in numpy."""
     try:
         arr = np.array(values, dtype=np.float64)  # None -> nan
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return np.array([_num(v, default) for v in values], dtype=np.int64).astype(dtype)
     arr[~(np.abs(arr) < 2.0**63)] = default  # absent (nan), or beyond int64
     return arr.astype(np.int64).astype(dtype, copy=False)
@@ -42,8 +81,8 @@ def _int_column(values: list, default: int, dtype) -> np.ndarray:
 def _float_column(values: list, default: float) -> np.ndarray:
     try:
         arr = np.array(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        arr = np.array([v if isinstance(v, (int, float)) else _to_float(v) for v in values], dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        arr = np.array([_to_float(v) for v in values], dtype=np.float64)
     if default == default:
         arr[np.isnan(arr)] = default
     return arr
@@ -52,7 +91,7 @@ def _float_column(values: list, default: float) -> np.ndarray:
 def _to_float(value) -> float:
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return float("nan")
 
 
