@@ -21,17 +21,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from multiprocessing.pool import AsyncResult
 from pathlib import Path
 
 from ..errors import TraceError
 from . import decode
+from . import slices as slicing
 from .allocator import return_freed_memory, return_large_frees_promptly
-from .decode import _sized, decode_range, decode_to_columns, events_to_columns
+from .decode import _sized, decode_range, decode_to_columns
 from .merge import Merger
 from .metadata import rank_from_path
 from .normalise import _spans_not_ops
-from .salvage import _decode_one_by_one, _handle_salvage
-from .slices import Damaged, TailPiece, slice_events
+from .salvage import salvage
+from .slices import Damaged, Piece, TailPiece, slice_events
 from .source import Source, read_range
 from .table import Trace, TraceMeta
 
@@ -86,9 +88,13 @@ def load_trace(
         source.close()
     return_freed_memory()  # the decoding threads' freed slices, before the sort needs room
     events, python, memory = merger.finish()
-    if not len(events) and not len(memory):
+    if not len(events):
+        others = merger.others + len(python)
         if meta.warnings:
             raise TraceError(f"{path}: no events could be read ({meta.warnings[0]})")
+        if others:
+            raise TraceError(f"{path}: the trace holds no complete events (\"ph\": \"X\") to analyse, only "
+                             f"{others} of other kinds (memory, flows, metadata...)")
         raise TraceError(f"{path}: the trace holds no events (empty \"traceEvents\")")
     _spans_not_ops(events)
     del merger
@@ -96,6 +102,17 @@ def load_trace(
     if meta.rank is None:
         meta.rank = rank_from_path(path)
     return Trace(events=events, python=python, memory=memory, meta=meta)
+
+
+def _salvage(region: Damaged, merger: Merger) -> int:
+    """Add what a damaged region holds; count what it did not (`salvage.py`). Returns how many
+    of its bytes were used (the rest may be an event's start, for what follows)."""
+    found = salvage(bytes(region), region.more, region.cut)
+    for chunk in found.chunks:
+        merger.add(chunk)
+    merger.damaged += found.damaged
+    merger.too_deep += found.too_deep
+    return found.used
 
 
 def _load_serial(source: Source, meta: TraceMeta, merger: Merger, progress, size: int) -> None:
@@ -107,8 +124,7 @@ def _load_serial(source: Source, meta: TraceMeta, merger: Merger, progress, size
         except StopIteration:
             return
         if isinstance(piece, Damaged):
-            _handle_salvage(piece, merger, meta)
-            send = None
+            send = _salvage(piece, merger)
             continue
         chunk = decode_to_columns(piece)
         send = chunk is not None
@@ -122,7 +138,8 @@ def _load_parallel(source: Source, meta: TraceMeta, merger: Merger, workers: int
                    processes: bool = True) -> None:
     """Decode slices in worker threads (native scanner) or processes (msgspec). Slices are cut
     optimistically; one that fails in a worker (a false boundary) is re-decoded together with
-    the following slice, in order.
+    the following slice, in order; slices that keep failing (over `RETRY_BLOCKS` blocks of them)
+    are salvaged event by event.
 
     Threads when the native scanner takes the first slice: it scans with the GIL released, so
     threads run in parallel without pickling every column back from a process (a third of the
@@ -131,12 +148,12 @@ def _load_parallel(source: Source, meta: TraceMeta, merger: Merger, workers: int
     slice it declines (ROCm's string fields, odd types) go to forked processes when
     `processes` (files over `PARALLEL_MIN_BYTES`, or workers asked for), else stay in threads."""
     import multiprocessing as mp
-    from multiprocessing.pool import ThreadPool
+    from multiprocessing.pool import Pool, ThreadPool
 
     gen = slice_events(source, meta, as_ranges=source.plain_file)  # ranges: workers read them at any offset
     path = str(source.path)
 
-    def bytes_of(piece) -> bytes:
+    def bytes_of(piece: Piece) -> bytes:
         return read_range(path, *piece) if isinstance(piece, tuple) else piece
 
     try:
@@ -149,6 +166,7 @@ def _load_parallel(source: Source, meta: TraceMeta, merger: Merger, workers: int
         probe = decode._scan_columns(data)
         if probe is not None:
             probe = _sized(probe, len(data))
+    pool_cm: Pool
     if probe is not None or not processes:
         pool_cm = ThreadPool(workers)  # declined and small: msgspec in threads, as serial, no fork
     else:
@@ -156,8 +174,8 @@ def _load_parallel(source: Source, meta: TraceMeta, merger: Merger, workers: int
         pool_cm = ctx.Pool(workers)
 
     with pool_cm as pool:
-        in_flight: list[tuple[bytes | tuple[int, int], object]] = []
-        carry = b""
+        in_flight: list[tuple[Piece, AsyncResult]] = []
+        carry = b""  # slices that did not decode, waiting to be joined with the next
 
         def drain(limit: int) -> None:
             nonlocal carry
@@ -166,6 +184,8 @@ def _load_parallel(source: Source, meta: TraceMeta, merger: Merger, workers: int
                 chunk = fut.get()
                 if chunk is None:
                     carry = carry + bytes_of(piece)
+                    if len(carry) > slicing.BLOCK_BYTES * slicing.RETRY_BLOCKS:  # not a false cut: damage
+                        carry = carry[_salvage(Damaged(carry), merger):]
                     continue
                 if carry:
                     # The earlier slice was cut inside an event: decode the join here.
@@ -173,11 +193,7 @@ def _load_parallel(source: Source, meta: TraceMeta, merger: Merger, workers: int
                     carry = b""
                     fixed = decode_to_columns(joined)
                     if fixed is None:
-                        good, bad = _decode_one_by_one(joined)
-                        if good:
-                            merger.add(events_to_columns(good, mixed=True))
-                        if bad:
-                            meta.warnings.append(f"{bad} damaged event(s) were dropped")
+                        carry = joined[_salvage(Damaged(joined), merger):]
                         continue
                     merger.add(fixed)
                     continue
@@ -208,9 +224,8 @@ def _load_parallel(source: Source, meta: TraceMeta, merger: Merger, workers: int
             if isinstance(piece, Damaged):
                 drain(0)
                 if carry:
-                    piece = Damaged(carry + piece)
-                    carry = b""
-                _handle_salvage(piece, merger, meta)
+                    piece = Damaged(carry + piece, piece.more, piece.cut)
+                carry = piece[_salvage(piece, merger):]  # a last piece left over waits here (all used: b"")
                 send = None
                 continue
             if isinstance(piece, TailPiece):
@@ -228,14 +243,13 @@ def _load_parallel(source: Source, meta: TraceMeta, merger: Merger, workers: int
             drain(workers * 2)
         drain(0)
         if carry:
-            good, bad = _decode_one_by_one(carry)
-            if good:
-                merger.add(events_to_columns(good, mixed=True))
-            if bad:
-                meta.warnings.append(f"{bad} damaged event(s) were dropped")
+            _salvage(Damaged(carry, more=False), merger)
 
 
 _TRACE_SUFFIXES = (".json", ".json.gz")
+_RUN_DIR_FILES = ("report.json", "env.json", "samples.json", "compile.json", "run.json", "report-compile.json",
+                  "bisect.json")
+"""The JSON files `torchneck run` writes beside its trace (not traces)."""
 
 
 def find_trace_files(path: str | os.PathLike) -> list[Path]:
@@ -244,10 +258,13 @@ def find_trace_files(path: str | os.PathLike) -> list[Path]:
     p = Path(path)
     if not p.exists():
         raise TraceError(f"{p}: no such file or directory")
-    if p.is_file():
+    if not p.is_dir():  # a file, a pipe, a device: the loader judges it
         return [p]
-    files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_TRACE_SUFFIXES)
-                   and f.name not in ("report.json", "env.json", "samples.json", "compile.json"))
+    try:
+        files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_TRACE_SUFFIXES)
+                       and f.name not in _RUN_DIR_FILES)
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot be listed ({exc.strerror or exc})") from None
     if not files:
         for sub in sorted(p.glob("rank-*")):
             files += find_trace_files(sub) if sub.is_dir() else []
