@@ -155,6 +155,15 @@ def analyse_trace_file(path: str, rank: int | None = None, progress=None, with_v
             "ops_by_line": ops_by_user_line(trace, None, None, nesting)}  # with_stack traces: by function
 
 
+def analyse_trace_file_or_error(path: str, rank: int | None = None) -> dict | None:
+    """`analyse_trace_file`, with a file that cannot be read given as {"error": its one line}:
+    one broken rank file must not cost the report of the others."""
+    try:
+        return analyse_trace_file(path, rank)
+    except TorchneckError as exc:
+        return {"error": str(exc)}
+
+
 def report_from_traces(paths: list[str], rank: int | None = None, progress=None) -> dict:
     """Analyse existing trace files (a file, or a directory of per-rank traces). With several
     ranks: each rank's findings (tagged with its rank), plus the straggler and communication
@@ -170,8 +179,11 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None)
     if len(files) == 1:  # in this process, with the progress bar
         results = [analyse_trace_file(files[0], rank, progress)]
     else:
-        results = map_per_rank(analyse_trace_file, files, [rank] * len(files))
-    results = [r for r in results if r is not None]
+        results = map_per_rank(analyse_trace_file_or_error, files, [rank] * len(files))
+    broken = [r["error"] for r in results if r is not None and "error" in r]
+    results = [r for r in results if r is not None and "error" not in r]
+    if not results and broken:
+        raise TorchneckError(f"none of the {len(files)} trace files could be read (the first: {broken[0]})")
     if not results:
         raise TorchneckError(f"no trace for rank {rank} among {len(files)} file(s)")
     analyses = [r["analysis"] for r in results]
@@ -196,6 +208,8 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None)
     from .jobs import FULL_RANKS_MAX
 
     warnings = [w for a in analyses for w in a["trace"]["warnings"]]
+    if broken:  # the ranks analysed without them
+        warnings += [f"{len(broken)} of {len(files)} trace files could not be read and were left out:", *broken]
     if len(analyses) > FULL_RANKS_MAX:  # the others are summarised in `distributed.ranks`
         analyses = analyses[:1]
     return report_envelope("analyze", verdict(main, None, findings), findings, ranks=analyses,
