@@ -42,8 +42,10 @@ import io
 import json
 import multiprocessing as mp
 import os
+import pickle
 import random
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -234,7 +236,17 @@ def strategies():
         "id": field_values(st.integers(0, 100)),
         "args": args,
     })
-    events = st.lists(st.one_of(event, hostile.filter(lambda v: not isinstance(v, dict))), max_size=40)
+    plausible = st.fixed_dictionaries({
+        "ph": st.just("X"), "cat": categories, "name": st.sampled_from(["aten::mm", "aten::add", "aten::item",
+                                                                        "cudaLaunchKernel", "cudaDeviceSynchronize",
+                                                                        "void gemm_kernel<float>", "nccl:all_reduce"]),
+        "pid": st.integers(0, 3), "tid": st.integers(0, 3), "ts": st.floats(0, 1e5), "dur": st.floats(0, 5e3)},
+        optional={"args": plausible_args})
+    steps = st.tuples(st.integers(1, 5), st.floats(0, 1e5), st.floats(1, 3e4)).map(
+        lambda s: {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s[0]}", "pid": 0, "tid": 0,
+                   "ts": s[1], "dur": s[2]})
+    events = st.lists(st.one_of(event, plausible, plausible, steps, hostile.filter(lambda v: not isinstance(v, dict))),
+                      max_size=60)
     top_level = st.fixed_dictionaries({}, optional={
         "schemaVersion": hostile, "distributedInfo": st.one_of(hostile, st.fixed_dictionaries(
             {"rank": hostile, "world_size": hostile, "backend": hostile})),
@@ -355,7 +367,7 @@ def mutate_bytes(data: bytes, rng: random.Random) -> tuple[str, bytes]:
             out[i:i + 1] = rng.choice([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80\x80"])
         return op, bytes(out)
     if op == "blanks":
-        i = data.find(b"[") + 1 if rng.random() < 0.4 else rng.randrange(n)
+        i = data.find(b"[", max(0, data.find(b'"traceEvents"'))) + 1 if rng.random() < 0.4 else rng.randrange(n)
         run = rng.choice([b" ", b"\n", b"\t", b" \r\n"]) * rng.choice([1 << 10, 1 << 16, 1 << 20, 8 << 20])
         return op, data[:i] + run + data[i:]
     if op == "number":
@@ -424,7 +436,7 @@ def bomb_file(kind: str, expanded_bytes: int, folder: Path) -> Path:
     if path.exists():
         return path
     events = seed_json("gpu_h100__two_streams.json.gz")
-    first = events.index(b"{", events.index(b"[")) if b"[" in events else 0
+    first = events.index(b"{", events.index(b"[", events.index(b'"traceEvents"')))
     second = events.index(b"},", first) + 2
     filler_char = b"a" if kind in ("string", "open_string") else b" "
     head = {"blanks_after_bracket": events[:first], "blanks_between": events[:second],
@@ -457,20 +469,25 @@ def bomb_file(kind: str, expanded_bytes: int, folder: Path) -> Path:
 # --- the case list -----------------------------------------------------------------------------
 
 
-def _flags(rng: random.Random) -> tuple[list[str], bool]:
+CLI_SHARE = 0.1
+"""Share of cases run through the real CLI (a subprocess each, ~1 s); the others call its `main`
+in a forked worker (~0.1 s). Half the `special` ones go through the CLI."""
+
+
+def _flags(rng: random.Random, cli_share: float) -> tuple[list[str], bool]:
     """Output flags of a case: sometimes the terminal report (rendered) and the HTML too."""
     flags = [] if rng.random() < 0.3 else ["--quiet"]
     if rng.random() < 0.25:
         flags += ["--html", "out/report.html"]
-    return flags, rng.random() < 0.1
+    return flags, rng.random() < cli_share
 
 
-def special_case(i: int, rng: random.Random, seeds: Callable[[], bytes]) -> Case:
+def special_case(i: int, rng: random.Random, seeds: Callable[[], bytes], cli_share: float = CLI_SHARE) -> Case:
     """Paths and folders: device files, FIFOs, missing or empty places, broken ranks, output paths."""
     kind = rng.choice(["dev_null", "fifo", "missing", "empty_dir", "broken_dir", "corrupt_rank",
                        "corrupt_rank", "json_missing_dir", "html_missing_dir", "json_under_file",
                        "run_dir_files", "directory_of_garbage"])
-    case = Case(f"special-{i}-{kind}", "special", cli=rng.random() < 0.5)
+    case = Case(f"special-{i}-{kind}", "special", cli=rng.random() < 5 * cli_share)
     if kind == "dev_null":
         case.target = "/dev/null"
     elif kind == "fifo":
@@ -507,7 +524,7 @@ def special_case(i: int, rng: random.Random, seeds: Callable[[], bytes]) -> Case
 
 
 def generate(count: int, seed: int = 0, bomb_bytes: int = 8 << 30, bomb_folder: Path = OUT / "bombs",
-             families: dict[str, int] | None = None) -> list[Case]:
+             families: dict[str, int] | None = None, cli_share: float = CLI_SHARE) -> list[Case]:
     """`count` cases, the same for the same arguments."""
     rng = random.Random(seed)
     weights = families or FAMILIES
@@ -522,7 +539,7 @@ def generate(count: int, seed: int = 0, bomb_bytes: int = 8 << 30, bomb_folder: 
         return seed_json(rng.choice(SEED_TRACES))
 
     for i, family in enumerate(plan):
-        flags, cli = _flags(rng)
+        flags, cli = _flags(rng, cli_share)
         if family == "structured":
             data, compress = structured_bytes(next(documents))
             case = Case(f"structured-{i}", family)
@@ -545,7 +562,7 @@ def generate(count: int, seed: int = 0, bomb_bytes: int = 8 << 30, bomb_folder: 
                               flags=flags, cli=cli))
             continue
         else:
-            case = special_case(i, rng, a_seed)
+            case = special_case(i, rng, a_seed, cli_share)
             case.name = f"{case.name}"
             if not case.flags:
                 case.flags = flags
@@ -624,68 +641,98 @@ def _last_lines(text: str, n: int = 3) -> str:
     return " | ".join(ln.strip() for ln in text.strip().splitlines()[-n:])[:400]
 
 
-def _peak_rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _reset_peak_rss() -> None:
-    """Start a new peak (Linux: writing 5 to clear_refs resets VmHWM)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-
-
-def run_in_this_process(case: Case, folder: Path) -> Result:
-    """Call `torchneck.cli.main` here (a worker process), stdout and stderr captured."""
+def run_in_this_process(case: Case, folder: Path) -> tuple[int | None, str, str]:
+    """Call `torchneck.cli.main` here, stdout and stderr captured: (rc, stdout, stderr); rc None
+    when it raised (the traceback is in stderr)."""
     from torchneck.cli import main
 
     argv = prepare(case, folder)
     out, err = io.StringIO(), io.StringIO()
-    _reset_peak_rss()
-    start = time.perf_counter()
-    cwd = os.getcwd()
-    try:
-        os.chdir(folder)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                rc = main(argv)
-            except SystemExit as exc:
-                rc = exc.code if isinstance(exc.code, int) else 2
-            except BaseException:  # the contract is broken: keep what broke it
-                err.write(traceback.format_exc())
-                rc = None
-    finally:
-        os.chdir(cwd)
-    seconds = time.perf_counter() - start
-    outcome, detail = judge(case, folder, rc, err.getvalue(), out.getvalue())
-    return Result(case.name, case.family, "process", outcome, rc, seconds, _peak_rss_mb(), detail)
-
-
-class _RssPopen(subprocess.Popen):
-    """Popen that keeps the child's peak RSS (os.wait4's rusage) when it is reaped."""
-
-    def _try_wait(self, wait_flags):
+    os.chdir(folder)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            pid, sts, usage = os.wait4(self.pid, wait_flags)
-        except ChildProcessError:
-            return self.pid, 0
-        if pid:
-            self._torchneck_rss = usage.ru_maxrss / 1024
-        return pid, sts
+            rc = main(argv)
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else 2
+        except BaseException:  # the contract is broken: keep what broke it
+            err.write(traceback.format_exc())
+            rc = None
+    return rc, out.getvalue(), err.getvalue()
+
+
+def run_forked(case: Case, folder: Path, time_limit: float) -> Result:
+    """The case in a child forked from this (lean) worker: its peak RSS is then the case's own
+    (plus the imports, as in a CLI process), read from wait4; a child over the time limit is
+    killed (a hang), one that dies is a crash."""
+    read_end, write_end = os.pipe()
+    start = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # the child, in its own process group (with any processes it starts)
+        os.setsid()
+        os.close(read_end)
+        code = 0
+        try:
+            rc, out, err = run_in_this_process(case, folder)
+            outcome, detail = judge(case, folder, rc, err, out)
+            with os.fdopen(write_end, "wb") as f:
+                pickle.dump((outcome, rc, detail), f)
+        except BaseException:
+            code = 3
+        os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        ready = select.select([f], [], [], time_limit)[0]
+        if not ready:
+            os.killpg(pid, signal.SIGKILL)
+            os.wait4(pid, 0)
+            return Result(case.name, case.family, "process", "hang", None, time.perf_counter() - start, 0.0,
+                          f"over {time_limit:.0f} s")
+        data = f.read()
+    _, status, usage = os.wait4(pid, 0)
+    seconds = time.perf_counter() - start
+    rss = usage.ru_maxrss / 1024
+    if not data:
+        return Result(case.name, case.family, "process", "crash", None, seconds, rss,
+                      f"the process died ({_status(status)})")
+    outcome, rc, detail = pickle.loads(data)
+    return Result(case.name, case.family, "process", outcome, rc, seconds, rss, detail)
+
+
+def _status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exit status {os.WEXITSTATUS(status)}"
+
+
+PEAK_RSS_WRAPPER = (
+    "import resource, subprocess, sys\n"
+    "code = subprocess.call(sys.argv[1:])\n"
+    "sys.stderr.write(f'\\n@peak-rss-kb {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\\n')\n"
+    "sys.exit(code)\n")
+"""Runs a command and writes its peak RSS last on stderr. A child's rusage counts the memory of
+the process it was forked from (Linux keeps the larger of the two across exec): measured from a
+small Python process (~10 MB) rather than from the caller (a test run, hundreds of MB)."""
+
+
+def with_peak_rss(argv: list[str]) -> list[str]:
+    """`argv` run under `PEAK_RSS_WRAPPER` (read the figure back with `split_peak_rss`)."""
+    return [sys.executable, "-c", PEAK_RSS_WRAPPER, *argv]
+
+
+def split_peak_rss(stderr: str) -> tuple[str, float]:
+    """(the command's own stderr, its peak RSS in MB) from a `with_peak_rss` run's stderr."""
+    head, sep, tail = stderr.rpartition("\n@peak-rss-kb ")
+    if not sep:
+        return stderr, 0.0
+    return head, int(tail.split()[0]) / 1024
 
 
 def run_through_cli(case: Case, folder: Path, time_limit: float) -> Result:
-    """`python -m torchneck analyze ...` in a subprocess, its peak RSS from wait4."""
+    """`python -m torchneck analyze ...` in a subprocess, its peak RSS measured (`with_peak_rss`)."""
     argv = prepare(case, folder)
     env = dict(os.environ, OMP_NUM_THREADS="1", COLUMNS="100")
     start = time.perf_counter()
-    proc = _RssPopen([sys.executable, "-m", "torchneck", *argv], cwd=folder, env=env,
+    proc = subprocess.Popen(with_peak_rss([sys.executable, "-m", "torchneck", *argv]), cwd=folder, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=time_limit)
@@ -695,15 +742,19 @@ def run_through_cli(case: Case, folder: Path, time_limit: float) -> Result:
         return Result(case.name, case.family, "cli", "hang", None, time.perf_counter() - start, 0.0,
                       f"over {time_limit:.0f} s")
     seconds = time.perf_counter() - start
-    rss = getattr(proc, "_torchneck_rss", 0.0)
-    outcome, detail = judge(case, folder, proc.returncode, stderr.decode("utf-8", "replace"),
-                            stdout.decode("utf-8", "replace"))
+    err, rss = split_peak_rss(stderr.decode("utf-8", "replace"))
+    outcome, detail = judge(case, folder, proc.returncode, err, stdout.decode("utf-8", "replace"))
     return Result(case.name, case.family, "cli", outcome, proc.returncode, seconds, rss, detail)
 
 
 def _worker(conn, scratch: str) -> None:
-    """A worker process: runs the cases it is sent in this process, one at a time."""
+    """A worker process: imports torchneck once, then runs the cases it is sent one at a time,
+    each in a forked child (or through the CLI)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torchneck.cli  # noqa: F401  (imported once, shared by the forked children)
+    import torchneck.pipeline  # noqa: F401
+    import torchneck.report.console  # noqa: F401
+    import torchneck.report.html  # noqa: F401
     from torchneck.trace import loader
 
     loader.return_large_frees_promptly()  # as the CLI's process does
@@ -717,7 +768,7 @@ def _worker(conn, scratch: str) -> None:
             if mode == "cli":
                 result = run_through_cli(case, folder, time_limit)
             else:
-                result = run_in_this_process(case, folder)
+                result = run_forked(case, folder, time_limit)
         except BaseException as exc:  # the harness's own failure, reported as such
             result = Result(case.name, case.family, mode, "crash", None, 0.0, 0.0,
                             f"harness: {type(exc).__name__}: {exc}")
@@ -726,68 +777,67 @@ def _worker(conn, scratch: str) -> None:
 
 
 class Runner:
-    """Worker processes that run cases under a time limit; a worker that overruns it is killed
-    (the case is a hang) and replaced."""
+    """Worker processes that run cases under a time limit (each worker enforces it on its
+    children; a worker that overruns it by far is killed and replaced)."""
 
     def __init__(self, jobs: int, time_limit: float, scratch: Path):
         self.time_limit = time_limit
         self.scratch = scratch
-        self.ctx = mp.get_context("fork")
+        self.ctx = mp.get_context("spawn")  # a lean worker: forked children then measure the case alone
         self.slots: list = [None] * jobs
 
     def _start(self):
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=_worker, args=(child, str(self.scratch)), daemon=True)
+        proc = self.ctx.Process(target=_worker, args=(child, str(self.scratch)))
         proc.start()
         child.close()
         return proc, parent
 
     def run(self, cases: Iterable[Case], on_result: Callable[[Result], None] | None = None) -> list[Result]:
         todo = list(cases)
+        todo.reverse()
         results: list[Result] = []
         busy: dict[int, tuple[Case, float]] = {}
-        while todo or busy:
-            for k in range(len(self.slots)):
-                if k not in busy and todo:
-                    if self.slots[k] is None:
-                        self.slots[k] = self._start()
-                    case = todo.pop(0)
-                    mode = "cli" if case.cli else "process"
-                    self.slots[k][1].send((case, mode, self.time_limit))
-                    busy[k] = (case, time.perf_counter())
-            for k, (case, started) in list(busy.items()):
-                proc, conn = self.slots[k]
-                result = None
-                if conn.poll(0.02):
-                    try:
-                        result = conn.recv()
-                    except EOFError:  # the worker died (killed by the OS for memory, a segfault)
-                        result = Result(case.name, case.family, "process", "crash", None,
-                                        time.perf_counter() - started, 0.0, f"worker died ({proc.exitcode})")
-                        self._drop(k)
-                elif not proc.is_alive():
-                    result = Result(case.name, case.family, "process", "crash", None,
-                                    time.perf_counter() - started, 0.0, f"worker died ({proc.exitcode})")
-                    self._drop(k)
-                elif time.perf_counter() - started > self.time_limit + (10 if case.cli else 0):
-                    result = Result(case.name, case.family, "cli" if case.cli else "process", "hang", None,
-                                    time.perf_counter() - started, 0.0, f"over {self.time_limit:.0f} s")
-                    self._drop(k)
-                if result is not None:
-                    del busy[k]
-                    results.append(result)
-                    if on_result:
-                        on_result(result)
-        self.close()
+        try:
+            while todo or busy:
+                for k in range(len(self.slots)):
+                    if k not in busy and todo:
+                        if self.slots[k] is None:
+                            self.slots[k] = self._start()
+                        case = todo.pop()
+                        mode = "cli" if case.cli else "process"
+                        self.slots[k][1].send((case, mode, self.time_limit))
+                        busy[k] = (case, time.perf_counter())
+                for k, (case, started) in list(busy.items()):
+                    proc, conn = self.slots[k]
+                    result = None
+                    if conn.poll(0.02):
+                        try:
+                            result = conn.recv()
+                        except (EOFError, OSError):
+                            result = self._lost(k, case, started, "the worker died")
+                    elif not proc.is_alive():
+                        result = self._lost(k, case, started, "the worker died")
+                    elif time.perf_counter() - started > self.time_limit + 30:
+                        result = self._lost(k, case, started, "the worker stopped answering")
+                    if result is not None:
+                        del busy[k]
+                        results.append(result)
+                        if on_result:
+                            on_result(result)
+        finally:
+            self.close()
         return results
 
-    def _drop(self, k: int) -> None:
+    def _lost(self, k: int, case: Case, started: float, why: str) -> Result:
         proc, conn = self.slots[k]
         if proc.is_alive():
             os.kill(proc.pid, signal.SIGKILL)
         proc.join()
         conn.close()
         self.slots[k] = None
+        return Result(case.name, case.family, "cli" if case.cli else "process", "crash", None,
+                      time.perf_counter() - started, 0.0, f"{why} ({proc.exitcode})")
 
     def close(self) -> None:
         for k, slot in enumerate(self.slots):
@@ -861,17 +911,14 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=TIME_LIMIT_S, help="seconds a case (default 60)")
     parser.add_argument("--bomb-gb", type=float, default=8.0, help="expanded size of the gzip bombs (default 8)")
     parser.add_argument("--family", action="append", choices=list(FAMILIES), help="only these families")
-    parser.add_argument("--cli-share", type=float, default=None,
-                        help="share of cases run through the CLI (default: a tenth, plus half the special ones)")
+    parser.add_argument("--cli-share", type=float, default=CLI_SHARE,
+                        help="share of cases run through the CLI (default 0.1; half the special ones)")
     parser.add_argument("--out", type=Path, default=OUT, help="where failing cases are kept")
     args = parser.parse_args()
     families = {k: v for k, v in FAMILIES.items() if not args.family or k in args.family}
     t0 = time.perf_counter()
-    cases = generate(args.cases, args.seed, int(args.bomb_gb * (1 << 30)), args.out / "bombs", families)
-    if args.cli_share is not None:
-        pick = random.Random(args.seed + 2)
-        for case in cases:
-            case.cli = pick.random() < args.cli_share
+    cases = generate(args.cases, args.seed, int(args.bomb_gb * (1 << 30)), args.out / "bombs", families,
+                     args.cli_share)
     print(f"{len(cases)} cases generated in {time.perf_counter() - t0:.0f} s "
           f"({sum(c.cli for c in cases)} through the CLI)", flush=True)
     by_name = {c.name: c for c in cases}
