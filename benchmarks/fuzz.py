@@ -54,7 +54,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -163,6 +163,8 @@ def to_json(value, indent: int | None = None) -> bytes:
             size = obj.size if obj.size <= budget[0] else 1 << 10
             budget[0] -= size
             raws.append('"' + "x" * size + '"')
+        elif isinstance(obj, Deep):
+            raws.append(obj.text())
         elif isinstance(obj, Raw):
             raws.append(obj.text)
         else:
@@ -265,11 +267,23 @@ def strategies():
     return document, injection
 
 
-def _deep(spec: tuple[int, str]) -> Raw:
-    depth, kind = spec
-    if kind == "[":
-        return Raw("[" * depth + "]" * depth)
-    return Raw('{"a":' * depth + "1" + "}" * depth)
+class Deep:
+    """A value nested `depth` levels (lists or objects), made only when the document is written."""
+
+    def __init__(self, depth: int, kind: str):
+        self.depth, self.kind = depth, kind
+
+    def text(self) -> str:
+        if self.kind == "[":
+            return "[" * self.depth + "]" * self.depth
+        return '{"a":' * self.depth + "1" + "}" * self.depth
+
+    def __repr__(self) -> str:
+        return f"Deep({self.depth}, {self.kind!r})"
+
+
+def _deep(spec: tuple[int, str]) -> Deep:
+    return Deep(*spec)
 
 
 def structured_bytes(drawn) -> tuple[bytes, bool]:
@@ -526,6 +540,13 @@ def special_case(i: int, rng: random.Random, seeds: Callable[[], bytes], cli_sha
 def generate(count: int, seed: int = 0, bomb_bytes: int = 8 << 30, bomb_folder: Path = OUT / "bombs",
              families: dict[str, int] | None = None, cli_share: float = CLI_SHARE) -> list[Case]:
     """`count` cases, the same for the same arguments."""
+    return list(iter_cases(count, seed, bomb_bytes, bomb_folder, families, cli_share))
+
+
+def iter_cases(count: int, seed: int = 0, bomb_bytes: int = 8 << 30, bomb_folder: Path = OUT / "bombs",
+               families: dict[str, int] | None = None, cli_share: float = CLI_SHARE) -> Iterator[Case]:
+    """`generate`, a case at a time: each case's bytes are made when it is asked for, so ten
+    thousand of them (some with 16 MB strings) are never held at once."""
     rng = random.Random(seed)
     weights = families or FAMILIES
     names = list(weights)
@@ -533,7 +554,6 @@ def generate(count: int, seed: int = 0, bomb_bytes: int = 8 << 30, bomb_folder: 
     document, injection = strategies()
     documents = iter(draw_examples(document, plan.count("structured"), seed))
     injections = iter(draw_examples(injection, plan.count("inject"), seed + 1))
-    cases = []
 
     def a_seed() -> bytes:
         return seed_json(rng.choice(SEED_TRACES))
@@ -558,23 +578,20 @@ def generate(count: int, seed: int = 0, bomb_bytes: int = 8 << 30, bomb_folder: 
             kind = rng.choice(["blanks_after_bracket", "blanks_between", "string", "open_string", "blanks_plain"])
             size = min(bomb_bytes, 256 << 20) if kind == "blanks_plain" else bomb_bytes
             path = bomb_file(kind, size, bomb_folder)
-            cases.append(Case(f"bomb-{i}-{kind}", family, files={path.name: path}, target=path.name,
-                              flags=flags, cli=cli))
+            yield Case(f"bomb-{i}-{kind}", family, files={path.name: path}, target=path.name, flags=flags, cli=cli)
             continue
         else:
             case = special_case(i, rng, a_seed, cli_share)
-            case.name = f"{case.name}"
             if not case.flags:
                 case.flags = flags
-            cases.append(case)
+            yield case
             continue
         if compress:
             data = _gz(data)
             case.target = "trace.json.gz"
         case.files = {case.target: data}
         case.flags, case.cli = flags, cli
-        cases.append(case)
-    return cases
+        yield case
 
 
 # ---------------------------------------------------------------------------------------------
@@ -793,38 +810,38 @@ class Runner:
         child.close()
         return proc, parent
 
-    def run(self, cases: Iterable[Case], on_result: Callable[[Result], None] | None = None) -> list[Result]:
-        todo = list(cases)
-        todo.reverse()
+    def run(self, cases: Iterable[Case], on_result: Callable[[Result, Case], None] | None = None) -> list[Result]:
+        todo = iter(cases)
+        case: Case | None = next(todo, None)
         results: list[Result] = []
         busy: dict[int, tuple[Case, float]] = {}
         try:
-            while todo or busy:
+            while case is not None or busy:
                 for k in range(len(self.slots)):
-                    if k not in busy and todo:
+                    if k not in busy and case is not None:
                         if self.slots[k] is None:
                             self.slots[k] = self._start()
-                        case = todo.pop()
                         mode = "cli" if case.cli else "process"
                         self.slots[k][1].send((case, mode, self.time_limit))
                         busy[k] = (case, time.perf_counter())
-                for k, (case, started) in list(busy.items()):
+                        case = next(todo, None)
+                for k, (running, started) in list(busy.items()):
                     proc, conn = self.slots[k]
                     result = None
                     if conn.poll(0.02):
                         try:
                             result = conn.recv()
                         except (EOFError, OSError):
-                            result = self._lost(k, case, started, "the worker died")
+                            result = self._lost(k, running, started, "the worker died")
                     elif not proc.is_alive():
-                        result = self._lost(k, case, started, "the worker died")
+                        result = self._lost(k, running, started, "the worker died")
                     elif time.perf_counter() - started > self.time_limit + 30:
-                        result = self._lost(k, case, started, "the worker stopped answering")
+                        result = self._lost(k, running, started, "the worker stopped answering")
                     if result is not None:
                         del busy[k]
                         results.append(result)
                         if on_result:
-                            on_result(result)
+                            on_result(result, running)
         finally:
             self.close()
         return results
@@ -854,8 +871,8 @@ class Runner:
                 self.slots[k] = None
 
 
-def run_cases(cases: list[Case], jobs: int = 1, time_limit: float = TIME_LIMIT_S,
-              on_result: Callable[[Result], None] | None = None) -> list[Result]:
+def run_cases(cases: Iterable[Case], jobs: int = 1, time_limit: float = TIME_LIMIT_S,
+              on_result: Callable[[Result, Case], None] | None = None) -> list[Result]:
     """Run `cases` in `jobs` worker processes; their results in completion order."""
     scratch = Path(tempfile.mkdtemp(prefix="torchneck-fuzz-"))
     try:
@@ -917,27 +934,24 @@ def main() -> None:
     args = parser.parse_args()
     families = {k: v for k, v in FAMILIES.items() if not args.family or k in args.family}
     t0 = time.perf_counter()
-    cases = generate(args.cases, args.seed, int(args.bomb_gb * (1 << 30)), args.out / "bombs", families,
-                     args.cli_share)
-    print(f"{len(cases)} cases generated in {time.perf_counter() - t0:.0f} s "
-          f"({sum(c.cli for c in cases)} through the CLI)", flush=True)
-    by_name = {c.name: c for c in cases}
+    cases = iter_cases(args.cases, args.seed, int(args.bomb_gb * (1 << 30)), args.out / "bombs", families,
+                       args.cli_share)
     failures = args.out / "failures"
     shutil.rmtree(failures, ignore_errors=True)
     done = [0]
 
-    def report(result: Result) -> None:
+    def report(result: Result, case: Case) -> None:
         done[0] += 1
         if result.outcome in ("crash", "hang") or result.rss_mb > RSS_LIMIT_MB:
             print(f"  {result.outcome.upper()} {result.name} ({result.mode}, {result.seconds:.1f} s, "
                   f"{result.rss_mb:.0f} MB): {result.detail}", flush=True)
-            keep_failure(by_name[result.name], result, failures)
+            keep_failure(case, result, failures)
         if done[0] % 500 == 0:
-            print(f"  ... {done[0]} done", flush=True)
+            print(f"  ... {done[0]} done ({time.perf_counter() - t0:.0f} s)", flush=True)
 
     results = run_cases(cases, args.jobs, args.time_limit, report)
     print(summarise(results))
-    print(f"total {time.perf_counter() - t0:.0f} s")
+    print(f"total {time.perf_counter() - t0:.0f} s ({sum(r.mode == 'cli' for r in results)} cases through the CLI)")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,6 +49,7 @@ class Nesting:
     parent: np.ndarray  # int32, per row
     ops: np.ndarray  # int32 (int64 past 2**31 rows): the CPU-op rows, ascending
     op_self_time: np.ndarray  # float32, per entry of `ops` (sums are taken in float64)
+    _sites: np.ndarray | None = field(default=None, repr=False)  # `ops.enclosing_sites`, once asked for
 
     def ops_in(self, rows: Rows) -> np.ndarray:
         """The CPU ops among `rows`, ascending: a view of `ops` for a range of rows."""

@@ -28,7 +28,7 @@ from .normalise import (
     _x_dict,
     out_of_range,
 )
-from .schema import EMPTY_ARGS, EVENT_LIST_DECODER, LOOSE_EVENT_LIST_DECODER, Event
+from .schema import EMPTY_ARGS, EVENT_LIST_DECODER, LOOSE_EVENT_LIST_DECODER, Event, LooseEvent
 from .source import map_range, read_range, read_range_reused
 from .table import normalise_category
 
@@ -66,7 +66,7 @@ class ChunkColumns:
     arg_pairs: tuple[np.ndarray, np.ndarray] | None = None  # (distinct shapes, types pairs; per row: which)
 
 
-def _decode_slice(data: bytes) -> list[Event] | None:
+def _decode_slice(data: bytes) -> list[Event] | list[LooseEvent] | None:
     """Decode comma-separated events (a trailing comma allowed), or None if they do not parse."""
     end = len(data)
     while end and data[end - 1] in _WS:

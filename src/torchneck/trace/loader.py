@@ -90,8 +90,9 @@ def load_trace(
     events, python, memory = merger.finish()
     if not len(events):
         others = merger.others + len(python)
-        if meta.warnings:
-            raise TraceError(f"{path}: no events could be read ({meta.warnings[0]})")
+        if meta.warnings:  # say why: what was skipped, rather than the metadata's troubles
+            reason = next((w for w in meta.warnings if "event" in w or "compressed" in w), meta.warnings[0])
+            raise TraceError(f"{path}: no events could be read ({reason})")
         if others:
             raise TraceError(f"{path}: the trace holds no complete events (\"ph\": \"X\") to analyse, only "
                              f"{others} of other kinds (memory, flows, metadata...)")
@@ -126,6 +127,7 @@ def _load_serial(source: Source, meta: TraceMeta, merger: Merger, progress, size
         if isinstance(piece, Damaged):
             send = _salvage(piece, merger)
             continue
+        assert not isinstance(piece, tuple)  # offsets only when asked for (`as_ranges`)
         chunk = decode_to_columns(piece)
         send = chunk is not None
         if chunk is not None:

@@ -10,7 +10,9 @@ built, and splits off the python_function rows and the memory events into their 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -38,10 +40,11 @@ class _Columns:
     a GB every byte a row is 2.5 MB. Analyses only compare, index, look up and sum them (numpy
     sums small ints into int64; combined keys are built in int64)."""
 
-    def __init__(self, dtypes: dict[str, type], narrow: tuple[str, ...] = ()):
+    def __init__(self, dtypes: Mapping[str, Any], narrow: tuple[str, ...] = ()):
         self.dtypes = {k: np.dtype(dt) for k, dt in dtypes.items()}
         self.size = 0
-        self.cols = {k: np.empty(0, dtype=np.int8 if k in narrow else dt) for k, dt in dtypes.items()}
+        self.cols: dict[str, np.ndarray] = {k: np.empty(0, dtype=np.int8 if k in narrow else dt)
+                                            for k, dt in dtypes.items()}
         self.narrow = narrow
 
     def append(self, values: dict[str, np.ndarray], hint: int = 0) -> None:
@@ -323,12 +326,12 @@ class Merger:
         del ts, dur, cat
         python = {k: x.cols[k][py_rows] for k in _X_DTYPES}
         del py_rows
-        main = {}
+        main: dict[str, Any] = {}
         with ThreadPoolExecutor(1) as other:  # two columns at a time: numpy gathers without the GIL
             for a, b in x.pairs_by_size():
                 other_column = other.submit(x.take, b, main_rows) if b else None
                 main[a] = x.take(a, main_rows)
-                if other_column is not None:
+                if b is not None and other_column is not None:
                     main[b] = other_column.result()
         main.update(self._sparse_columns(main_rows, n))
         del main_rows
@@ -359,7 +362,8 @@ class Merger:
                          for group in _halves_by_width(list(x.cols.values()))]:
                 done.result()
         del order
-        main, python = {}, {}
+        main: dict[str, Any] = {}
+        python: dict[str, Any] = {}
         for k in list(x.cols):
             col = x.cols.pop(k)
             python[k] = col[m:m + p].copy()
@@ -379,7 +383,8 @@ class Merger:
         pairs = self.ids.arg_pair_table()
         table = EventTable(**main, arg_pairs=pairs, strings=self.ids.strings, threads=self.ids.threads)
         n_python = len(python["ts"])
-        none = {k: SparseColumn(np.empty(0), np.empty(0, dtype=dt), n_python) for k, dt in SPARSE_COLUMNS.items()}
+        none: dict[str, Any] = {k: SparseColumn(np.empty(0), np.empty(0, dtype=dt), n_python)
+                                for k, dt in SPARSE_COLUMNS.items()}
         none["launcher"] = SparseColumn(np.empty(0), np.empty(0, dtype=np.int32), n_python, fill=-1)
         python_table = EventTable(**python, **none, arg_pairs=pairs, strings=self.ids.strings, threads=self.ids.threads)
         m = self.mem

@@ -46,6 +46,8 @@ def out_of_range(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarra
     analysis."""
     bad = ~(np.abs(ts) < TS_LIMIT_US) & ~np.isnan(ts) | ~(dur < DUR_LIMIT_US)
     n = int(np.count_nonzero(bad))
+    if len(dur) and dur.min() < -DUR_LIMIT_US:  # negative: counted and made 0 later, but cast first
+        dur = np.maximum(dur, -DUR_LIMIT_US)
     if not n:
         return ts, dur, 0
     return np.where(bad, np.nan, ts), np.where(bad, 0.0, dur), n

@@ -196,10 +196,10 @@ def slice_events(source: Source, meta: TraceMeta, as_ranges: bool = False) -> Ge
                 closed = True
                 break
         if not closed:  # damaged events before a sound end of the array, or a trace cut short
-            pos = _end_before_sound_trailer(tail, ends, header, meta)
-            if pos is not None:
-                yield Damaged(tail[:pos], more=False)
-                trailer = tail[pos + 1:]
+            end = _end_before_sound_trailer(tail, ends, header, meta)
+            if end is not None:
+                yield Damaged(tail[:end], more=False)
+                trailer = tail[end + 1:]
             else:
                 meta.warnings.append("the trace ends early (truncated JSON); events up to the cut were read")
                 yield Damaged(tail, more=False, cut=True)

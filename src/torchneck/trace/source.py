@@ -17,13 +17,16 @@ import stat
 import threading
 import zlib
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from ..errors import TraceError
 
+_inflate: ModuleType
 try:  # python-isal: the same API as zlib's, ~4x faster
     from isal import isal_zlib as _inflate
 except ImportError:  # pragma: no cover - isal is a dependency, but stay usable without it
-    _inflate = zlib  # type: ignore[assignment]
+    _inflate = zlib
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -70,7 +73,8 @@ class Source:
 
     def _read_raw(self, size: int) -> bytes:
         """Up to `size` bytes of the file itself (a short read only at its end)."""
-        parts, got = [], 0
+        parts: list[bytes] = []
+        got = 0
         while got < size:
             try:
                 part = self.raw.read(size - got)
@@ -149,7 +153,7 @@ class _Gunzip:
     def __init__(self, source: Source, head: bytes):
         self.source = source
         self.pending = head  # compressed bytes read but not yet inflated
-        self.inflate = None  # the current member's inflater; None between members
+        self.inflate: Any = None  # the current member's inflater (zlib's or isal's); None between members
         self.crc = 0
         self.out = 0  # bytes decompressed so far
         self.member_out = 0  # of which by the current member
