@@ -1135,3 +1135,34 @@ def test_streamed_median_equals_numpy_median():
         blocks = [values[a:a + 777] for a in range(0, len(values), 777)]
         assert streamed_median(lambda blocks=blocks: iter(blocks)) == float(np.median(values.astype(np.float64)))
     assert streamed_median(lambda: iter([np.empty(0, np.float32)])) == 0.0
+
+
+@pytest.mark.parametrize("name", ["nccl_parser_config__nccl_data.json.gz", "torch112_cpu__with_stack.json.gz"])
+def test_a_spilled_table_analyses_exactly_like_one_in_memory(name, monkeypatch):
+    """Past `spill.SPILL_ROWS` the table, its sort order and the host nesting live in temporary
+    files: the same arrays, the same analysis, also when the watcher lets go of every mapped page
+    at each of its looks (`RELEASE_AT` 0) while the loader and the analyses read and write them.
+    The with_stack trace has python_function rows: the spilled sort's row sets."""
+    from torchneck.pipeline import trace_views
+    from torchneck.trace import spill
+
+    def analysed():
+        trace = load_trace(DATA / name)
+        nesting = host_nesting(trace.events)
+        return trace, nesting, analyze_trace(trace, nesting), trace_views(trace, nesting)
+
+    heap, heap_nesting, heap_analysis, heap_views = analysed()
+    assert not spill.is_mapped(heap.events.ts)
+    monkeypatch.setattr(spill, "SPILL_ROWS", 100)
+    monkeypatch.setattr(spill, "RELEASE_AT", 0)
+    releases = spill.releases()
+    spilled, nesting, analysis, views = analysed()
+    assert spill.is_mapped(spilled.events.ts) and spill.is_mapped(spilled.events.name)
+    assert spill.is_mapped(nesting.parent) and spill.is_mapped(nesting.ops)
+    assert spill.releases() > releases  # pages were let go while it ran
+    for col in ("ts", "dur", "cat", "name", "thread", "device", "stream", "args"):
+        np.testing.assert_array_equal(getattr(spilled.events, col), getattr(heap.events, col))
+    np.testing.assert_array_equal(spilled.python.ts, heap.python.ts)
+    np.testing.assert_array_equal(nesting.parent, heap_nesting.parent)
+    np.testing.assert_array_equal(nesting.op_self_time, heap_nesting.op_self_time)
+    assert analysis == heap_analysis and views == heap_views

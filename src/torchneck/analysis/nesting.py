@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..trace import spill
 from ..trace.table import Cat, EventTable, in_categories, search_sorted
 from .groups import positions_in
 from .intervals import ROW_BLOCK
@@ -120,7 +121,7 @@ def host_nesting(table: EventTable) -> Nesting:
     arrays (tests/test_trace.py).
     """
     n = len(table)
-    parent = np.full(n, -1, dtype=np.int32)
+    parent = spill.full(n, -1, np.int32)  # in a spill file with a table too large for memory
     in_order = _sorted_by_start(table)
     if in_order:
         found = _native_table_walk(table, parent)
@@ -205,8 +206,8 @@ def _native_table_walk(table: EventTable, parent: np.ndarray) -> Nesting | None:
         return None
     n_ops = sum(int(np.count_nonzero(table.cat[a:a + ROW_BLOCK] == Cat.CPU_OP))
                 for a in range(0, len(table), ROW_BLOCK))
-    ops = np.empty(n_ops, dtype=np.int32)
-    op_self_time = np.empty(n_ops, dtype=np.float32)
+    ops = spill.empty(n_ops, np.int32, rows=len(table))
+    op_self_time = spill.empty(n_ops, np.float32, rows=len(table))
     _nest.walk_table(np.ascontiguousarray(table.ts), np.ascontiguousarray(table.dur),
                      np.ascontiguousarray(table.cat), np.ascontiguousarray(table.thread), _HOST_BY_CAT_BYTE,
                      int(Cat.CPU_OP), parent, ops, op_self_time)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from . import spill
 from .decode import ChunkColumns
 from .ids import GlobalIds, distinct_arg_pairs, distinct_threads
 from .launches import launcher_column
@@ -47,14 +48,16 @@ class _Columns:
                                             for k, dt in dtypes.items()}
         self.narrow = narrow
 
-    def append(self, values: dict[str, np.ndarray], hint: int = 0) -> None:
+    def append(self, values: dict[str, np.ndarray], hint: int = 0, expected: int = 0) -> None:
+        """Append a slice's columns; `hint`: the capacity to grow to, `expected`: the rows the
+        whole trace is expected to hold (from its size), which decides whether to spill."""
         n = len(next(iter(values.values())))
         need = self.size + n
         capacity = len(next(iter(self.cols.values())))
         if need > capacity:
             new_capacity = max(need, capacity + capacity // 2, hint, 4096)
-            for k in self.cols:  # one column at a time
-                grown = np.empty(new_capacity, dtype=self.cols[k].dtype)
+            for k in self.cols:  # one column at a time; to a spill file past `spill.SPILL_ROWS` rows
+                grown = spill.empty(new_capacity, self.cols[k].dtype, rows=max(need, expected))
                 grown[:self.size] = self.cols[k][:self.size]
                 self.cols[k] = grown
         for k in self.narrow:
@@ -62,7 +65,7 @@ class _Columns:
             if n and self.cols[k].dtype != self.dtypes[k]:
                 wanted = _narrowest_int(int(v.min()), int(v.max()), self.dtypes[k])
                 if wanted.itemsize > self.cols[k].itemsize:  # copy the rows so far, not the capacity
-                    wider = np.empty(len(self.cols[k]), dtype=wanted)
+                    wider = spill.empty(len(self.cols[k]), wanted, rows=max(need, expected))
                     wider[:self.size] = self.cols[k][:self.size]
                     self.cols[k] = wider
         for k, v in values.items():
@@ -159,6 +162,24 @@ def _row_sets(ts: np.ndarray, cat: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return valid & ~py, valid & py, ~valid
 
 
+def _row_parts(ts: np.ndarray, cat: np.ndarray) -> list[np.ndarray]:
+    """`_row_sets` as int32 row numbers (the table's rows, python_function rows, rows without a
+    start), found a block at a time into arrays (spilled with the table) of their own length."""
+    n = len(ts)
+    counts = [0, 0, 0]
+    for a in range(0, n, ORDER_BLOCK):
+        for i, mask in enumerate(_row_sets(ts[a:a + ORDER_BLOCK], cat[a:a + ORDER_BLOCK])):
+            counts[i] += int(np.count_nonzero(mask))
+    parts = [spill.empty(c, np.int32, rows=n) for c in counts]
+    filled = [0, 0, 0]
+    for a in range(0, n, ORDER_BLOCK):
+        for i, mask in enumerate(_row_sets(ts[a:a + ORDER_BLOCK], cat[a:a + ORDER_BLOCK])):
+            rows = np.flatnonzero(mask).astype(np.int32) + a
+            parts[i][filled[i]:filled[i] + len(rows)] = rows
+            filled[i] += len(rows)
+    return parts
+
+
 def _halves_by_width(columns: list[np.ndarray]) -> list[list[np.ndarray]]:
     """The columns in two groups of about equal bytes a row (widest first, each to the lighter)."""
     groups: list[list[np.ndarray]] = [[], []]
@@ -201,8 +222,9 @@ class Merger:
         n = len(x["ts"])
         self.bytes_seen += chunk.source_bytes
         # Size the buffers once from the events per byte so far, when the total size is known.
-        size_hint = int(1.1 * self.expected_bytes * (self.x.size + n) / self.bytes_seen) \
+        expected = int(self.expected_bytes * (self.x.size + n) / self.bytes_seen) \
             if self.expected_bytes and self.bytes_seen else 0
+        size_hint = int(1.1 * expected)
         self.meta.event_count += n
         self.meta.flow_count += chunk.flow_count
         self.others += chunk.flow_count + sum(chunk.unknown_phases.values()) + len(chunk.meta_events) + \
@@ -235,7 +257,7 @@ class Merger:
             values["thread"] = self.ids.threads_of(pairs, remap)
             arg_pairs = chunk.arg_pairs if chunk.arg_pairs is not None else distinct_arg_pairs(x["shapes"], x["types"])
             values["args"] = self.ids.args_of(arg_pairs, remap)
-            self.x.append(values, size_hint)
+            self.x.append(values, size_hint, expected)
         mem = chunk.mem
         if len(mem["ts"]):
             mem = dict(mem)
@@ -247,9 +269,9 @@ class Merger:
         the terminal report minutes, and every copy of it memory) or, for those its rows use as
         shapes, types or a call stack (parsed by the analyses), over `MAX_TEXT_CHARS`."""
         strings = chunk.strings
-        long = [i for i, text in enumerate(strings) if len(text) > MAX_NAME_CHARS]
-        if not long:
+        if not strings or max(map(len, strings)) <= MAX_NAME_CHARS:  # nearly always: one C-level pass
             return
+        long = [i for i, text in enumerate(strings) if len(text) > MAX_NAME_CHARS]
         x = chunk.x
         as_text = set(np.concatenate([x["shapes"], x["types"], x["stack"]]).tolist())
         for i in long:
@@ -318,6 +340,8 @@ class Merger:
         self._warn()
         whole = not skipped and not (cat == Cat.PYTHON_FUNCTION).any()  # the usual case: no row sets
         if _order is not None and n < 2**31:
+            if spill.is_mapped(x.cols["ts"]):
+                return self._finish_spilled(ts, dur, cat, whole)
             return self._finish_in_place(ts, dur, cat, whole)
         if whole:
             main_rows, py_rows = _start_order(ts, dur), np.empty(0, dtype=np.intp)
@@ -373,6 +397,49 @@ class Merger:
                 except ValueError:
                     col = col[:m]
             main[k] = col
+        main.update(sparse)
+        return self._tables(main, python)
+
+    def _finish_spilled(self, ts: np.ndarray, dur: np.ndarray, cat: np.ndarray, whole: bool):
+        """`finish` for a table in spill files (`spill.py`): the C sort of a 4-byte order (itself
+        spilled), then each column gathered into a new file a block at a time, one column after
+        the other. A permutation in place would read every column at random, all at once: more
+        than the ceiling lets stay resident, page after page read again; a gather reads one
+        column at a time (what a trace's few sorted runs make nearly sequential) and writes the
+        new one in order."""
+        x = self.x
+        n = x.size
+        if whole:
+            order = spill.empty(n, np.int32)
+            for a in range(0, n, ORDER_BLOCK):
+                order[a:a + ORDER_BLOCK] = np.arange(a, min(a + ORDER_BLOCK, n), dtype=np.int32)
+            _order.start_order(ts, dur, order)
+            m, p = n, 0
+        else:
+            parts = _row_parts(ts, cat)
+            for part in parts[:2]:
+                _order.start_order(ts, dur, part)
+            m, p = len(parts[0]), len(parts[1])
+            order = spill.empty(n, np.int32)
+            at = 0
+            for part in parts:
+                order[at:at + len(part)] = part
+                at += len(part)
+            del parts
+        del ts, dur, cat
+        sparse = self._sparse_columns(order[:m], n)
+        main: dict[str, Any] = {}
+        python: dict[str, Any] = {}
+        for k in list(x.cols):
+            col = x.cols.pop(k)
+            main[k] = spill.empty(m, col.dtype, rows=n)
+            for a in range(0, m, ORDER_BLOCK):
+                b = min(a + ORDER_BLOCK, m)
+                np.take(col, order[a:b], out=main[k][a:b])
+            python[k] = col[order[m:m + p]]
+            del col
+            spill.release()
+        del order
         main.update(sparse)
         return self._tables(main, python)
 
