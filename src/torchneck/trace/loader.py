@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from multiprocessing.pool import AsyncResult
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import TraceError
 from . import decode
@@ -36,6 +36,9 @@ from .salvage import salvage
 from .slices import Damaged, Piece, TailPiece, slice_events
 from .source import Source, read_range
 from .table import Trace, TraceMeta
+
+if TYPE_CHECKING:  # multiprocessing is imported when a trace is large enough for workers
+    from multiprocessing.pool import AsyncResult
 
 __all__ = ["find_trace_files", "load_trace", "rank_from_path", "return_freed_memory", "return_large_frees_promptly"]
 

@@ -9,8 +9,6 @@ stages, the profiler's steps in 1.8) are filed as annotations.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
 from ..sites import LINE_PREFIX
@@ -35,6 +33,8 @@ MAX_TEXT_CHARS = 1 << 20
 def shortened(text: str, limit: int) -> str:
     """`text` cut to `limit` characters: its start, "…" and a hash of the whole, so that distinct
     long names stay distinct (and the same name is shortened alike in every slice)."""
+    import hashlib  # here: its OpenSSL costs 4 MB of memory, and a long name is rare
+
     digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
     return text[:limit - len(digest) - 1] + "…" + digest
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import tempfile
 import threading
 import time
 import weakref
@@ -69,6 +68,8 @@ def full(n: int, value, dtype, rows: int | None = None) -> np.ndarray:
 
 def mapped(n: int, dtype) -> np.ndarray:
     """An array of `n` items in an unlinked temporary file (gone when the array is), watched."""
+    import tempfile
+
     dtype = np.dtype(dtype)
     size = max(n * dtype.itemsize, 1)
     with tempfile.TemporaryFile(prefix="torchneck-", dir=spill_dir()) as f:
