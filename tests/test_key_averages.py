@@ -32,7 +32,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 import torchneck
 from torchneck.analysis.key_averages import KIND_NAMES, TableOptions, key_averages, sort_key
-from torchneck.analysis.ops import host_nesting
+from torchneck.analysis.nesting import host_nesting
 from torchneck.errors import TorchneckError
 from torchneck.model.base import to_builtins
 from torchneck.pipeline import report_from_traces

@@ -14,7 +14,8 @@ import pytest
 from conftest import DATA, SCRIPTS, planted_line, read_report, torchneck, validate_report
 
 from torchneck.analysis.labels import innermost_labels, label_for_ops, label_phrase, label_table
-from torchneck.analysis.ops import host_nesting, rows_starting_in
+from torchneck.analysis.nesting import host_nesting
+from torchneck.analysis.ops import rows_starting_in
 from torchneck.model.base import to_builtins
 from torchneck.pipeline import report_from_traces
 from torchneck.trace.loader import load_trace

@@ -190,6 +190,20 @@ def _stderr_console():
     return Console(stderr=True, highlight=False)
 
 
+def write_output(target: str, text: str | bytes) -> None:
+    """Write a report file given on the command line, creating its folder when missing; a path
+    that cannot be written (a file where a folder should be, no permission) is one line."""
+    path = Path(target)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise TorchneckError(f"{target}: cannot write the report there ({exc.strerror or exc})") from None
+
+
 def _emit(report: Report, json_target: str | None, quiet: bool) -> None:
     from .model.base import to_json
     from .report.console import ConsoleRenderer
@@ -198,7 +212,7 @@ def _emit(report: Report, json_target: str | None, quiet: bool) -> None:
         sys.stdout.write(to_json(report, indent=1).decode() + "\n")
     else:
         if json_target:
-            Path(json_target).write_bytes(to_json(report, indent=1))
+            write_output(json_target, to_json(report, indent=1))
         if not quiet:
             ConsoleRenderer().render(report)
 
@@ -355,7 +369,7 @@ def _write_html(report: Report, target: str | None) -> None:
     if target:
         from .report.html import render_html
 
-        Path(target).write_text(render_html(report), encoding="utf-8")
+        write_output(target, render_html(report))
         _stderr_console().print(f"torchneck: HTML report {target}")
 
 

@@ -171,6 +171,16 @@ def analyse_trace_file(path: str, rank: int | None = None, progress=None, with_v
                        ops_by_line=op_lines(ops_by_user_line(trace, None, None, nesting)))  # with_stack: by function
 
 
+def analyse_trace_file_or_error(path: str, rank: int | None = None, tables: TableOptions | None = None
+                                ) -> TraceResult | str | None:
+    """`analyse_trace_file`, with a file that cannot be read given as its one-line error: one
+    broken rank file must not cost the report of the others."""
+    try:
+        return analyse_trace_file(path, rank, tables=tables)
+    except TorchneckError as exc:
+        return str(exc)
+
+
 def report_from_traces(paths: list[str], rank: int | None = None, progress=None,
                        tables: TableOptions | None = None) -> Report:
     """Analyse existing trace files (a file, or a directory of per-rank traces). With several
@@ -184,9 +194,11 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None,
     if len(files) == 1:  # in this process, with the progress bar
         found = [analyse_trace_file(files[0], rank, progress, tables=tables)]
     else:
-        found = map_per_rank(analyse_trace_file, files, [rank] * len(files), [None] * len(files),
-                             [True] * len(files), [tables] * len(files))
-    done = [r for r in found if r is not None]
+        found = map_per_rank(analyse_trace_file_or_error, files, [rank] * len(files), [tables] * len(files))
+    broken = [r for r in found if isinstance(r, str)]
+    done = [r for r in found if isinstance(r, TraceResult)]
+    if not done and broken:
+        raise TorchneckError(f"none of the {len(files)} trace files could be read (the first: {broken[0]})")
     if not done:
         raise TorchneckError(f"no trace for rank {rank} among {len(files)} file(s)")
     analyses = [r.analysis for r in done]
@@ -209,6 +221,8 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None,
         findings = diagnose_job(distributed, main.steps.count) + findings
     findings = rank_findings(findings)
     warnings = [w for a in analyses for w in a.trace.warnings]
+    if broken:  # the ranks analysed without them
+        warnings += [f"{len(broken)} of {len(files)} trace files could not be read and were left out:", *broken]
     if len(analyses) > FULL_RANKS_MAX:  # the others are summarised in `distributed.ranks`
         analyses = analyses[:1]
     return Report(kind="analyze", verdict=verdict(main, None, findings), findings=findings, ranks=analyses,

@@ -9,7 +9,8 @@ import numpy as np
 from ..trace.table import Cat, EventTable, in_categories
 from .groups import distinct
 from .intervals import union_length
-from .ops import Nesting, Rows, rows_matching
+from .nesting import Nesting, Rows
+from .ops import rows_matching
 
 _REGION = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)")
 _GRAPH_CALL = re.compile(r"^## Call CompiledFxGraph|^CompiledFunction$|^CompiledFunctionBackward$")

@@ -107,6 +107,8 @@ def compare_ranks(ranks: list[dict]) -> dict:
         return out
     slowest_rank, least_wait = min(comm, key=lambda x: x[1])
     waits = {rank: us - least_wait for rank, us in comm if rank != slowest_rank}
+    if not waits:  # every file said it was the same rank
+        return out
     mean_wait = float(np.mean(list(waits.values())))
     step = float(np.median(steps)) if steps else 0.0
     if mean_wait >= STRAGGLER_MIN_US and step and mean_wait >= STRAGGLER_MIN_SHARE * step:

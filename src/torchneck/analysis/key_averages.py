@@ -55,7 +55,7 @@ from ..trace.table import Cat, EventTable, SparseColumn, Trace, in_categories
 from .groups import positions_in
 from .intervals import ROW_BLOCK as TABLE_BLOCK
 from .intervals import merge
-from .ops import Nesting, host_nesting
+from .nesting import Nesting, host_nesting
 
 ROW_BLOCK = TABLE_BLOCK // 4
 """Rows read at once here: a quarter of the other analyses' blocks, since this table is built on

@@ -32,7 +32,8 @@ import numpy as np
 
 from ..sites import LINE_PREFIX
 from ..trace.table import Cat, EventTable, Trace, in_categories
-from .ops import Nesting, Rows, has_line_marks, row_blocks
+from .nesting import Nesting, Rows
+from .ops import has_line_marks, row_blocks
 from .trace_stacks import describe_site, enclosing_user_frames, has_call_stacks, user_code_of
 
 INTERNAL_LABELS = re.compile(

@@ -8,7 +8,7 @@ from ..model.analysis import Allocator, Memory, MemoryDevice
 from ..sites import parse_site
 from ..trace.table import Cat, EventTable, MemoryTable
 from .groups import distinct
-from .ops import Nesting, innermost_open
+from .nesting import Nesting, innermost_open
 
 DEVICE_TYPES = {0: "cpu", 1: "cuda"}
 

@@ -12,7 +12,8 @@ from ..model.analysis import FilledThenCopied, HalfMatmulUnaligned, ShapeExample
 from ..trace.table import Cat, EventTable, search_sorted
 from .groups import positions_in
 from .intervals import ascending
-from .ops import Nesting, callers, cpu_ops_among, ops_by_arg_pairs, row_blocks, rows_matching
+from .nesting import Nesting
+from .ops import callers, cpu_ops_among, ops_by_arg_pairs, row_blocks, rows_matching
 
 HALF_MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm")
 TENSOR_CORE_MULTIPLE = 8

@@ -29,15 +29,14 @@ from .groups import totals_by_id
 from .key_averages import TableOptions, key_averages
 from .labels import label_table
 from .memory import memory_summary
+from .nesting import Nesting, host_nesting
 from .ops import (
-    Nesting,
     annotation_table,
     conv_bias_before_batch_norm,
     dispatch_overhead,
     enclosing_sites,
     float64_ops,
     has_line_marks,
-    host_nesting,
     op_table,
     rows_starting_in,
 )

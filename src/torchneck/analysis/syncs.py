@@ -9,7 +9,8 @@ import numpy as np
 
 from ..model.analysis import CodeSite, ScalarOp, SyncCause, Syncs
 from ..trace.table import Cat, EventTable, in_categories
-from .ops import Nesting, Rows, row_blocks, rows_where
+from .nesting import Nesting, Rows
+from .ops import row_blocks, rows_where
 
 _SYNC_CALLS = re.compile(r"(cuda|hip)(Stream|Device|Event)Synchronize|cuStreamSynchronize|"
                          r"cuCtxSynchronize|cuEventSynchronize")

@@ -31,7 +31,8 @@ import numpy as np
 from ..model.analysis import CodeSite
 from ..sites import is_user_file, parse_site
 from ..trace.table import Cat, EventTable, Trace
-from .ops import Nesting, enclosing_sites, has_line_marks, host_nesting, innermost_open
+from .nesting import Nesting, host_nesting, innermost_open
+from .ops import enclosing_sites, has_line_marks
 
 FRAME_NAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<function>.+)$")
 """`python_function` event names: `<file>(<line>): <function>`."""
