@@ -9,6 +9,7 @@ from . import __version__
 from .analysis.compile import compile_summary, wall_split
 from .analysis.python_stacks import load_samples
 from .analysis.run import (
+    capture_summary,
     ops_by_user_line,
     profiling_warning,
     python_phases,
@@ -65,19 +66,22 @@ def verdict(analysis: dict | None, phases: dict | None, findings: list) -> str:
 
 def report_from_run_dir(run_dir: Path) -> dict:
     """Analyse a run directory written by `torchneck run`."""
+    from .capture.recover import load_run_evidence
+
     run_dir = Path(run_dir)
-    run = _read_json(run_dir / "run.json")
+    run, samples_data, warnings = load_run_evidence(run_dir)  # whatever the run left: see capture/recover.py
     env = _read_json(run_dir / "env.json", required=False) or {}
     env["settings_at_end"] = run.get("settings_at_end")
-    samples = load_samples(_read_json(run_dir / "samples.json", required=False) or {})
+    samples = load_samples(samples_data or {})
     phases = run_phases(run)
     analysis = None
     op_s = None
     ops_lines: list[dict] = []
     trace_path = run_dir / "trace.json.gz"
-    warnings = []
+    events = None
     if trace_path.exists():
         trace = load_trace(trace_path)
+        events = trace.meta.event_count
         analysis, nesting = analyze_with_nesting(trace)  # the nesting is used three times
         offset_us = trace_clock_offset_us(trace, run)  # sample clock -> trace clock, once
         ops_lines = ops_by_user_line(trace, samples, offset_us, nesting)
@@ -85,7 +89,8 @@ def report_from_run_dir(run_dir: Path) -> dict:
         views = trace_views(trace, nesting)
     else:
         views = {}
-        warnings.append("no trace was recorded" + (f": {run['trace_error']}" if run.get("trace_error") else ""))
+        if not any(w.startswith("no trace") for w in warnings):
+            warnings.append("no trace was recorded" + (f": {run['trace_error']}" if run.get("trace_error") else ""))
     python = python_phases(samples, phases, op_s)
     if profiling_warning(phases):
         warnings.append(profiling_warning(phases))
@@ -109,7 +114,8 @@ def report_from_run_dir(run_dir: Path) -> dict:
                                        "call_sites")}
         | {"phases": phases, "run_dir": str(run_dir)},
         env=env, python=python, ops_by_line=ops_lines, compile=compiled,
-        ranks=[analysis] if analysis else [], warnings=warnings, views=views)
+        ranks=[analysis] if analysis else [], warnings=warnings, views=views,
+        capture=capture_summary(run, phases, events))
 
 
 def write_reports(run_dir: Path, report: dict) -> dict:

@@ -17,6 +17,8 @@ import numpy as np
 
 from ..sites import (
     MARKER_CALL_FUNCTION,
+    TOOL_FRAME,
+    UNSAMPLED_FRAME,
     is_hook_file,
     is_marker_file,
     is_torchneck_file,
@@ -41,6 +43,7 @@ class Samples:
     start_monotonic_ns: int | None
     stacks: list[list[int]]
     cpu_s: np.ndarray | None = None  # on-CPU seconds of each sample's interval (NaN: unknown)
+    unsampled: np.ndarray | None = None  # an interval the sampler was paused (the script's own profiler)
 
     def waiting_s(self) -> np.ndarray:
         """Per sample, the part of its interval the thread was off the CPU (blocked: sleep, I/O,
@@ -65,10 +68,10 @@ def load_samples(data: dict) -> Samples:
     dur = np.array([s[1] for s in raw], dtype=np.float64)
     # format 3: the thread's CPU seconds over each sample's interval (NaN when unknown)
     cpu = np.array([s[2] if len(s) > 2 and s[2] >= 0 else np.nan for s in raw], dtype=np.float64)
-    user_frame, leaf, leaf_user, tool, importing, compiling, loading = (
+    user_frame, leaf, leaf_user, tool, importing, compiling, loading, unsampled = (
         col[stack_of] if len(stack_of) else col[:0] for col in per_stack)
     return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool, importing, compiling, loading,
-                   data.get("start_monotonic_ns"), [table[k] for k in stack_of.tolist()], cpu)
+                   data.get("start_monotonic_ns"), [table[k] for k in stack_of.tolist()], cpu, unsampled)
 
 
 def _frame_mask(frames: list[list], predicate) -> np.ndarray:
@@ -77,7 +80,8 @@ def _frame_mask(frames: list[list], predicate) -> np.ndarray:
 
 def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.ndarray, ...]:
     """Per stack: deepest user frame, leaf frame, leaf is user code, torchneck overhead below the
-    user frame, importing, compiling, inside DataLoader iteration."""
+    user frame (or a sample of torchneck's own work), importing, compiling, inside DataLoader
+    iteration, an interval the sampler did not sample."""
     user = _frame_mask(frames, lambda f: is_user_file(f[1]))
     ours = _frame_mask(frames, lambda f: is_hook_file(f[1]))
     # The line marker's frames: the user's call below `call_marked`, torchneck's overhead otherwise.
@@ -89,9 +93,13 @@ def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.nd
     n = len(stacks)
     user_frame = np.full(n, -1, dtype=np.int64)
     leaf = np.full(n, -1, dtype=np.int64)
-    leaf_user, tool, importing, compiling, loading = (np.zeros(n, dtype=bool) for _ in range(5))
+    leaf_user, tool, importing, compiling, loading, unsampled = (np.zeros(n, dtype=bool) for _ in range(6))
     for i, st in enumerate(stacks):
         if not st:
+            continue
+        if len(st) == 1 and frames[st[0]][0] in (TOOL_FRAME, UNSAMPLED_FRAME):  # synthetic samples
+            tool[i] = frames[st[0]][0] == TOOL_FRAME
+            unsampled[i] = not tool[i]
             continue
         ids = np.asarray(st, dtype=np.int64)
         loading[i] = in_data[ids].any()
@@ -105,7 +113,7 @@ def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.nd
             user_frame[i] = st[depth]
             below = ids[depth + 1:]
             tool[i] = ours[below].any() or (marker[below].any() and not user_call[below].any())
-    return user_frame, leaf, leaf_user, tool, importing, compiling, loading
+    return user_frame, leaf, leaf_user, tool, importing, compiling, loading, unsampled
 
 
 _CONVERT_FRAME = "torch/_dynamo/convert_frame.py"
@@ -130,6 +138,8 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
     # torchneck's own hooks are not the user's time; imports and compiling are one-time costs
     # that the compile and start-up findings report: neither is the line's steady work.
     win = in_range & ~s.tool & ~s.importing & ~s.compiling
+    if s.unsampled is not None:
+        win &= ~s.unsampled
     if only is not None:
         win &= only
     total = float(s.dur_s[win].sum())
@@ -173,6 +183,7 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
         "torchneck_hooks_s": float(s.dur_s[in_range & s.tool].sum()),
         "importing_s": float(s.dur_s[in_range & s.importing].sum()),
         "compiling_s": float(s.dur_s[in_range & s.compiling & ~s.importing].sum()),
+        "unsampled_s": float(s.dur_s[in_range & s.unsampled].sum()) if s.unsampled is not None else 0.0,
         "user_code_self_s": float(own_s[win].sum()),
         "in_torch_ops_s": float((s.dur_s - outside)[win].sum()) if known else None,
         "attributed_to_user_lines_s": user_total,

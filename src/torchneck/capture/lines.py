@@ -38,8 +38,9 @@ def compiled_code_exists() -> bool:
         return True  # cannot tell: stay out of the way
 
 
-def make_marker():
-    """A fresh `UserLineMarker` (a TorchFunctionMode subclass; built lazily to import torch late)."""
+def make_marker(open_spans: list[int]):
+    """A fresh `UserLineMarker` (a TorchFunctionMode subclass; built lazily to import torch late).
+    `open_spans[0]` counts the marker's spans open right now (no profiler restart under one)."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -73,8 +74,12 @@ def make_marker():
             name = site(sys._getframe(1)) if self.active else None
             if name is None:
                 return func(*args, **kwargs)
-            with record(name):
-                return call_marked(func, args, kwargs)
+            open_spans[0] += 1
+            try:
+                with record(name):
+                    return call_marked(func, args, kwargs)
+            finally:
+                open_spans[0] -= 1
 
     return UserLineMarker()
 
@@ -84,12 +89,20 @@ class LineMarking:
 
     def __init__(self) -> None:
         self._mode = None
+        self.open_spans = [0]
+        self.disabled = False  # torch.compile is in use: dynamo guards on the mode stack
 
     def start(self) -> bool:
-        if self._mode is not None or compiled_code_exists():
+        """Push the marker, only onto an empty mode stack: this may run in a signal handler that
+        interrupted the script between its own mode's push and pop, which must stay paired."""
+        if self._mode is not None or self.disabled or compiled_code_exists():
             return False
         try:
-            mode = make_marker()
+            from torch.overrides import _get_current_function_mode_stack
+
+            if _get_current_function_mode_stack():
+                return False
+            mode = make_marker(self.open_spans)
             mode.__enter__()
         except Exception:
             return False
