@@ -130,7 +130,7 @@ def test_op_line_is_the_helper_line_and_script_signals_work(run_dir):
         ("aten::mm", planted_line(script), "project", "trace")
     assert json.loads((run_dir / "run.json").read_text())["clock"]["lines_marked"] is True
     samples = json.loads((run_dir / "samples.json").read_text())
-    assert samples["format"] == 3 and samples["samples"] and all(len(s) == 3 for s in samples["samples"])
+    assert samples["format"] == 4 and samples["samples"] and all(len(s) == 4 for s in samples["samples"])
 
 
 @pytest.mark.parametrize("mode", ["per-step", "whole-loop"])

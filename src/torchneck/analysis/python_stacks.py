@@ -43,6 +43,7 @@ class Samples:
     start_monotonic_ns: int | None
     stacks: list[list[int]]
     cpu_s: np.ndarray | None = None  # on-CPU seconds of each sample's interval (NaN: unknown)
+    runq_s: np.ndarray | None = None  # seconds ready to run, another process on the CPU (NaN: unknown)
     unsampled: np.ndarray | None = None  # an interval the sampler was paused (the script's own profiler)
 
     def waiting_s(self) -> np.ndarray:
@@ -50,7 +51,9 @@ class Samples:
         a lock, a queue); 0 where the CPU time is unknown."""
         if self.cpu_s is None or not len(self.cpu_s):
             return np.zeros(len(self.dur_s))
-        return np.where(np.isnan(self.cpu_s), 0.0, np.clip(self.dur_s - np.nan_to_num(self.cpu_s), 0.0, None))
+        runq = np.nan_to_num(self.runq_s) if self.runq_s is not None else 0.0
+        off_cpu = np.clip(self.dur_s - np.nan_to_num(self.cpu_s) - runq, 0.0, None)
+        return np.where(np.isnan(self.cpu_s), 0.0, off_cpu)
 
 
 def load_samples(data: dict) -> Samples:
@@ -68,10 +71,12 @@ def load_samples(data: dict) -> Samples:
     dur = np.array([s[1] for s in raw], dtype=np.float64)
     # format 3: the thread's CPU seconds over each sample's interval (NaN when unknown)
     cpu = np.array([s[2] if len(s) > 2 and s[2] >= 0 else np.nan for s in raw], dtype=np.float64)
+    # format 4: seconds the thread was ready to run while another process had the CPU
+    runq = np.array([s[3] if len(s) > 3 and s[3] >= 0 else np.nan for s in raw], dtype=np.float64)
     user_frame, leaf, leaf_user, tool, importing, compiling, loading, unsampled = (
         col[stack_of] if len(stack_of) else col[:0] for col in per_stack)
     return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool, importing, compiling, loading,
-                   data.get("start_monotonic_ns"), [table[k] for k in stack_of.tolist()], cpu, unsampled)
+                   data.get("start_monotonic_ns"), [table[k] for k in stack_of.tolist()], cpu, runq, unsampled)
 
 
 def _frame_mask(frames: list[list], predicate) -> np.ndarray:

@@ -23,9 +23,10 @@ def run_phases(run: dict) -> dict:
     """Split the run's wall time at the step clock's ticks (or, without steps, where the capture
     plan saw the steady state begin).
 
-    startup: script start to the first step boundary (imports, data and model set-up, the first
-    step with its lazy initialisation and compilation), or to the steady state of a program
-    without steps; warmup: up to the profiled window; window: the profiled span (torchneck's
+    startup: script start to the steady state: the first step boundary (imports, data and model
+    set-up, the first step with its lazy initialisation and compilation), or earlier, where the
+    sampled stacks began to repeat (a loop before the steps: tokenizing a corpus, scoring
+    predictions); warmup: up to the profiled window; window: the profiled span (torchneck's
     window, or the script's own profiler session whose trace is used); rest: after.
     `step_s` lists every step's duration, whole run.
     """
@@ -36,13 +37,13 @@ def run_phases(run: dict) -> dict:
     ticks = clock.get("ticks") or []
     step_s = list(np.diff(ticks) / 1e9) if len(ticks) > 1 else []
     w0, w1 = profiled_span(run)
-    steady = capture.get("steady_from_ns") or (ticks[0] if ticks else None)
-    first = ticks[0] if ticks else (steady or end)
+    steady = min([t for t in (capture.get("steady_from_ns"), ticks[0] if ticks else None) if t] or [end])
+    first = ticks[0] if ticks else steady
     if w0 is None:  # nothing profiled: no window
         w0 = w1 = end
     phases = {
-        "startup_s": max(0.0, (first - start) / 1e9),
-        "warmup_s": max(0.0, (w0 - first) / 1e9) if not clock.get("whole_run") else 0.0,
+        "startup_s": max(0.0, (steady - start) / 1e9),
+        "warmup_s": max(0.0, (w0 - steady) / 1e9) if not clock.get("whole_run") else 0.0,
         "window_s": max(0.0, (w1 - w0) / 1e9),
         "rest_s": max(0.0, (end - w1) / 1e9),
     }
@@ -59,7 +60,7 @@ def run_phases(run: dict) -> dict:
         "phases": phases,
         "window_offsets_s": ((w0 - start) / 1e9, (w1 - start) / 1e9),
         "first_tick_offset_s": (first - start) / 1e9,
-        "steady_from_offset_s": ((steady or end) - start) / 1e9,
+        "steady_from_offset_s": (steady - start) / 1e9,
         "window_note": clock.get("window_note"),
         "profiled_step_s": profiled,
         "unprofiled_step_s": unprofiled,

@@ -89,6 +89,7 @@ class LineMarking:
 
     def __init__(self) -> None:
         self._mode = None
+        self._pending = None  # stopped, still on the mode stack: popped by `retry()`
         self.open_spans = [0]
         self.disabled = False  # torch.compile is in use: dynamo guards on the mode stack
 
@@ -110,15 +111,41 @@ class LineMarking:
         return True
 
     def stop(self) -> None:
+        """Stop marking at once, and take the mode off the stack as soon as it is on top.
+
+        Inside the mode's own `__torch_function__` torch has popped it for the call and pushes
+        it back after, so popping then would take the wrong mode. That is where a check run by
+        the sampler's signal handler lands in a loop of tiny ops (CPython handles a signal right
+        after the C call it interrupted returns, there), and an inactive mode left on the stack
+        still costs a Python call per torch call. So the pop is also tried from a one-shot
+        profile hook, at the script's next call (its next torch call included), made from its
+        own frame, where the mode is back on top."""
         mode, self._mode = self._mode, None
         if mode is None:
             return
         mode.active = False  # whatever happens below, it no longer marks anything
+        self._pending = mode
+        self.retry()
+        if self._pending is not None and sys.getprofile() is None:
+            marking = self
+
+            def pop_when_on_top(frame, event, arg):
+                marking.retry()
+                if marking._pending is None and sys.getprofile() is pop_when_on_top:
+                    sys.setprofile(None)
+
+            sys.setprofile(pop_when_on_top)
+
+    def retry(self) -> None:
+        mode = self._pending
+        if mode is None:
+            return
         try:
             from torch.overrides import _get_current_function_mode_stack
 
             stack = _get_current_function_mode_stack()
             if stack and stack[-1] is mode:
                 mode.__exit__(None, None, None)
+                self._pending = None
         except Exception:
-            pass
+            self._pending = None

@@ -15,8 +15,8 @@ Whatever started it, the window stops at the first of: its steps (or `--duration
 slice) done, `--max-window-s`, or `--max-window-mb` recorded, so a million tiny ops never reach
 the trace or memory. Recorded bytes are measured as the growth of the process's resident memory
 while the window records (the profiler's event buffers: ~250 bytes an op, ~600 with shapes),
-taken as the smallest reading over the last `RSS_SETTLE_S`, so a step's own short-lived tensors
-do not count. Converting those events into a trace afterwards costs ~15-30 µs each, which is
+read at step boundaries, or as the smallest reading over the last `RSS_SETTLE_S`, so a step's
+own short-lived tensors do not count. Converting those events into a trace afterwards costs ~15-30 µs each, which is
 why the bound is on what is recorded, not only on time.
 
 Everything this module decides is kept in `CaptureLog` (run.json's `capture`), which the report
@@ -53,7 +53,11 @@ STEP_SILENCE_S = 3.0
 """A step clock that ticked and then fell silent this long (and 3x its longest step) no longer
 holds the window back: the loop is over, what runs now is another phase."""
 RSS_SETTLE_S = 0.2
-"""Recorded bytes are the growth of the smallest resident-memory reading over this long."""
+"""Between two step ticks, recorded bytes are the growth of the smallest resident-memory reading
+over this long: a step's own tensors come and go within it. At a tick (the step's tensors freed)
+the reading itself is used, and in a loop without steps (short iterations) the smallest over
+`RSS_SETTLE_LOOP_S`: the profiler records fast there, a longer lag overshoots the bound."""
+RSS_SETTLE_LOOP_S = 0.04
 
 
 @dataclass
@@ -67,6 +71,8 @@ class CaptureLog:
     stopped_by: str | None = None  # steps | duration | slice | time_bound | memory_bound | user_profiler | end
     recorded_mb: float | None = None  # the memory growth measured while the window recorded
     trace_bytes: int | None = None
+    stop_s: float | None = None  # seconds torch took to stop the profiler (it processes every event)
+    export_s: float | None = None  # seconds writing and compressing the trace
     bounds: dict = field(default_factory=dict)
     steady_from_ns: int | None = None  # start-up over: first step tick, steady stacks, or fallback
     loop: dict | None = None  # where the repeating stacks were: function, file, lines
@@ -102,14 +108,16 @@ class RssProbe:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak * (1 if sys.platform == "darwin" else 1024)
 
-    def settled(self) -> int:
-        """Take a reading; the smallest over the last RSS_SETTLE_S."""
+    def settled(self, over_s: float = RSS_SETTLE_S) -> int:
+        """Take a reading; the smallest over the last `over_s` (0: this reading)."""
         now = time.monotonic_ns()
-        self._recent.append((now, self.read()))
-        horizon = now - int(RSS_SETTLE_S * 1e9)
-        while len(self._recent) > 1 and self._recent[0][0] < horizon:
+        reading = self.read()
+        self._recent.append((now, reading))
+        keep = now - int(RSS_SETTLE_S * 1e9)
+        while len(self._recent) > 1 and self._recent[0][0] < keep:
             self._recent.pop(0)
-        return min(b for _, b in self._recent)
+        horizon = now - int(over_s * 1e9)
+        return min(b for t, b in self._recent if t >= horizon)
 
     def reset(self) -> None:
         self._recent = []

@@ -10,11 +10,15 @@ trace if the profiled window had ended, and for a crash the Python stacks in cra
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from ..errors import TorchneckError
+from ..sites import is_user_file
 from .sampler import PARTIAL_NAME, read_partial
 from .session import CRASH_FILE
+
+_FRAME = re.compile(r'File "(.+)", line (\d+) in (.+)$')
 
 UNFINISHED = "unfinished"
 """run.json's status for a run that never reached its end: killed, or crashed."""
@@ -38,11 +42,19 @@ def load_run_evidence(run_dir: Path) -> tuple[dict, dict | None, list[str]]:
         notes.append("no Python samples (samples.json missing)")
     if run.get("status") == "running":
         run = dict(run)
-        last_s = sum(s[1] for s in samples["samples"]) if samples and samples.get("samples") else 0.0
+        rows = samples.get("samples") if samples else None
+        last_s = sum(s[1] for s in rows) if rows else 0.0
+        unix0 = run.get("started_unix_ns")
+        if unix0:  # the last file the run touched tells when it was still alive
+            touched = [p.stat().st_mtime_ns for p in (run_dir / PARTIAL_NAME, run_dir / CRASH_FILE,
+                                                       run_dir / "trace.json.gz", run_dir / "run.json") if p.exists()]
+            if touched:
+                last_s = max(last_s, (max(touched) - unix0) / 1e9)
         run["status"] = UNFINISHED
         run["exit_code"] = -1
         run["ended_monotonic_ns"] = run["started_monotonic_ns"] + int(last_s * 1e9)
         run["wall_s"] = last_s
+        run["cpu_s"] = sum(s[2] for s in rows if len(s) > 2 and s[2] > 0) if rows else None  # the main thread's
         crash = _crash_summary(run_dir / CRASH_FILE)
         if crash:
             run["error"] = crash
@@ -74,8 +86,13 @@ def _crash_summary(path: Path) -> str | None:
     if not lines:
         return None
     what = next((ln for ln in lines if ln.startswith("Fatal Python error")), lines[0])
-    where = next((ln for ln in lines if ln.startswith("File ")), None)
-    return what + (f" ({where})" if where else "")
+    frames = [m.groups() for m in (_FRAME.match(ln) for ln in lines) if m]
+    user = next(((f, n, fn) for f, n, fn in frames if is_user_file(f)), None)  # innermost user frame first
+    if user is None and frames:
+        user = frames[0]
+    if user is None:
+        return what
+    return f"{what} at {user[0]}:{user[1]} in {user[2]}"
 
 
 def _read_json(path: Path, required: bool = True):

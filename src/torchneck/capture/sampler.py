@@ -19,16 +19,20 @@ call and return, and made the 2 s import of torch._dynamo 1 s slower; a timer th
 Where signals are unavailable (not the main thread, no `setitimer`), the thread sampler is used
 at a coarser 5 ms.
 
-Saved as `samples.json` (format 3): `frames` ([function, file, line], line = the line executing
+Saved as `samples.json` (format 4): `frames` ([function, file, line], line = the line executing
 in that frame), `stacks` (frame ids, root first), and `samples` ([stack id, seconds, on-CPU
-seconds]): a sample's instant is the running sum of seconds from `start_monotonic_ns`; on-CPU
-seconds are the sampled thread's CPU time over the same interval (-1 unknown), so analyses tell
-a line that computes from one that waits; `method` says which sampler.
+seconds, run-queue seconds]): a sample's instant is the running sum of seconds from
+`start_monotonic_ns`; on-CPU seconds are the sampled thread's CPU time over the same interval
+(-1 unknown), so analyses tell a line that computes from one that waits; run-queue seconds
+(Linux: /proc/thread-self/schedstat; -1 unknown) are the part of the interval the thread was
+ready but another process had the CPU, which is neither the line's work nor a wait of its own
+(on a busy machine, without it, computing looked like waiting); `method` says which sampler.
 
-The handler is also torchneck's clock when a script has no steps: every `CHECK_EVERY` samples it
+The handler is also torchneck's clock when a script has no steps: every `CHECK_INTERVAL_NS` it
 calls `on_check` (the capture plan: is the program in a steady state yet, is the profiled window
-over its bounds), and every `FLUSH_EVERY` it appends what is new to `samples.partial.jsonl`, so a
-run killed with SIGKILL (or by the OOM killer) still leaves its samples on disk. `pause()` stops
+over its bounds), and every `FLUSH_INTERVAL_NS` it appends what is new to
+`samples.partial.jsonl`, so a run killed with SIGKILL (or by the OOM killer) still leaves its
+samples on disk. `pause()` stops
 sampling without a trace of torchneck's Python (while the script's own profiler records every
 Python call); the paused interval is kept as an "unsampled" sample, so weights still add up to
 the run's wall time. Work torchneck does inside a check (starting or writing the profile) is
@@ -56,15 +60,18 @@ step of a few ms; a sample costs ~10-20 µs in the handler, 1-2 % of the run."""
 THREAD_INTERVAL_S = 0.005
 """The fallback thread sampler's interval: each of its samples forces a GIL hand-over."""
 
-CHECK_EVERY = 20
-"""Samples between two capture-plan checks: ~20 ms of a running script, fine enough to bound a
-profiled window in time and memory, rare enough that a check (~10 µs) costs nothing."""
+CHECK_INTERVAL_NS = 10_000_000
+"""Time between two capture-plan checks (at the first sample after it): 10 ms, fine enough to
+bound a profiled window in time and memory (a loop of tiny ops records ~25 MB/s), rare enough
+that a check (~10-30 µs) costs well under 1 %."""
 
-FLUSH_EVERY = 1000
-"""Samples between two appends to samples.partial.jsonl: ~1 s of a running script; an append of
-a second's samples takes ~1 ms."""
+FLUSH_INTERVAL_NS = 1_000_000_000
+"""Time between two appends to samples.partial.jsonl: a run killed loses at most its last second
+of samples; an append of a second's samples takes ~1 ms. The first appends come sooner
+(`FIRST_FLUSH_NS`, then doubling), so a script that crashes early still leaves its samples."""
+FIRST_FLUSH_NS = 50_000_000
 
-FORMAT = 3
+FORMAT = 4
 PARTIAL_NAME = "samples.partial.jsonl"
 
 _BUSY_MARKS = ("<frozen importlib", "torch/_dynamo/convert_frame.py", "torch/_inductor/")
@@ -85,6 +92,8 @@ class StackSampler:
         self._signum: int | None = None
         self.start_ns: int | None = None
         self.start_cpu_ns: int | None = None
+        self._runq = _RunQueueClock()  # opened here: the sampled (calling) thread's
+        self.start_runq_ns = -1
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # Interned data: frame key (code, line) -> id, stack tuple -> id.
@@ -97,8 +106,8 @@ class StackSampler:
         self.stack_busy: list[bool] = []  # per stack: importing or compiling (start-up work)
         self.fresh = 0  # samples whose stack had never been seen: many while a program starts up
         # (stack id, monotonic ns at the sample, the thread's CPU ns at the sample)
-        self.samples: list[tuple[int, int, int]] = []
-        self.on_check = None  # called from the handler every CHECK_EVERY samples (main thread)
+        self.samples: list[tuple[int, int, int, int]] = []  # ... and the thread's run-queue ns
+        self.on_check = None  # called from the handler every CHECK_INTERVAL_NS (main thread)
         self.paused_s = 0.0
         self._paused_at: int | None = None
         self._partial_path = partial_path
@@ -110,16 +119,19 @@ class StackSampler:
     def start(self) -> None:
         self.start_ns = time.monotonic_ns()
         self.start_cpu_ns = time.thread_time_ns()
+        self.start_runq_ns = self._runq()
         self._open_partial()
         if self.method in ("wall-timer", "signal"):
             record = self.samples.append
             stack_of = self._stack_id
             now = time.monotonic_ns
             cpu = time.thread_time_ns  # the handler runs on the sampled (main) thread
+            runq = self._runq
             sampler = self
             busy = [False]
-            countdown = [CHECK_EVERY]
-            flush_countdown = [FLUSH_EVERY]
+            next_check = [self.start_ns + CHECK_INTERVAL_NS]
+            next_flush = [self.start_ns + FIRST_FLUSH_NS]
+            flush_every = [FIRST_FLUSH_NS]
 
             def on_signal(signum, frame):
                 # CPython runs a pending handler at any bytecode boundary, this handler's own
@@ -129,14 +141,14 @@ class StackSampler:
                     return
                 busy[0] = True
                 try:
-                    record((stack_of(frame), now(), cpu()))
-                    countdown[0] -= 1
-                    if countdown[0] <= 0:
-                        countdown[0] = CHECK_EVERY
+                    at = now()
+                    record((stack_of(frame), at, cpu(), runq()))
+                    if at >= next_check[0]:
+                        next_check[0] = at + CHECK_INTERVAL_NS
                         sampler._check()
-                    flush_countdown[0] -= 1
-                    if flush_countdown[0] <= 0:
-                        flush_countdown[0] = FLUSH_EVERY
+                    if at >= next_flush[0]:
+                        flush_every[0] = min(2 * flush_every[0], FLUSH_INTERVAL_NS)
+                        next_flush[0] = at + flush_every[0]
                         sampler.flush_partial()
                 finally:
                     busy[0] = False
@@ -168,10 +180,7 @@ class StackSampler:
         if self.on_check is None:
             return
         t0 = time.monotonic_ns()
-        try:
-            self.on_check()
-        except Exception:  # a failing check must not take the script down
-            self.on_check = None
+        self.on_check()  # never raises: the window catches and notes its own failures
         if time.monotonic_ns() - t0 > 2 * self.interval * 1e9:
             self.record_synthetic(TOOL_FRAME)
 
@@ -186,7 +195,7 @@ class StackSampler:
             if self._unsampled_sid is None:
                 self._unsampled_sid = self._synthetic_stack(what)
             sid = self._unsampled_sid
-        self.samples.append((sid, time.monotonic_ns(), time.thread_time_ns()))
+        self.samples.append((sid, time.monotonic_ns(), time.thread_time_ns(), self._runq()))
 
     def _synthetic_stack(self, name: str) -> int:
         fid = len(self.frames)
@@ -202,7 +211,8 @@ class StackSampler:
         if self._paused_at is not None or self.start_ns is None:
             return
         if self._handler is not None and self._signum is not None:
-            self.samples.append((self._stack_id(sys._getframe(1)), time.monotonic_ns(), time.thread_time_ns()))
+            self.samples.append((self._stack_id(sys._getframe(1)), time.monotonic_ns(), time.thread_time_ns(),
+                                 self._runq()))
             if self._timer:
                 self._timer.disarm()
             else:
@@ -249,6 +259,7 @@ class StackSampler:
             self._stop.set()
             self._thread.join()
             self._thread = None
+        self._runq.close()
 
     def _loop(self) -> None:
         current_frames = sys._current_frames
@@ -268,7 +279,7 @@ class StackSampler:
             frame = current_frames().get(target)
             if frame is None:
                 continue
-            record((stack_of(frame), at, cpu()))
+            record((stack_of(frame), at, cpu(), -1))
             frame = None  # do not keep the script's locals alive until the next sample
 
     def _stack_id(self, frame) -> int:
@@ -333,9 +344,11 @@ class StackSampler:
             return
         start = self.start_ns or 0
         start_cpu = self.start_cpu_ns or 0
+        start_runq = self.start_runq_ns
         chunk = {"frames": self.frames[f0:n_frames], "stacks": [list(s) for s in self.stacks[s0:n_stacks]],
-                 "samples": [[sid, t - start, c - start_cpu if c >= 0 else -1]
-                             for sid, t, c in self.samples[k0:n_samples]]}
+                 "samples": [[sid, t - start, c - start_cpu if c >= 0 else -1,
+                              q - start_runq if q >= 0 and start_runq >= 0 else -1]
+                             for sid, t, c, q in self.samples[k0:n_samples]]}
         try:
             os.write(fd, (json.dumps(chunk, separators=(",", ":")) + "\n").encode())
         except OSError:
@@ -353,16 +366,12 @@ class StackSampler:
                 pass
 
     def to_json(self) -> dict:
-        samples = []
-        prev = self.start_ns or 0
-        prev_cpu = self.start_cpu_ns
-        for sid, t, c in sorted(self.samples, key=lambda x: x[1]):
-            on_cpu = round((c - prev_cpu) / 1e9, 7) if prev_cpu is not None and c >= 0 else -1
-            samples.append([sid, round((t - prev) / 1e9, 7), on_cpu])
-            prev, prev_cpu = t, (c if c >= 0 else None)
+        start_runq = getattr(self, "start_runq_ns", -1)
+        rel = [(sid, t - (self.start_ns or 0), c - (self.start_cpu_ns or 0) if c >= 0 else -1,
+                q - start_runq if q >= 0 and start_runq >= 0 else -1) for sid, t, c, q in self.samples]
         return {"format": FORMAT, "method": self.method, "interval_s": self.interval,
                 "start_monotonic_ns": self.start_ns, "paused_s": self.paused_s,
-                "frames": self.frames, "stacks": [list(s) for s in self.stacks], "samples": samples}
+                "frames": self.frames, "stacks": [list(s) for s in self.stacks], "samples": _intervals(rel)}
 
     def write(self, path: Path) -> dict:
         """Write samples.json (then drop the partial file it supersedes); returns the same data."""
@@ -370,6 +379,19 @@ class StackSampler:
         path.write_text(json.dumps(data, separators=(",", ":")))
         self.close_partial(remove=True)
         return data
+
+
+def _intervals(rel: list[tuple]) -> list[list]:
+    """Samples as [stack id, seconds since the previous sample, on-CPU seconds, run-queue seconds]
+    from (stack id, ns, CPU ns, run-queue ns) since the start (-1: unknown)."""
+    out = []
+    prev, prev_cpu, prev_q = 0, 0, 0
+    for sid, t, c, q in sorted(rel, key=lambda x: x[1]):
+        on_cpu = round((c - prev_cpu) / 1e9, 7) if c >= 0 and prev_cpu is not None else -1
+        runq = round((q - prev_q) / 1e9, 7) if q >= 0 and prev_q is not None else -1
+        out.append([sid, round((t - prev) / 1e9, 7), on_cpu, runq])
+        prev, prev_cpu, prev_q = t, (c if c >= 0 else None), (q if q >= 0 else None)
+    return out
 
 
 def read_partial(path: Path) -> dict | None:
@@ -396,12 +418,7 @@ def read_partial(path: Path) -> dict | None:
         frames += chunk.get("frames", [])
         stacks += chunk.get("stacks", [])
         raw += chunk.get("samples", [])
-    samples = []
-    prev, prev_cpu = 0, 0
-    for sid, t, c in sorted(raw, key=lambda x: x[1]):
-        on_cpu = round((c - prev_cpu) / 1e9, 7) if c >= 0 and prev_cpu is not None else -1
-        samples.append([sid, round((t - prev) / 1e9, 7), on_cpu])
-        prev, prev_cpu = t, (c if c >= 0 else None)
+    samples = _intervals([tuple(s) + (-1,) * (4 - len(s)) for s in raw])
     return {"format": header.get("format", FORMAT), "method": header.get("method"),
             "interval_s": header.get("interval_s"), "start_monotonic_ns": header.get("start_monotonic_ns"),
             "frames": frames, "stacks": stacks, "samples": samples, "partial": True}
@@ -482,6 +499,30 @@ class _PosixTimer:
         if self._id is not None:
             self.lib.timer_delete(self._id)
             self._id = None
+
+
+class _RunQueueClock:
+    """ns the calling thread has spent ready to run but waiting for a CPU (the second field of
+    /proc/thread-self/schedstat, kept by Linux for every thread); -1 where unavailable."""
+
+    def __init__(self) -> None:
+        try:
+            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def __call__(self) -> int:
+        if self._fd is None:
+            return -1
+        try:
+            return int(os.pread(self._fd, 96, 0).split()[1])
+        except (OSError, ValueError, IndexError):
+            return -1
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _signals_usable() -> bool:

@@ -95,7 +95,8 @@ class CaptureSession:
         env = collect_env()
         (self.run_dir / "env.json").write_text(json.dumps(env, indent=1))
         self.watch = ProfilerWatch(self._user_profiler_started, self._user_profiler_stopped)
-        self.window = ProfiledWindow(self.options, self.trace_path, watch=self.watch)
+        self.window = ProfiledWindow(self.options, self.trace_path, watch=self.watch,
+                                     on_trace_written=self._trace_written)
         self.sampler = StackSampler(partial_path=self.run_dir / PARTIAL_NAME)
         self.compile_guard = CompileGuard(on_compile=self.window.compile_started)
         self.compile_capture = CompileCapture(on_compile_start=self.compile_guard.compile_requested)
@@ -119,6 +120,15 @@ class CaptureSession:
         self.window.start()
         self.window.attach_sampler(self.sampler)
         self.sampler.start()
+
+    def _trace_written(self, path: Path) -> None:
+        """The window's trace is on disk: say so in run.json (still "running") at once, so a run
+        killed later is reported with what its trace covers."""
+        if not self._ended:
+            try:
+                self._write_run_json(None)
+            except OSError:
+                pass
 
     # -- the script's own profiler -------------------------------------------------------------
     def _user_profiler_started(self, user) -> None:
@@ -192,12 +202,15 @@ class CaptureSession:
         # Another thread (a watchdog): the main thread's profiler session and signal handlers
         # cannot be stopped from here; write what can be written.
         self._ended = True
-        outcome.error += f" from thread {threading.current_thread().name!r}"
+        self.ended_ns = time.monotonic_ns()
+        self.cpu_s = time.process_time() - self.cpu0
+        outcome.error = f"{outcome.error} from thread {threading.current_thread().name!r}"
         self.window.capture.notes.append("os._exit was called from another thread: the profiled window, "
                                          "if it was recording, could not be written")
         self.sampler.write(self.run_dir / "samples.json")
         self.compile_capture.write(self.run_dir / "compile.json")
         self._write_run_json(outcome)
+        self._disable_crash_file()
 
     # -- the end -------------------------------------------------------------------------------
     def end(self, outcome: Outcome, target: Target | None) -> RunResult:

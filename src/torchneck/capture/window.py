@@ -30,6 +30,8 @@ from ..sites import is_user_file
 from .dynamo_guard import is_compiling
 from .lines import LineMarking
 from .plan import (
+    RSS_SETTLE_LOOP_S,
+    RSS_SETTLE_S,
     SLICE_S,
     STEP_SILENCE_S,
     WINDOW_MAX_MB,
@@ -159,22 +161,22 @@ class ProfiledWindow:
         cap.stopped_by = None
         log.step_marks = []
         self._rss.reset()
-        self._rss_base = self._rss.settled()
+        self._rss_base = self._rss.settled(0.0)
         self._mark_step()
         log.lines_marked = self._lines.start()
         return True
 
-    def _recorded_bytes(self) -> int:
-        return max(0, self._rss.settled() - self._rss_base)
+    def _recorded_bytes(self, settle_s: float = RSS_SETTLE_S) -> int:
+        return max(0, self._rss.settled(settle_s) - self._rss_base)
 
-    def _over_bounds(self, now: int, factor: float = 1.0) -> str | None:
+    def _over_bounds(self, now: int, factor: float = 1.0, settle_s: float = RSS_SETTLE_S) -> str | None:
         """Which bound the recording window has passed, if any (`--all` has none)."""
         if self.options.all:
             return None
         elapsed = (now - self.log.window_start_ns) / 1e9
         if elapsed >= factor * self.options.max_window_s:
             return "time_bound"
-        if self._recorded_bytes() >= factor * self.options.max_window_mb * (1 << 20):
+        if self._recorded_bytes(settle_s) >= factor * self.options.max_window_mb * (1 << 20):
             return "memory_bound"
         return None
 
@@ -186,19 +188,23 @@ class ProfiledWindow:
         cap, log = self.capture, self.log
         cap.window_end_ns = log.window_end_ns = time.monotonic_ns()
         cap.stopped_by = stopped_by
-        cap.recorded_mb = round(self._recorded_bytes() / (1 << 20), 2)
+        cap.recorded_mb = round(self._recorded_bytes(0.0) / (1 << 20), 2)
         self._lines.stop()
         prof, self._prof = self._prof, None
         try:
+            t0 = time.perf_counter()
             with self._ours():
                 prof.stop()
+            cap.stop_s = round(time.perf_counter() - t0, 4)  # the profiler's own processing of the events
             self._spans.session = None
             if not export:
                 return
+            t0 = time.perf_counter()
             tmp = self.trace_path.with_suffix("")  # trace.json
             with self._ours():
                 prof.export(tmp)
             _gzip_file(tmp, self.trace_path)
+            cap.export_s = round(time.perf_counter() - t0, 4)
         except Exception as exc:  # never let the profiler take the user's run down
             self.export_error = f"{type(exc).__name__}: {exc}"
             return
@@ -224,12 +230,13 @@ class ProfiledWindow:
             return
         now = time.monotonic_ns()
         log.ticks.append(now)
-        if self.capture.steady_from_ns is None:
+        if self.capture.steady_from_ns is None or now < self.capture.steady_from_ns:
             self.capture.steady_from_ns = now
         if self.marks is not None:
             self.marks.step(len(log.ticks))
         self._busy = True
         try:
+            self._lines.retry()
             self._step_clock(now)
         finally:
             self._busy = False
@@ -244,7 +251,7 @@ class ProfiledWindow:
             elif opts.duration is None and recorded >= opts.steps:
                 self.finish("steps")
             else:
-                bound = self._over_bounds(now)
+                bound = self._over_bounds(now, settle_s=0.0)  # a step boundary: its tensors are freed
                 if bound:
                     self.finish(bound)
                     return
@@ -312,26 +319,34 @@ class ProfiledWindow:
         self._busy = True
         try:
             self._check()
+        except Exception as exc:  # a failing check must not take the script down: stop checking
+            self.capture.notes.append(f"the capture plan's check failed ({type(exc).__name__}: {exc}); "
+                                      "windows are started by steps only")
+            if self.sampler is not None:
+                self.sampler.on_check = None
         finally:
             self._busy = False
 
     def _check(self) -> None:
+        self._lines.retry()
         now = time.monotonic_ns()
         sampler = self.sampler
         total = len(sampler.samples)
         recent = sampler.samples[self._seen_samples:total]
         self._seen_samples = total
         busy_of = sampler.stack_busy
-        busy = any(busy_of[sid] for sid, _, _ in recent if sid < len(busy_of))
+        busy = any(busy_of[sample[0]] for sample in recent if sample[0] < len(busy_of))
         steady = self._steady.update(now, len(recent), sampler.fresh, busy)
+        cap = self.capture
+        if steady and (cap.steady_from_ns is None or self._steady.steady_since_ns < cap.steady_from_ns):
+            cap.steady_from_ns = self._steady.steady_since_ns  # the program's main work began there
         if self.state == "recording":
-            cap = self.capture
             if cap.plan in ("loop", "slice"):
                 slice_s = self.options.duration or self.options.slice_s
                 if (now - self.log.window_start_ns) / 1e9 >= slice_s:
                     self.finish("slice")
                     return
-                bound = self._over_bounds(now)
+                bound = self._over_bounds(now, settle_s=RSS_SETTLE_LOOP_S)
             elif cap.plan == "steps":
                 bound = self._over_bounds(now, MID_STEP_FACTOR)
             else:
@@ -342,16 +357,15 @@ class ProfiledWindow:
         if self.state != "waiting" or self.aside or self.options.all or not self._slice_allowed(now):
             return
         if steady:
-            site = loop_site(sampler.frames, sampler.stacks, [sid for sid, _, _ in recent], is_user_file)
-            self.capture.loop = site
-            self.capture.steady_from_ns = self.capture.steady_from_ns or self._steady.steady_since_ns
+            site = loop_site(sampler.frames, sampler.stacks, [sample[0] for sample in recent], is_user_file)
+            cap.loop = site
             where = (f" in {site['function']} ({os.path.basename(site['file'])}:{site['first_line']}"
                      + (f"-{site['last_line']}" if site["last_line"] != site["first_line"] else "") + ")"
                      if site else "")
             self._start_recording("loop", "no step clock; the sampled Python stacks repeat" + where
                                   + f": a {self.options.duration or self.options.slice_s:g} s slice of the loop")
         elif self._steady.fallback_due(now, self.started_ns):
-            self.capture.steady_from_ns = self.capture.steady_from_ns or now
+            cap.steady_from_ns = cap.steady_from_ns or now
             self._start_recording("slice", "no step clock and no repeating stacks: a "
                                   f"{self.options.duration or self.options.slice_s:g} s time slice "
                                   "after start-up work stopped")

@@ -46,7 +46,8 @@ class ConsoleRenderer:
             target = run["target"]
             name = target.get("module") or target.get("script")
             c.print(f"[bold]{escape(str(name))}[/] {escape(' '.join(target.get('args') or []))}  "
-                    f"exit code {run['exit_code']}  wall {run['wall_s']:.2f} s  cpu {run['cpu_s']:.2f} s")
+                    f"exit code {run['exit_code']}  wall {run['wall_s']:.2f} s  "
+                    + (f"cpu {run['cpu_s']:.2f} s" if run.get("cpu_s") is not None else "cpu unknown"))
             if run.get("error"):
                 c.print(f"[red]The script did not finish normally: {escape(run['error'])}[/]")
         c.print()
