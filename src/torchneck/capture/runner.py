@@ -4,6 +4,13 @@
 `__file__` absolute, the working directory unchanged. The script runs in a fresh module that is
 `sys.modules["__main__"]` while it runs, so classes it defines pickle (spawn DataLoader workers,
 `torch.save(model)`).
+
+The script's code runs at the root of its own chain of frames (a greenlet whose body is `exec`
+itself), as under plain python: whatever walks the stack from inside the script (a profiler
+recording Python calls with `with_stack=True`, `inspect.stack()`, `traceback`, logging's caller
+lookup) finds the script's `<module>` at the bottom, not torchneck's command-line frames. The
+profiler tutorial's own table had 9 rows more under torchneck before this (`cli.py(476): main`,
+`runner.py: run_target`, ...). Without greenlet, the script runs nested in torchneck's frames.
 """
 
 from __future__ import annotations
@@ -138,7 +145,7 @@ def run_target(target: Target, code: types.CodeType | None, timeout: float | Non
         if target.module:
             sys.argv = [target.module, *target.args]
             sys.path.insert(0, os.getcwd())
-            runpy.run_module(target.module, run_name="__main__", alter_sys=True)
+            _at_root(runpy.run_module, target.module, run_name="__main__", alter_sys=True)
         else:
             script = target.script.resolve()
             sys.argv = [str(target.script), *target.args]
@@ -150,7 +157,7 @@ def run_target(target: Target, code: types.CodeType | None, timeout: float | Non
             module.__loader__ = None
             module.__package__ = None
             sys.modules["__main__"] = module
-            exec(code, module.__dict__)
+            _at_root(exec, code, module.__dict__)
         script_running[0] = False
         return Outcome(0, "ok")
     except SystemExit as exc:
@@ -185,6 +192,17 @@ def run_target(target: Target, code: types.CodeType | None, timeout: float | Non
         sys.path[:] = saved_path
         if saved_main is not None:
             sys.modules["__main__"] = saved_main
+
+
+def _at_root(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)` as the root of a new chain of Python frames (see the module
+    docstring); its result or exception comes back here. A C function (`exec`) as `fn` leaves no
+    frame of ours below the script's."""
+    try:
+        from greenlet import greenlet
+    except ImportError:  # pragma: no cover  (a dependency; without it the script nests in our frames)
+        return fn(*args, **kwargs)
+    return greenlet(fn).switch(*args, **kwargs)
 
 
 def _format_tb(exc_info) -> str:
