@@ -159,3 +159,33 @@ def test_a_native_crash_names_the_line_that_crashed(run_dir):
     report = read_report(run_dir)
     assert report["run"]["status"] == "unfinished"
     assert report["run"]["error"].endswith(f"at {script}:{planted_line(script)} in <module>")
+
+
+def test_env_json_holds_what_a_misconfiguration_check_needs(run_dir):
+    """Build, versions, OS, the torch-related environment variables, and the switches before the
+    script and after it (the script turned several on)."""
+    env_vars = {"CUDA_LAUNCH_BLOCKING": "1", "TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
+                "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "MKL_NUM_THREADS": "1",
+                "UNRELATED_SECRET": "kept-out"}
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(SCRIPTS / "configured.py"), env=env_vars)
+    assert r.returncode == 0, r.stderr[-2000:]
+    env = json.loads((run_dir / "env.json").read_text())
+    import torch
+
+    assert env["torch"] == torch.__version__ and env["build"]["debug"] is False
+    assert env["build"]["git_version"] == torch.version.git_version
+    assert {"mkl", "mkldnn", "openmp", "cudnn", "nccl", "cxx11_abi"} <= set(env["build"])
+    assert env["os"]["system"] and env["python"] == sys.version.split()[0]
+    assert {k: env["env_vars"].get(k) for k in env_vars} == {**env_vars, "UNRELATED_SECRET": None}
+    assert env["env_vars"]["OMP_NUM_THREADS"] == "1" and env["thread_env"]["MKL_NUM_THREADS"] == "1"
+    before = env["settings"]
+    assert before["slow_env"] == {"CUDA_LAUNCH_BLOCKING": "1"}
+    assert (before["cudnn_benchmark"], before["deterministic_algorithms"], before["anomaly_detection"]) == \
+        (False, False, False)
+    assert before["float32_matmul_precision"] == "highest" and before["default_dtype"] == "torch.float32"
+    after = json.loads((run_dir / "run.json").read_text())["settings_at_end"]
+    assert (after["cudnn_benchmark"], after["deterministic_algorithms"], after["deterministic_warn_only"],
+            after["anomaly_detection"], after["float32_matmul_precision"]) == (True, True, True, True, "high")
+    report = read_report(run_dir)
+    assert report["env"]["build"]["git_version"] == torch.version.git_version
+    assert report["env"]["settings_at_end"]["cudnn_benchmark"] is True

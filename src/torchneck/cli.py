@@ -55,7 +55,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-window-s", type=float, default=None, metavar="S",
                    help="stop the profiled window after S seconds, whatever started it (default 10)")
     p.add_argument("--max-window-mb", type=float, default=None, metavar="MB",
-                   help="stop the profiled window once the profiler holds MB of events (default 12)")
+                   help="stop the profiled window once the profiler holds MB of events (default 6; "
+                        "a window of steps keeps at least 2 steps)")
     p.add_argument("--slice", type=float, default=None, metavar="S",
                    help="length of the time slice profiled in a program without steps (default 1)")
     p.add_argument("--nvtx", action="store_true",
@@ -200,7 +201,7 @@ COMPILE_KINDS = ("graph_break", "recompile", "compile_time", "internal")
 def cmd_compile(ns: argparse.Namespace) -> int:
     """`run`, with the report narrowed to torch.compile; `--cold` adds a cache-less second run."""
     report, run_dir, code = _capture_and_analyse(ns)
-    if report is None:
+    if report is None or run_dir is None:
         return code
     if ns.cold:
         report["compile"]["cold"] = _cold_compile(ns, run_dir)

@@ -32,7 +32,7 @@ GPU_TAIL_NOTE_SHARE = 0.2
 their CPU span) after them: then the CPU step times understate the steps."""
 
 
-def verdict(analysis: dict | None, phases: dict | None, findings: list) -> str:
+def verdict(analysis: dict | None, phases: dict | None, findings: list, capture: dict | None = None) -> str:
     """One paragraph: where the steady-state step time goes, and the top finding."""
     parts = []
     if analysis:
@@ -40,8 +40,13 @@ def verdict(analysis: dict | None, phases: dict | None, findings: list) -> str:
         total = sum(st["breakdown_total_us"].values()) or 1.0  # the steps' own spans
         shares = sorted(((v / total, k) for k, v in st["breakdown_total_us"].items()), reverse=True)
         described = ", ".join(f"{k.replace('_', ' ')} {100 * s:.0f}%" for s, k in shares if s >= 0.05)
-        parts.append(f"{st['count']} step(s) profiled, median {st['median_us'] / 1e3:.1f} ms per step; "
-                     f"the time goes to: {described or 'nothing measurable'}.")
+        if capture and capture.get("plan") in ("loop", "slice"):  # no steps: one time slice
+            parts.append(f"No step markers: a {st['window_us'] / 1e6:.2f} s slice of the "
+                         f"{'loop' if capture['plan'] == 'loop' else 'run'} was profiled; "
+                         f"the time goes to: {described or 'nothing measurable'}.")
+        else:
+            parts.append(f"{st['count']} step(s) profiled, median {st['median_us'] / 1e3:.1f} ms per step; "
+                         f"the time goes to: {described or 'nothing measurable'}.")
         gpu = analysis["gpu"]
         if gpu.get("present"):
             busy = ", ".join(f"GPU {d['device']} busy {d['busy_pct']:.0f}%" for d in gpu["devices"])
@@ -55,7 +60,7 @@ def verdict(analysis: dict | None, phases: dict | None, findings: list) -> str:
             parts.append("No GPU activity in the trace (CPU run).")
     if phases:
         p = phases["phases"]
-        parts.append(f"Start-up before the first step took {p['startup_s']:.1f} s.")
+        parts.append(f"Start-up before the steady state took {p['startup_s']:.1f} s.")
     top = [f for f in (x if isinstance(x, dict) else x.to_dict() for x in findings) if f["severity"] != "info"]
     if top:
         parts.append(f"Biggest problem: {top[0]['title']}.")
@@ -92,8 +97,9 @@ def report_from_run_dir(run_dir: Path) -> dict:
         if not any(w.startswith("no trace") for w in warnings):
             warnings.append("no trace was recorded" + (f": {run['trace_error']}" if run.get("trace_error") else ""))
     python = python_phases(samples, phases, op_s)
-    if profiling_warning(phases):
-        warnings.append(profiling_warning(phases))
+    slowed = profiling_warning(phases)
+    if slowed:
+        warnings.append(slowed)
     views["stacks"] = stack_tree(samples)
     if not phases["phases"].get("window_s") or (run.get("clock") or {}).get("whole_run"):
         views["stacks_window"] = None
@@ -108,14 +114,14 @@ def report_from_run_dir(run_dir: Path) -> dict:
                   compile=compiled, run_wall_s=run.get("wall_s") or 0.0,
                   call_sites=run.get("call_sites") or [], clock=run.get("clock") or {})
     findings = diagnose(ev)
+    capture = capture_summary(run, phases, events)
     return report_envelope(
-        "run", verdict(analysis, phases, findings), findings,
+        "run", verdict(analysis, phases, findings, capture), findings,
         run= {k: run.get(k) for k in ("target", "exit_code", "status", "error", "traceback", "wall_s", "cpu_s",
                                        "call_sites")}
         | {"phases": phases, "run_dir": str(run_dir)},
         env=env, python=python, ops_by_line=ops_lines, compile=compiled,
-        ranks=[analysis] if analysis else [], warnings=warnings, views=views,
-        capture=capture_summary(run, phases, events))
+        ranks=[analysis] if analysis else [], warnings=warnings, views=views, capture=capture)
 
 
 def write_reports(run_dir: Path, report: dict) -> dict:

@@ -163,7 +163,7 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
         acc[2] += out
         acc[3] += wait
     funcs: dict[tuple[str, str], list] = {}
-    out_lines = []
+    out_lines: list[dict] = []
     cpu_known = s.cpu_s is not None and bool(np.isfinite(s.cpu_s).any())
     for fid, (tot, own, out, wait) in sorted(lines.items(), key=lambda kv: -kv[1][0]):
         fn, file, line = s.frames[fid]
@@ -222,7 +222,7 @@ def _is_torch_file(path: str) -> bool:
     if _TORCH_PACKAGE.search(path.replace(os.sep, "/")):
         return True
     local = _local_torch_dir()
-    return bool(local) and os.path.realpath(path).startswith(local)
+    return local is not None and os.path.realpath(path).startswith(local)
 
 
 def _library_callee(s: Samples, user_fid: int, win: np.ndarray) -> tuple[str, str]:
@@ -246,7 +246,7 @@ def _library_callee(s: Samples, user_fid: int, win: np.ndarray) -> tuple[str, st
             files[name] = file
     if not counts:
         return "", ""
-    best = max(counts, key=counts.get)
+    best = max(counts, key=lambda name: counts[name])
     return best, files[best]
 
 

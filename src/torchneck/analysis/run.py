@@ -39,7 +39,7 @@ def run_phases(run: dict) -> dict:
     w0, w1 = profiled_span(run)
     steady = min([t for t in (capture.get("steady_from_ns"), ticks[0] if ticks else None) if t] or [end])
     first = ticks[0] if ticks else steady
-    if w0 is None:  # nothing profiled: no window
+    if w0 is None or w1 is None:  # nothing profiled: no window
         w0 = w1 = end
     phases = {
         "startup_s": max(0.0, (steady - start) / 1e9),
@@ -186,6 +186,7 @@ def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | N
         if where:
             entry.update(where)
         elif k >= n_strings:
+            assert samples is not None  # keys past the trace's strings are sample frames
             fn, file, line = samples.frames[k - n_strings]
             entry.update({"file": file, "line": line, "function": fn, "source": "samples"})
         else:  # neither a span nor a sample places these calls: no line to name

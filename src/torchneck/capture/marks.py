@@ -24,7 +24,7 @@ class RangeMarks:
         import torch
 
         self.backend: str | None = None
-        self._step_range = None
+        self._step_range: int | None = None
         self.steps_marked = 0
         self.labels_marked = 0
         try:

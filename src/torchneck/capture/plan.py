@@ -12,12 +12,13 @@ from evidence, most trusted first:
 - "all": `--all`, the whole run, unbounded (asked for explicitly).
 
 Whatever started it, the window stops at the first of: its steps (or `--duration`, or the
-slice) done, `--max-window-s`, or `--max-window-mb` recorded, so a million tiny ops never reach
-the trace or memory. Recorded bytes are measured as the growth of the process's resident memory
-while the window records (the profiler's event buffers: ~250 bytes an op, ~600 with shapes),
-read at step boundaries, or as the smallest reading over the last `RSS_SETTLE_S`, so a step's
-own short-lived tensors do not count. Converting those events into a trace afterwards costs ~15-30 µs each, which is
-why the bound is on what is recorded, not only on time.
+slice) done, `--max-window-s`, or `--max-window-mb` recorded (a window of steps keeps at least
+`MIN_STEPS`), so a million tiny ops never reach the trace or memory. Recorded bytes are measured
+as the growth of the process's resident memory while the window records (the profiler's event
+buffers: ~250 bytes an op, ~600 with shapes, several KB for some ops with shapes), read at step
+boundaries, or as the smallest reading over the last `RSS_SETTLE_S`, so a step's own short-lived
+tensors do not count. Converting those events into a trace afterwards costs ~15-30 µs each,
+which is why the bound is on what is recorded, not only on time.
 
 Everything this module decides is kept in `CaptureLog` (run.json's `capture`), which the report
 turns into "what was measured, over what span, and why".
@@ -34,9 +35,15 @@ from dataclasses import asdict, dataclass, field
 WINDOW_MAX_S = 10.0
 """Longest profiled window (`--max-window-s`): 5 steps of up to 2 s each fit; longer steps are cut
 at a step boundary, since the events of one long step already tell where its time goes."""
-WINDOW_MAX_MB = 12.0
-"""Most profiler memory a window may record (`--max-window-mb`): ~20-45 k events, whose
-conversion into a trace takes ~0.3-0.6 s here and ~100 MB at its peak, whatever the script."""
+WINDOW_MAX_MB = 6.0
+"""Most profiler memory a window may record (`--max-window-mb`): ~10-20 k events of small ops
+(from ~250 bytes an event to several KB with record_shapes on some ops), whose conversion into a
+trace took ~0.3-0.5 s here and ~60 MB at its peak: a loop of tiny ops stays within its overhead
+target. A window of steps holds at least `MIN_STEPS` whatever this bound says."""
+MIN_STEPS = 2
+"""Steps a step window records even past its memory and time bounds (unless one step passes twice
+the bounds): per-step figures need more than one step, and a big model's step alone can hold
+more events than the bound."""
 SLICE_S = 1.0
 """Length of the time slice profiled in a program without steps (`--slice`): ~1000 samples of
 Python beside it, and every op of a loop whose iterations last up to ~0.1 s, several times."""

@@ -87,7 +87,7 @@ def _crash_summary(path: Path) -> str | None:
         return None
     what = next((ln for ln in lines if ln.startswith("Fatal Python error")), lines[0])
     frames = [m.groups() for m in (_FRAME.match(ln) for ln in lines) if m]
-    user = next(((f, n, fn) for f, n, fn in frames if is_user_file(f)), None)  # innermost user frame first
+    user: tuple | None = next(((f, n, fn) for f, n, fn in frames if is_user_file(f)), None)  # innermost first
     if user is None and frames:
         user = frames[0]
     if user is None:

@@ -38,7 +38,10 @@ class Target:
 
     @property
     def label(self) -> str:
-        return self.module if self.module else self.script.name
+        if self.module:
+            return self.module
+        assert self.script is not None, "a Target names a script or a module"
+        return self.script.name
 
 
 @dataclass
@@ -62,6 +65,7 @@ def check_target(target: Target) -> types.CodeType | None:
             raise TorchneckError(f"no module named {target.module!r} (is it on PYTHONPATH / installed?)")
         return None
     path = target.script
+    assert path is not None, "a Target names a script or a module"
     if not path.exists():
         raise TorchneckError(f"{path}: no such file")
     if path.is_dir():
@@ -147,12 +151,13 @@ def run_target(target: Target, code: types.CodeType | None, timeout: float | Non
             sys.path.insert(0, os.getcwd())
             _at_root(runpy.run_module, target.module, run_name="__main__", alter_sys=True)
         else:
+            assert target.script is not None and code is not None, "check_target() compiled the script"
             script = target.script.resolve()
             sys.argv = [str(target.script), *target.args]
             sys.path.insert(0, str(script.parent))
             module = types.ModuleType("__main__")
             module.__file__ = str(script)
-            module.__builtins__ = __builtins__
+            module.__dict__["__builtins__"] = __builtins__
             module.__spec__ = None
             module.__loader__ = None
             module.__package__ = None

@@ -49,7 +49,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..sites import TOOL_FRAME, UNSAMPLED_FRAME
 
@@ -87,8 +89,8 @@ class StackSampler:
         wall = os.environ.get("TORCHNECK_SAMPLER", "wall") != "cpu"  # TORCHNECK_SAMPLER=cpu: ITIMER_PROF
         self._timer = _PosixTimer.make() if wall and _signals_usable() else None
         self.method = "wall-timer" if self._timer else "signal" if _signals_usable() else "thread"
-        self._previous_handler = None
-        self._handler = None
+        self._previous_handler: Any = None
+        self._handler: Callable | None = None
         self._signum: int | None = None
         self.start_ns: int | None = None
         self.start_cpu_ns: int | None = None
@@ -107,7 +109,7 @@ class StackSampler:
         self.fresh = 0  # samples whose stack had never been seen: many while a program starts up
         # (stack id, monotonic ns at the sample, the thread's CPU ns at the sample)
         self.samples: list[tuple[int, int, int, int]] = []  # ... and the thread's run-queue ns
-        self.on_check = None  # called from the handler every CHECK_INTERVAL_NS (main thread)
+        self.on_check: Callable[[], None] | None = None  # from the handler every CHECK_INTERVAL_NS (main thread)
         self.paused_s = 0.0
         self._paused_at: int | None = None
         self._partial_path = partial_path
@@ -246,7 +248,7 @@ class StackSampler:
     def stop(self) -> None:
         if self._paused_at is not None:
             self.resume()
-        if self.method in ("wall-timer", "signal") and self.start_ns is not None and self._handler is not None:
+        if self.method in ("wall-timer", "signal") and self._handler is not None and self._signum is not None:
             if self._timer:
                 self._timer.stop()
             else:
@@ -385,10 +387,12 @@ def _intervals(rel: list[tuple]) -> list[list]:
     """Samples as [stack id, seconds since the previous sample, on-CPU seconds, run-queue seconds]
     from (stack id, ns, CPU ns, run-queue ns) since the start (-1: unknown)."""
     out = []
-    prev, prev_cpu, prev_q = 0, 0, 0
+    prev = 0
+    prev_cpu: int | None = 0
+    prev_q: int | None = 0
     for sid, t, c, q in sorted(rel, key=lambda x: x[1]):
-        on_cpu = round((c - prev_cpu) / 1e9, 7) if c >= 0 and prev_cpu is not None else -1
-        runq = round((q - prev_q) / 1e9, 7) if q >= 0 and prev_q is not None else -1
+        on_cpu = round((c - prev_cpu) / 1e9, 7) if c >= 0 and prev_cpu is not None else -1.0
+        runq = round((q - prev_q) / 1e9, 7) if q >= 0 and prev_q is not None else -1.0
         out.append([sid, round((t - prev) / 1e9, 7), on_cpu, runq])
         prev, prev_cpu, prev_q = t, (c if c >= 0 else None), (q if q >= 0 else None)
     return out
@@ -440,7 +444,7 @@ class _PosixTimer:
     def __init__(self, lib, signum: int):
         self.lib = lib
         self.signum = signum
-        self._id = None
+        self._id: ctypes.c_void_p | None = None
 
     @classmethod
     def make(cls) -> _PosixTimer | None:

@@ -26,10 +26,14 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from ..errors import TorchneckError
 from .runner import Outcome, Target, check_target, run_target, sigterm_held_back
 from .window import ProfiledWindow, WindowOptions
+
+if TYPE_CHECKING:
+    from .marks import RangeMarks
 
 CRASH_FILE = "crash.txt"
 
@@ -79,7 +83,8 @@ class CaptureSession:
         self._dormant = False
         self._pid = os.getpid()
         self._main = threading.main_thread()
-        self._crash_file = None
+        self._crash_file: IO[str] | None = None
+        self.marks: RangeMarks | None = None
 
     def begin(self, target: Target | None = None) -> None:
         import torch  # noqa: F401  (imported here so its import time is not the user's)
@@ -101,12 +106,12 @@ class CaptureSession:
         self.compile_guard = CompileGuard(on_compile=self.window.compile_started)
         self.compile_capture = CompileCapture(on_compile_start=self.compile_guard.compile_requested)
         self.call_sites = CallSites()
-        self.marks = None
         if self.options.nvtx:
             from .marks import RangeMarks
 
             self.marks = RangeMarks()
-            self.window.marks = self.window._spans.marks = self.marks if self.marks.backend else None
+            if self.marks.backend:
+                self.window.marks = self.window._spans.marks = self.marks
         self.started_ns = time.monotonic_ns()
         self.started_unix_ns = time.time_ns()
         self.cpu0 = time.process_time()
@@ -156,8 +161,9 @@ class CaptureSession:
         if faulthandler.is_enabled():
             return  # the user's (python -X faulthandler): theirs goes to stderr
         try:
-            self._crash_file = open(self.run_dir / CRASH_FILE, "w")  # noqa: SIM115  (open for the run)
-            faulthandler.enable(file=self._crash_file, all_threads=True)
+            crash_file = open(self.run_dir / CRASH_FILE, "w")  # noqa: SIM115  (open for the run)
+            faulthandler.enable(file=crash_file, all_threads=True)
+            self._crash_file = crash_file
         except (OSError, ValueError, RuntimeError):
             self._crash_file = None
 

@@ -25,11 +25,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..sites import is_user_file
 from .dynamo_guard import is_compiling
 from .lines import LineMarking
 from .plan import (
+    MIN_STEPS,
     RSS_SETTLE_LOOP_S,
     RSS_SETTLE_S,
     SLICE_S,
@@ -115,17 +117,23 @@ class ProfiledWindow:
         self._window_wait_from: int | None = None  # tick at which a superseding window became due
         self._seen_samples = 0
         self.compile_in_use = False
-        self.sampler = None
+        self.sampler: Any = None  # capture/sampler.py's StackSampler, once attached
         self.started_ns = time.monotonic_ns()
-        self.marks = None  # capture/marks.py: NVTX / ITT ranges (--nvtx)
+        self.marks: Any = None  # capture/marks.py: NVTX / ITT ranges (--nvtx)
 
     def _ours(self):
         return self.watch.ours() if self.watch is not None else contextlib.nullcontext()
 
     # -- recording -----------------------------------------------------------------------------
     def _mark_step(self) -> None:
-        self.log.step_marks.append((self._prof.step_num, time.monotonic_ns()))
-        self._prof.begin_step()
+        prof = self._prof
+        assert prof is not None, "only while recording"
+        self.log.step_marks.append((prof.step_num, time.monotonic_ns()))
+        prof.begin_step()
+
+    def _elapsed_s(self, now: int) -> float:
+        """Seconds the window has been recording."""
+        return (now - (self.log.window_start_ns or now)) / 1e9
 
     def start(self) -> None:
         """Install the clocks; with `--all`, record from here."""
@@ -173,7 +181,7 @@ class ProfiledWindow:
         """Which bound the recording window has passed, if any (`--all` has none)."""
         if self.options.all:
             return None
-        elapsed = (now - self.log.window_start_ns) / 1e9
+        elapsed = self._elapsed_s(now)
         if elapsed >= factor * self.options.max_window_s:
             return "time_bound"
         if self._recorded_bytes(settle_s) >= factor * self.options.max_window_mb * (1 << 20):
@@ -246,21 +254,19 @@ class ProfiledWindow:
         n = len(log.ticks)
         if self.state == "recording" and cap.plan == "steps":
             recorded = n - (log.window_first_step or 0)
-            if opts.duration is not None and (now - log.window_start_ns) / 1e9 >= opts.duration:
+            if opts.duration is not None and self._elapsed_s(now) >= opts.duration:
                 self.finish("duration")
             elif opts.duration is None and recorded >= opts.steps:
                 self.finish("steps")
             else:
-                bound = self._over_bounds(now, settle_s=0.0)  # a step boundary: its tensors are freed
-                if bound:
+                bound = None if recorded < MIN_STEPS else self._over_bounds(now, settle_s=0.0)  # a step
+                if bound:  # boundary: the step's own tensors are freed
                     self.finish(bound)
                     return
-                self._prof.step_num += 1
-                self._mark_step()
+                self._next_step()
             return
         if self.state == "recording" and cap.plan == "all":
-            self._prof.step_num += 1
-            self._mark_step()
+            self._next_step()
             return
         if self.aside or opts.all or n < opts.warmup or cap.plan == "steps":
             return
@@ -283,6 +289,11 @@ class ProfiledWindow:
                              "them was kept, a second profiler session there could corrupt memory")
             self._superseded = True
 
+    def _next_step(self) -> None:
+        assert self._prof is not None, "only while recording"
+        self._prof.step_num += 1
+        self._mark_step()
+
     def _supersede_when_closed(self) -> None:
         if self._busy or self.state == "waiting" or self.capture.plan == "steps":
             return
@@ -295,7 +306,7 @@ class ProfiledWindow:
 
     def _supersede(self) -> None:
         cap = self.capture
-        previous = (f"a {cap.plan} window from {(cap.window_start_ns - self.started_ns) / 1e9:.1f} s, "
+        previous = (f"a {cap.plan} window from {((cap.window_start_ns or 0) - self.started_ns) / 1e9:.1f} s, "
                     "replaced by the steps once they began")
         if self.state == "recording":
             self.finish("superseded", export=False)
@@ -338,12 +349,13 @@ class ProfiledWindow:
         busy = any(busy_of[sample[0]] for sample in recent if sample[0] < len(busy_of))
         steady = self._steady.update(now, len(recent), sampler.fresh, busy)
         cap = self.capture
-        if steady and (cap.steady_from_ns is None or self._steady.steady_since_ns < cap.steady_from_ns):
-            cap.steady_from_ns = self._steady.steady_since_ns  # the program's main work began there
+        since = self._steady.steady_since_ns
+        if steady and since is not None and (cap.steady_from_ns is None or since < cap.steady_from_ns):
+            cap.steady_from_ns = since  # the program's main work began there
         if self.state == "recording":
             if cap.plan in ("loop", "slice"):
                 slice_s = self.options.duration or self.options.slice_s
-                if (now - self.log.window_start_ns) / 1e9 >= slice_s:
+                if self._elapsed_s(now) >= slice_s:
                     self.finish("slice")
                     return
                 bound = self._over_bounds(now, settle_s=RSS_SETTLE_LOOP_S)
@@ -447,7 +459,7 @@ class ProfiledWindow:
             finally:
                 window._tick("dataloader")
 
-        base.__next__ = __next__
+        setattr(base, "__next__", __next__)  # noqa: B010  (a class attribute patched)
         self._restore_next = (base, original_next)
         if self.log.kind in (None, "module"):
             if not self.compile_in_use:
@@ -513,7 +525,7 @@ class ProfiledWindow:
                 if window._module_depth == 0:
                     window._tick("module")
 
-        OptimizedModule.__call__ = __call__
+        setattr(OptimizedModule, "__call__", __call__)  # noqa: B010
         self._restore_optimized_call = (OptimizedModule, own)
 
     def uninstall(self) -> None:
@@ -526,14 +538,14 @@ class ProfiledWindow:
         self._remove_module_hooks()
         if hasattr(self, "_restore_next"):
             base, original = self._restore_next
-            base.__next__ = original
+            setattr(base, "__next__", original)  # noqa: B010
             del self._restore_next
         if hasattr(self, "_restore_optimized_call"):
             cls, own = self._restore_optimized_call
             if own is None:
-                del cls.__call__
+                delattr(cls, "__call__")
             else:
-                cls.__call__ = own
+                setattr(cls, "__call__", own)  # noqa: B010
             del self._restore_optimized_call
 
     def close(self) -> None:
@@ -555,7 +567,7 @@ class _Kineto:
         self._prof = torch.autograd.profiler.profile(
             use_cpu=True, use_device=use_device, record_shapes=options.record_shapes,
             profile_memory=options.profile_memory and memory, with_stack=options.with_stack, use_kineto=True)
-        self._step = None
+        self._step: Any = None
         self.step_num = 0
 
     def start(self) -> None:
@@ -573,10 +585,10 @@ class _Kineto:
             pass
 
     def begin_step(self) -> None:
-
         self.end_step()
-        self._step = own_span()(f"ProfilerStep#{self.step_num}")
-        self._step.__enter__()
+        step = own_span()(f"ProfilerStep#{self.step_num}")
+        step.__enter__()
+        self._step = step
 
     def end_step(self) -> None:
         if self._step is not None:
@@ -612,6 +624,7 @@ def _quiet_stderr():
 
 
 def _gzip_file(src: Path, dst: Path) -> None:
+    gz: Any
     try:
         from isal import igzip as gz
     except ImportError:  # pragma: no cover

@@ -52,6 +52,8 @@ class ConsoleRenderer:
                 c.print(f"[red]The script did not finish normally: {escape(run['error'])}[/]")
         c.print()
         c.print(escape(report["verdict"]))
+        if (report.get("capture") or {}).get("summary"):  # what was measured, over what span, and why
+            c.print(f"[dim]{escape(report['capture']['summary'])}[/]")
         self._findings(report["findings"])
         comp = report.get("compile") or {}
         if comp.get("present"):
@@ -262,7 +264,7 @@ class ConsoleRenderer:
             c.print(f"  [yellow]profiled from the start: {escape(phases['window_note'])}[/]")
 
     def _python(self, python: dict) -> None:
-        for key, title in (("window", "Python hotspots in the profiled steps"),
+        for key, title in (("window", "Python hotspots in the steady state (the run after start-up)"),
                            ("startup", "Python time before the first step (one-time)")):
             h = python.get(key)
             if not h or not h["lines"]:

@@ -104,6 +104,8 @@ class HtmlRenderer:
         text += (f"exit code {run.get('exit_code')} · wall {run.get('wall_s') or 0:.2f} s · "
                  f"cpu {run.get('cpu_s') or 0:.2f} s")
         out = f'<p class="run">{_e(text)}</p>'
+        if (report.get("capture") or {}).get("summary"):  # what was measured, over what span, and why
+            out += f'<p class="run">{_e(report["capture"]["summary"])}</p>'
         if run.get("error"):
             out += f'<p class="error">The script did not finish normally: {_e(run["error"])}</p>'
         return out
