@@ -6,7 +6,7 @@ torch.manual_seed(0)
 VOCAB = {w: i for i, w in enumerate("the a of to and in is it you that he was for on are with as his they be".split())}
 DOCUMENTS = [("The quick brown fox jumps over the lazy dog and it was the best of times, it was the worst of "
               f"times; you are what you eat, they say, and he is in the kitchen with his dog number {i}. ") * 60
-             for i in range(300)]
+             for i in range(900)]
 
 
 def featurize(text: str) -> list[float]:

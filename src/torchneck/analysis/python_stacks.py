@@ -137,6 +137,12 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
     the thread's CPU time, `waiting_s` (the part of that spent off the CPU: sleeping, blocked on
     I/O, a lock or a queue). Also per function, and the share of samples in user code vs library
     code.
+
+    Time the thread was ready to run while other processes had the CPU (`ready_s`, known on
+    Linux) is left out of every figure but `ready_s` itself: it is the machine's load, not the
+    code's cost, and it lands on whichever line happened to run (on a loaded machine, a line
+    running one cheap call collected a third of a run's samples). Time inside ops is scaled
+    down alike: a trace's op spans are wall-clock spans too.
     """
     mid = s.end_s - s.dur_s / 2
     in_range = (mid >= lo_s) & (mid < hi_s)
@@ -147,25 +153,34 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
         win &= ~s.unsampled
     if only is not None:
         win &= only
-    total = float(s.dur_s[win].sum())
+    ready = (np.clip(np.nan_to_num(s.runq_s), 0.0, s.dur_s) if s.runq_s is not None and len(s.runq_s) == len(s.dur_s)
+             else np.zeros(len(s.dur_s)))
+    dur = s.dur_s - ready  # the script's own time: running, or blocked
+    total = float(dur[win].sum())
     known = op_s is not None
-    outside = np.maximum(s.dur_s - op_s, 0.0) if known else s.dur_s
+    if op_s is not None:
+        share = np.divide(dur, s.dur_s, out=np.zeros(len(dur)), where=s.dur_s > 0)
+        outside = np.maximum(dur - op_s * share, 0.0)
+    else:
+        outside = dur
     own_s = np.where(s.leaf_is_user, outside, 0.0)
     waiting = np.minimum(s.waiting_s(), outside)  # a wait is never inside an op's own CPU time
     lines: dict[int, list[float]] = {}
-    for fid, d, own, out, wait in zip(s.user_frame[win].tolist(), s.dur_s[win].tolist(), own_s[win].tolist(),
-                                      outside[win].tolist(), waiting[win].tolist()):
+    for fid, d, own, out, wait, rq in zip(s.user_frame[win].tolist(), dur[win].tolist(), own_s[win].tolist(),
+                                          outside[win].tolist(), waiting[win].tolist(), ready[win].tolist()):
         if fid < 0:
             continue
-        acc = lines.setdefault(fid, [0.0, 0.0, 0.0, 0.0])
+        acc = lines.setdefault(fid, [0.0, 0.0, 0.0, 0.0, 0.0])
         acc[0] += d
         acc[1] += own
         acc[2] += out
         acc[3] += wait
+        acc[4] += rq
     funcs: dict[tuple[str, str], list] = {}
     out_lines: list[dict] = []
     cpu_known = s.cpu_s is not None and bool(np.isfinite(s.cpu_s).any())
-    for fid, (tot, own, out, wait) in sorted(lines.items(), key=lambda kv: -kv[1][0]):
+    runq_known = s.runq_s is not None and bool(np.isfinite(s.runq_s).any())
+    for fid, (tot, own, out, wait, rq) in sorted(lines.items(), key=lambda kv: -kv[1][0]):
         fn, file, line = s.frames[fid]
         f = funcs.setdefault((file, fn), [0.0, 0.0, line])
         f[0] += tot
@@ -179,10 +194,12 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
                 entry["outside_ops_s"] = out
             if cpu_known:
                 entry["waiting_s"] = wait  # off the CPU: blocked, not computing
+            if runq_known:
+                entry["ready_s"] = rq  # ready to run while another process had the CPU (a busy machine)
             out_lines.append(entry)
     out_funcs = [{"file": file, "function": fn, "line": ln, "total_s": tot, "self_s": own}
                  for (file, fn), (tot, own, ln) in sorted(funcs.items(), key=lambda kv: -kv[1][0])[:top]]
-    user_total = float(s.dur_s[win & (s.user_frame >= 0)].sum())
+    user_total = float(dur[win & (s.user_frame >= 0)].sum())
     return {
         "sampled_s": total,
         "torchneck_hooks_s": float(s.dur_s[in_range & s.tool].sum()),
@@ -190,7 +207,8 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
         "compiling_s": float(s.dur_s[in_range & s.compiling & ~s.importing].sum()),
         "unsampled_s": float(s.dur_s[in_range & s.unsampled].sum()) if s.unsampled is not None else 0.0,
         "user_code_self_s": float(own_s[win].sum()),
-        "in_torch_ops_s": float((s.dur_s - outside)[win].sum()) if known else None,
+        "in_torch_ops_s": float((dur - outside)[win].sum()) if known else None,
+        "ready_s": float(ready[win].sum()),
         "attributed_to_user_lines_s": user_total,
         "lines": out_lines,
         "functions": out_funcs,

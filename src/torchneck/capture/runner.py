@@ -29,6 +29,11 @@ from pathlib import Path
 
 from ..errors import TorchneckError
 
+try:  # imported here, not when the script starts: its import time is not the script's
+    from greenlet import greenlet
+except ImportError:  # pragma: no cover
+    greenlet = None
+
 
 @dataclass
 class Target:
@@ -203,9 +208,7 @@ def _at_root(fn, *args, **kwargs):
     """`fn(*args, **kwargs)` as the root of a new chain of Python frames (see the module
     docstring); its result or exception comes back here. A C function (`exec`) as `fn` leaves no
     frame of ours below the script's."""
-    try:
-        from greenlet import greenlet
-    except ImportError:  # pragma: no cover  (a dependency; without it the script nests in our frames)
+    if greenlet is None:  # pragma: no cover  (a dependency; without it the script nests in our frames)
         return fn(*args, **kwargs)
     return greenlet(fn).switch(*args, **kwargs)
 

@@ -172,7 +172,17 @@ class ProfiledWindow:
         self._rss_base = self._rss.settled(0.0)
         self._mark_step()
         log.lines_marked = self._lines.start()
+        self._charge_to_torchneck()
         return True
+
+    def _charge_to_torchneck(self) -> None:
+        """End the sampler's current interval here, as torchneck's: the last C call of starting or
+        writing the profile (Kineto's stop, the export, the compression) returns straight into the
+        script's frame, where the next sample would otherwise charge it."""
+        if self.sampler is not None and threading.get_ident() == self._main_thread:
+            from ..sites import TOOL_FRAME
+
+            self.sampler.record_synthetic(TOOL_FRAME)
 
     def _recorded_bytes(self, settle_s: float = RSS_SETTLE_S) -> int:
         return max(0, self._rss.settled(settle_s) - self._rss_base)
@@ -192,6 +202,12 @@ class ProfiledWindow:
         """Stop recording and write the trace (idempotent)."""
         if self.state != "recording" or self._prof is None:
             return
+        try:
+            self._finish(stopped_by, export)
+        finally:
+            self._charge_to_torchneck()
+
+    def _finish(self, stopped_by: str, export: bool) -> None:
         self.state = "done"
         cap, log = self.capture, self.log
         cap.window_end_ns = log.window_end_ns = time.monotonic_ns()
@@ -199,6 +215,7 @@ class ProfiledWindow:
         cap.recorded_mb = round(self._recorded_bytes(0.0) / (1 << 20), 2)
         self._lines.stop()
         prof, self._prof = self._prof, None
+        assert prof is not None
         try:
             t0 = time.perf_counter()
             with self._ours():
