@@ -310,9 +310,10 @@ def capture_summary(run: dict, phases: dict, events: int | None) -> dict:
                                     "schedule", "exports")}
              | {"started_s": offset(u.get("started_ns")), "stopped_s": offset(u.get("stopped_ns"))}
              for u in cap.get("user_profilers") or []]
+    kind = run["clock"].get("kind")
     out = {
         "plan": plan,
-        "why": cap.get("why") or "",
+        "why": cap.get("why") or (f"{kind} steps" if kind and plan == "steps" else ""),
         "window": {"start_s": w0, "end_s": w1, "stopped_by": cap.get("stopped_by"),
                    "recorded_mb": cap.get("recorded_mb"), "trace_bytes": cap.get("trace_bytes"), "events": events},
         "bounds": cap.get("bounds") or {},
@@ -340,7 +341,8 @@ def _capture_sentence(c: dict, run: dict) -> str:
     w = c["window"]
     span = f"{w['start_s']:.2f}-{w['end_s']:.2f} s" if w["start_s"] is not None else ""
     events = f", {w['events']:,} events" if w.get("events") else ""
-    stopped = _STOPPED.get(w.get("stopped_by") or "", "")
+    stopped = f", stopped {_STOPPED[w['stopped_by']]}" if w.get("stopped_by") in _STOPPED else ""
+    why = f" ({c['why']})" if c["why"] else ""
     parts = []
     users = c["user_profilers"]
     if users:
@@ -354,9 +356,9 @@ def _capture_sentence(c: dict, run: dict) -> str:
                      + (" and paused its sampler while that profiler recorded Python calls" if any(
                          x.get("with_stack") for x in users) else " and sampled Python") + ".")
     if c["plan"] == "steps":
-        parts.append(f"Profiled {span} ({c['why']}), stopped {stopped}{events}.")
+        parts.append(f"Profiled {span}{why}{stopped}{events}.")
     elif c["plan"] in ("loop", "slice"):
-        parts.append(f"No step markers: {c['why']}; profiled {span}, stopped {stopped}{events}.")
+        parts.append(f"No step markers: {c['why']}; profiled {span}{stopped}{events}.")
     elif c["plan"] == "all":
         parts.append(f"Profiled the whole run (--all){events}.")
     elif not users:
