@@ -33,6 +33,10 @@ from dataclasses import dataclass, field
 
 from ..sites import is_user_file
 
+MAX_SESSIONS_KEPT = 50
+"""Sessions of the script's profiler described in the report: a schedule that repeats for the
+whole run starts one every cycle."""
+
 
 @dataclass
 class UserProfiler:
@@ -175,6 +179,10 @@ class ProfilerWatch:
             return  # prepared earlier: `_run_on_profiler_start` of the same session
         user = describe(frame)
         self.active = user
+        for earlier in self.sessions:  # only the last session's results may be saved: let the rest go
+            earlier.owner = None  # (a schedule that repeats forever starts a session every cycle)
+        if len(self.sessions) >= MAX_SESSIONS_KEPT:
+            del self.sessions[1:2]  # the first (where the profiler was started) and the latest stay
         self.sessions.append(user)
         try:
             self.on_start(user)
