@@ -282,15 +282,38 @@ def python_phases(samples: Samples, phases: dict, op_s: np.ndarray | None = None
 
 def _op_seconds_beyond_window(samples: Samples, op_s: np.ndarray, in_window: np.ndarray) -> np.ndarray:
     """Per sample, seconds inside torch ops: measured inside the window, estimated outside it
-    from the same user line's share inside it (0 for a line the window never saw)."""
+    from the same user line's share inside it (0 for a line the window never saw).
+
+    The share is taken over the script's own time (run-queue time left out, as `hotspots` does):
+    an op's span in the trace is wall-clock time, the machine's load included, and a line whose
+    samples waited for a CPU inside the window would otherwise look mostly outside ops. The
+    trace matters most here for a line whose samples stand for the previous line's op (a signal
+    pending during `a * b` on big tensors is handled at the next call, on the next line)."""
     uf = samples.user_frame
+    ready = (np.clip(np.nan_to_num(samples.runq_s), 0.0, samples.dur_s)
+             if samples.runq_s is not None and len(samples.runq_s) == len(samples.dur_s) else 0.0)
+    own = samples.dur_s - ready
+    keep = np.divide(own, samples.dur_s, out=np.zeros(len(own)), where=samples.dur_s > 0)
     known = in_window & (uf >= 0)
     n = max(len(samples.frames), int(uf.max()) + 1 if len(uf) else 0) + 1
-    op_by_line = np.bincount(uf[known], weights=op_s[known], minlength=n)
-    dur_by_line = np.bincount(uf[known], weights=samples.dur_s[known], minlength=n)
-    share = np.divide(op_by_line, dur_by_line, out=np.zeros(n), where=dur_by_line > 0)
+    op_by_line = np.bincount(uf[known], weights=np.minimum(op_s * keep, own)[known], minlength=n)
+    own_by_line = np.bincount(uf[known], weights=own[known], minlength=n)
+    share = np.divide(op_by_line, own_by_line, out=np.zeros(n), where=own_by_line > 0)
     estimate = np.where(uf >= 0, share[np.maximum(uf, 0)] * samples.dur_s, 0.0)
+    # One sample standing for several ms of CPU with the user's own frame as its leaf: the thread
+    # sat in one C call all along (Python checks for pending signals at every call and loop
+    # turn), most likely the op of the line before (`a * b` on big tensors is not a call: the
+    # signal waits for the next line's). Inside the window the trace tells; outside it, such a
+    # sample is taken for op time rather than for Python.
+    cpu = np.nan_to_num(samples.cpu_s) if samples.cpu_s is not None and len(samples.cpu_s) == len(own) else own
+    one_call = samples.leaf_is_user & (np.minimum(cpu, own) >= ONE_C_CALL_S)
+    estimate = np.where(one_call, samples.dur_s, estimate)
     return np.where(in_window, op_s, estimate)
+
+
+ONE_C_CALL_S = 0.005
+"""On-CPU seconds in one sample's interval beyond which the interval was one C call: five
+intervals of the 1 ms sampler without a single bytecode boundary where a signal is handled."""
 
 
 def capture_summary(run: dict, phases: dict, events: int | None) -> dict:

@@ -33,6 +33,24 @@ from dataclasses import dataclass, field
 
 from ..sites import is_user_file
 
+_CONCRETE_INPUTS = [True]
+"""What the script (or torch's default) asked for "Concrete Inputs": with record_shapes, torch also
+records the values of small inputs (scalars, lists), ~4 KB an op on some (a 200-iteration loop of
+normalising a batch: 58 MB with them, nothing measurable without). torchneck's analyses do not
+read them, so its own window records without them; the script's own sessions keep the setting
+the script chose (torch has no getter: the setter is wrapped to know it)."""
+
+
+def record_concrete_inputs(enabled: bool | None) -> None:
+    """Set torch's switch for "Concrete Inputs"; None: back to what the script chose."""
+    import torch
+
+    setter = getattr(torch._C._profiler, "_set_record_concrete_inputs_enabled_val", None)
+    setter = getattr(setter, "__wrapped__", setter)
+    if setter is not None:
+        setter(_CONCRETE_INPUTS[0] if enabled is None else enabled)
+
+
 MAX_SESSIONS_KEPT = 50
 """Sessions of the script's profiler described in the report: a schedule that repeats for the
 whole run starts one every cycle."""
@@ -113,6 +131,7 @@ class ProfilerWatch:
                 watch._stopped(sys._getframe(1))
             return result
 
+        self._patch_concrete_inputs()
         self._patch(ap, "_prepare_profiler", _prepare_profiler)
         self._patch(ap, "_run_on_profiler_start", _run_on_profiler_start)
         self._patch(ap, "_run_on_profiler_stop", _run_on_profiler_stop)
@@ -137,6 +156,21 @@ class ProfilerWatch:
             self._patch(legacy, "_disable_profiler_legacy", _disable_profiler_legacy)
         except (ImportError, AttributeError):
             pass
+
+    def _patch_concrete_inputs(self) -> None:
+        import torch
+
+        setter = getattr(torch._C._profiler, "_set_record_concrete_inputs_enabled_val", None)
+        if setter is None:
+            return
+
+        def _set_record_concrete_inputs_enabled_val(enabled):
+            _CONCRETE_INPUTS[0] = bool(enabled)
+            return setter(enabled)
+
+        _set_record_concrete_inputs_enabled_val.__wrapped__ = setter  # type: ignore[attr-defined]
+        self._patch(torch._C._profiler, "_set_record_concrete_inputs_enabled_val",
+                    _set_record_concrete_inputs_enabled_val)
 
     def _patch_exports(self, ap) -> None:
         watch = self

@@ -49,7 +49,9 @@ CLOCK_RANK = {"optimizer": 3, "dataloader": 2, "module": 1}
 
 MID_STEP_FACTOR = 2.0
 """A step window is cut at a step boundary when it passes its time or memory bound; between two
-ticks only when it passes twice the bound (one step bigger than the whole budget)."""
+ticks only when it passes twice the time bound (one step longer than the whole budget). Memory is
+not checked between ticks: a step's own tensors live there (a float64 mask of 2x64 MB made one
+window stop after 46 events), while at a tick they are the same as at the window's start."""
 
 
 @dataclass
@@ -376,8 +378,8 @@ class ProfiledWindow:
                     self.finish("slice")
                     return
                 bound = self._over_bounds(now, settle_s=RSS_SETTLE_LOOP_S)
-            elif cap.plan == "steps":
-                bound = self._over_bounds(now, MID_STEP_FACTOR)
+            elif cap.plan == "steps" and self._elapsed_s(now) >= MID_STEP_FACTOR * self.options.max_window_s:
+                bound = "time_bound"  # between ticks only time: a step's own tensors swell memory
             else:
                 bound = None
             if bound:
@@ -590,6 +592,9 @@ class _Kineto:
     def start(self) -> None:
         import torch
 
+        from .profilers import record_concrete_inputs
+
+        record_concrete_inputs(False)  # values of small inputs: memory the analyses never read
         with _quiet_stderr():
             self._prof.__enter__()
         try:
@@ -613,9 +618,14 @@ class _Kineto:
             self._step = None
 
     def stop(self) -> None:
+        from .profilers import record_concrete_inputs
+
         self.end_step()
-        with _quiet_stderr():
-            self._prof.__exit__(None, None, None)
+        try:
+            with _quiet_stderr():
+                self._prof.__exit__(None, None, None)
+        finally:
+            record_concrete_inputs(None)
 
     def export(self, path: Path) -> None:
         self._prof.export_chrome_trace(str(path))
