@@ -55,7 +55,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-window-s", type=float, default=None, metavar="S",
                    help="stop the profiled window after S seconds, whatever started it (default 10)")
     p.add_argument("--max-window-mb", type=float, default=None, metavar="MB",
-                   help="stop the profiled window once the profiler holds MB of events (default 6; "
+                   help="stop the profiled window once the profiler holds MB of events (default 4; "
                         "a window of steps keeps at least 2 steps)")
     p.add_argument("--slice", type=float, default=None, metavar="S",
                    help="length of the time slice profiled in a program without steps (default 1)")

@@ -14,11 +14,12 @@ from evidence, most trusted first:
 Whatever started it, the window stops at the first of: its steps (or `--duration`, or the
 slice) done, `--max-window-s`, or `--max-window-mb` recorded (a window of steps keeps at least
 `MIN_STEPS`), so a million tiny ops never reach the trace or memory. Recorded bytes are measured
-as the growth of the process's resident memory while the window records (the profiler's event
-buffers: ~250 bytes an op, ~600 with shapes, several KB for some ops with shapes), read at step
-boundaries, or as the smallest reading over the last `RSS_SETTLE_S`, so a step's own short-lived
-tensors do not count. Converting those events into a trace afterwards costs ~15-30 µs each,
-which is why the bound is on what is recorded, not only on time.
+as the growth of the memory malloc has handed out while the window records (`MemoryProbe`: the
+profiler's event buffers, ~260 bytes an event with shapes and memory events), read at step
+boundaries (a step's own tensors are then the same as at the window's start), or, in a loop, as
+the smallest reading over the last `RSS_SETTLE_LOOP_S`, so short-lived tensors do not count.
+Converting those events into a trace afterwards costs ~15-30 µs each, which is why the bound is
+on what is recorded, not only on time.
 
 Everything this module decides is kept in `CaptureLog` (run.json's `capture`), which the report
 turns into "what was measured, over what span, and why".
@@ -26,6 +27,7 @@ turns into "what was measured, over what span, and why".
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
 import sys
@@ -35,11 +37,11 @@ from dataclasses import asdict, dataclass, field
 WINDOW_MAX_S = 10.0
 """Longest profiled window (`--max-window-s`): 5 steps of up to 2 s each fit; longer steps are cut
 at a step boundary, since the events of one long step already tell where its time goes."""
-WINDOW_MAX_MB = 6.0
-"""Most profiler memory a window may record (`--max-window-mb`): ~10-20 k events of small ops
-(from ~250 bytes an event to several KB with record_shapes on some ops), whose conversion into a
-trace took ~0.3-0.5 s here and ~60 MB at its peak: a loop of tiny ops stays within its overhead
-target. A window of steps holds at least `MIN_STEPS` whatever this bound says."""
+WINDOW_MAX_MB = 4.0
+"""Most profiler memory a window may record (`--max-window-mb`): ~16 k events (~260 bytes each
+with shapes and memory events), whose conversion into a trace takes ~15-30 µs an event here
+(~0.3-0.5 s) and ~60 MB at its peak: a loop of tiny ops stays within its overhead target. A
+window of steps holds at least `MIN_STEPS` whatever this bound says."""
 MIN_STEPS = 2
 """Steps a step window records even past its memory and time bounds (unless one step passes twice
 the bounds): per-step figures need more than one step, and a big model's step alone can hold
@@ -60,11 +62,11 @@ STEP_SILENCE_S = 3.0
 """A step clock that ticked and then fell silent this long (and 3x its longest step) no longer
 holds the window back: the loop is over, what runs now is another phase."""
 RSS_SETTLE_S = 0.2
-"""Between two step ticks, recorded bytes are the growth of the smallest resident-memory reading
-over this long: a step's own tensors come and go within it. At a tick (the step's tensors freed)
-the reading itself is used, and in a loop without steps (short iterations) the smallest over
-`RSS_SETTLE_LOOP_S`: the profiler records fast there, a longer lag overshoots the bound."""
-RSS_SETTLE_LOOP_S = 0.04
+"""Readings of memory in use are kept this long. At a step tick the reading itself is compared to
+the window's start, and in a loop without steps (short iterations) the smallest over
+`RSS_SETTLE_LOOP_S`: an iteration's tensors come and go within it, and the profiler records
+fast there (a loop of tiny ops: ~200 MB/s), so a longer lag overshoots the bound."""
+RSS_SETTLE_LOOP_S = 0.02
 
 
 @dataclass
@@ -93,20 +95,43 @@ class CaptureLog:
         return asdict(self)
 
 
-class RssProbe:
-    """Resident memory of this process, cheaply (a 4 KB pread of /proc/self/statm), with the
-    smallest reading over the last `RSS_SETTLE_S`."""
+class _MallInfo2(ctypes.Structure):  # glibc's struct mallinfo2 (2.33+)
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+class MemoryProbe:
+    """The process's memory in use by malloc (glibc's `mallinfo2`: bytes allocated and not
+    freed, all arenas, mmapped blocks included; ~1 µs), with the smallest reading over a recent
+    span. Bytes in use, not resident pages: the profiler's event buffers fill memory a freed
+    tensor left in the heap without raising the resident size (measured: a second session of
+    84 k events raised RSS by 0, malloc's bytes in use by 21 MB, as the first), and Python's own
+    objects (pymalloc arenas, mapped directly) do not count. Where glibc's call is missing, the
+    resident size (/proc/self/statm) stands in."""
 
     def __init__(self) -> None:
+        self._mallinfo = None
+        try:
+            fn = ctypes.CDLL(None).mallinfo2
+            fn.restype = _MallInfo2
+            fn.argtypes = []
+            self._mallinfo = fn
+        except (AttributeError, OSError):
+            pass
         self._fd: int | None = None
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-        try:
-            self._fd = os.open("/proc/self/statm", os.O_RDONLY)
-        except OSError:
-            self._fd = None
+        if self._mallinfo is None:
+            try:
+                self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+            except OSError:
+                self._fd = None
+        self.kind = "malloc" if self._mallinfo is not None else "rss"
         self._recent: list[tuple[int, int]] = []  # (ns, bytes)
 
     def read(self) -> int:
+        if self._mallinfo is not None:
+            info = self._mallinfo()
+            return int(info.uordblks + info.hblkhd)
         if self._fd is not None:
             try:
                 return int(os.pread(self._fd, 128, 0).split()[1]) * self._page

@@ -39,7 +39,7 @@ from .plan import (
     WINDOW_MAX_MB,
     WINDOW_MAX_S,
     CaptureLog,
-    RssProbe,
+    MemoryProbe,
     SteadyState,
     loop_site,
 )
@@ -111,7 +111,7 @@ class ProfiledWindow:
         self.export_error: str | None = None
         self._lines = LineMarking()
         self._spans = OpenSpans()
-        self._rss = RssProbe()
+        self._rss = MemoryProbe()
         self._rss_base = 0
         self._steady = SteadyState()
         self._sessions = 0  # torchneck recordings started (their spans are told apart by number)
