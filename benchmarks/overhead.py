@@ -32,13 +32,16 @@ TARGET_RSS_MB = 300.0
 
 def measured(cmd: list[str], env: dict) -> tuple[float, float, float]:
     """(wall s, CPU s, peak RSS MB) of one child process."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed with exit code {proc.returncode}")
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            err.seek(0)
+            tail = err.read().decode(errors="replace")[-3000:]
+            raise SystemExit(f"{' '.join(cmd)} failed with exit code {proc.returncode}:\n{tail}")
     rss_mb = usage.ru_maxrss / 1024 if sys.platform != "darwin" else usage.ru_maxrss / 2**20
     return wall, usage.ru_utime + usage.ru_stime, rss_mb
 

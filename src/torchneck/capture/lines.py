@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from ..sites import MARKER_CALL_FUNCTION, is_user_file, site_name
+from ..sites import MARKER_CALL_FUNCTION, is_torchneck_file, is_user_file, site_name
 from .spans import own_span
 
 
@@ -84,8 +84,25 @@ def make_marker(open_spans: list[int]):
     return UserLineMarker()
 
 
+def _script_frame():
+    """The frame the script was running when torchneck's code (a hook, the sampler's signal
+    handler) was entered: the first one up the stack that is not torchneck's."""
+    frame = sys._getframe(2)
+    while frame is not None and is_torchneck_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def _in_script_code(frame) -> bool:
+    """The script's own code is running there: not torch's, whose mode handling pops a mode and
+    pushes it back around `__torch_function__` (`_pop_mode_temporarily`): a push or pop of ours
+    in between would unpair it (measured: "trying to pop from empty mode stack" in a script)."""
+    return frame is not None and is_user_file(frame.f_code.co_filename)
+
+
 class LineMarking:
-    """Pushes a marker for the window and pops it only if it is still on top."""
+    """Pushes a marker for the window and pops it only if it is still on top, and only while the
+    script's own code runs (see `_in_script_code`)."""
 
     def __init__(self) -> None:
         self._mode = None
@@ -94,9 +111,12 @@ class LineMarking:
         self.disabled = False  # torch.compile is in use: dynamo guards on the mode stack
 
     def start(self) -> bool:
-        """Push the marker, only onto an empty mode stack: this may run in a signal handler that
-        interrupted the script between its own mode's push and pop, which must stay paired."""
+        """Push the marker, only onto an empty mode stack and from the script's own code: this may
+        run in a signal handler that interrupted the script between its own mode's push and pop,
+        or torch between its temporary pop and push, which must stay paired."""
         if self._mode is not None or self.disabled or compiled_code_exists():
+            return False
+        if not _in_script_code(_script_frame()):
             return False
         try:
             from torch.overrides import _get_current_function_mode_stack
@@ -111,7 +131,8 @@ class LineMarking:
         return True
 
     def stop(self) -> None:
-        """Stop marking at once, and take the mode off the stack as soon as it is on top.
+        """Stop marking at once, and take the mode off the stack as soon as it is on top while
+        the script's own code runs.
 
         Inside the mode's own `__torch_function__` torch has popped it for the call and pushes
         it back after, so popping then would take the wrong mode. That is where a check run by
@@ -125,20 +146,26 @@ class LineMarking:
             return
         mode.active = False  # whatever happens below, it no longer marks anything
         self._pending = mode
-        self.retry()
+        self.retry(_script_frame())
         if self._pending is not None and sys.getprofile() is None:
             marking = self
 
             def pop_when_on_top(frame, event, arg):
-                marking.retry()
+                caller = frame.f_back if event == "call" else frame if event == "c_call" else None
+                if caller is not None:
+                    marking.retry(caller)
                 if marking._pending is None and sys.getprofile() is pop_when_on_top:
                     sys.setprofile(None)
 
             sys.setprofile(pop_when_on_top)
 
-    def retry(self) -> None:
+    def retry(self, frame=None) -> None:
+        """Pop the stopped marker if it is on top and `frame` (default: where the script was
+        interrupted) is the script's own code."""
         mode = self._pending
         if mode is None:
+            return
+        if not _in_script_code(frame if frame is not None else _script_frame()):
             return
         try:
             from torch.overrides import _get_current_function_mode_stack
