@@ -87,3 +87,6 @@ class Report(Record, kw_only=True):
     diff: DiffSection | None = None
     distributed: dict[str, Any] | None = None
     bisect: dict[str, Any] | None = None
+    capture: dict[str, Any] | None = None
+    """A live run: what the profiler window covered, over what span, why, and what bounded it
+    (`analysis/run.py: capture_summary`)."""
