@@ -23,7 +23,7 @@ def read_reviews(n, seed):
     scores = [sum(w in pos for w in p) - sum(w in neg for w in p) for p in phrases]
     texts = [" ".join(p) for p in phrases]
     for _ in range(n):
-        picked = rng.choices(range(len(phrases)), k=rng.randint(8, 16))
+        picked = rng.choices(range(len(phrases)), k=rng.randint(16, 32))
         yield " ".join(texts[i] for i in picked), int(sum(scores[i] for i in picked) > 0)
 
 
@@ -66,7 +66,7 @@ class FastText(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--docs", type=int, default=12000)
+    ap.add_argument("--docs", type=int, default=6000)
     ap.add_argument("--fixed", action="store_true", help="vectorised trigram hashing")
     args = ap.parse_args()
     torch.manual_seed(0)

@@ -1,7 +1,7 @@
 """PPO on a vectorised two-link reaching arm written in NumPy (an RL loop stepping a Python environment).
 
 Each iteration collects a rollout from 128 arms, computes GAE advantages and runs
-clipped-PPO updates on minibatches.
+10 epochs of clipped-PPO updates on minibatches.
 """
 import argparse
 
@@ -89,7 +89,7 @@ def gae(rew, val, last_val, gamma=0.99, lam=0.95):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--iterations", type=int, default=4)
+    ap.add_argument("--iterations", type=int, default=3)
     ap.add_argument("--fixed", action="store_true", help="keep torch's float32 default")
     args = ap.parse_args()
     if not args.fixed:
@@ -100,13 +100,13 @@ def main():
     opt = torch.optim.Adam(ac.parameters(), lr=3e-4)
     obs = env.reset()
     for it in range(args.iterations):
-        batch, last_val, obs = collect(env, ac, obs, horizon=128)
+        batch, last_val, obs = collect(env, ac, obs, horizon=64)
         adv, ret = gae(batch["rew"], batch["val"], last_val)
         flat = {k: v.flatten(0, 1) for k, v in batch.items()}
         adv, ret = adv.flatten(), ret.flatten()
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        for _ in range(4):
-            for idx in torch.randperm(len(adv)).split(2048):
+        for _ in range(10):
+            for idx in torch.randperm(len(adv)).split(1024):
                 d = ac.dist(flat["obs"][idx])
                 ratio = (d.log_prob(flat["act"][idx]).sum(-1) - flat["logp"][idx]).exp()
                 pg = -torch.min(ratio * adv[idx], ratio.clamp(0.8, 1.2) * adv[idx]).mean()

@@ -1,7 +1,8 @@
-"""Train a multi-horizon load forecaster (an MLP over the last two weeks of hourly readings) with checkpoints.
+"""Fine-tune a multi-horizon load-forecasting head on a frozen pretrained encoder, with checkpoints.
 
-The checkpoint (model, optimizer, step) lets a preempted job resume; it is written atomically
-(temporary file, then rename) so a crash mid-write never leaves a broken checkpoint.
+The encoder (an MLP over the last two weeks of hourly readings) stays frozen; only the head
+trains. The checkpoint (model, optimizer, step) lets a preempted job resume; it is written
+atomically (temporary file, then rename) so a crash mid-write never leaves a broken checkpoint.
 """
 import argparse
 import math
@@ -33,20 +34,22 @@ def save_checkpoint(path, model, opt, step):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=400)
-    ap.add_argument("--fixed", action="store_true", help="checkpoint every 100 steps")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--fixed", action="store_true", help="checkpoint every 50 steps")
     args = ap.parse_args()
     torch.manual_seed(0)
     series = synthetic_load(24 * 120, 64)
-    model = nn.Sequential(nn.Linear(HISTORY, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                          nn.Linear(1024, HORIZON))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True)
+    encoder = nn.Sequential(nn.Linear(HISTORY, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU())
+    encoder.requires_grad_(False)  # pretrained (random here), frozen
+    head = nn.Sequential(nn.Linear(2048, 128), nn.ReLU(), nn.Linear(128, HORIZON))
+    model = nn.Sequential(encoder, head)
+    opt = torch.optim.AdamW(head.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(1)
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = Path(tmp) / "forecaster.pt"
         for step in range(args.steps):
-            meters = torch.randint(0, series.shape[0], (8,), generator=g)
-            starts = torch.randint(0, series.shape[1] - HISTORY - HORIZON, (8,), generator=g)
+            meters = torch.randint(0, series.shape[0], (16,), generator=g)
+            starts = torch.randint(0, series.shape[1] - HISTORY - HORIZON, (16,), generator=g)
             windows = torch.stack([series[m, s:s + HISTORY + HORIZON] for m, s in zip(meters, starts)])
             level = windows[:, :HISTORY].mean(1, keepdim=True)
             x, y = windows[:, :HISTORY] / level, windows[:, HISTORY:] / level
@@ -54,7 +57,7 @@ def main():
             opt.zero_grad()
             loss.backward()
             opt.step()
-            if (step + 1) % (100 if args.fixed else 1) == 0:  # PLANTED
+            if (step + 1) % (50 if args.fixed else 1) == 0:  # PLANTED
                 save_checkpoint(ckpt, model, opt, step)
             if step % 50 == 0:
                 print(f"step {step} MAE {loss.item():.4f}")
