@@ -37,51 +37,57 @@ def trigram_ids(text, fixed):
 
 
 def tokenize(reviews, fixed):
+    """Yield each review as its distinct trigram ids with their frequencies, and the label."""
     for text, label in reviews:
-        yield trigram_ids(text, fixed), label
+        ids, counts = np.unique(trigram_ids(text, fixed), return_counts=True)
+        yield ids, (counts / counts.sum()).astype(np.float32), label
 
 
 def batch(samples, size):
-    ids, offsets, labels = [], [], []
+    ids, weights, offsets, labels = [], [], [], []
     n = 0
-    for tok, label in samples:
+    for tok, w, label in samples:
         offsets.append(n)
         ids.append(tok)
+        weights.append(w)
         labels.append(label)
         n += len(tok)
         if len(labels) == size:
-            yield torch.from_numpy(np.concatenate(ids)), torch.tensor(offsets), torch.tensor(labels)
-            ids, offsets, labels, n = [], [], [], 0
+            yield (torch.from_numpy(np.concatenate(ids)), torch.from_numpy(np.concatenate(weights)),
+                   torch.tensor(offsets), torch.tensor(labels))
+            ids, weights, offsets, labels, n = [], [], [], [], 0
 
 
 class FastText(nn.Module):
-    def __init__(self, dim=64):
+    def __init__(self, dim=32):
         super().__init__()
-        self.emb = nn.EmbeddingBag(BUCKETS, dim, mode="mean")
+        self.emb = nn.EmbeddingBag(BUCKETS, dim, mode="sum")
         self.out = nn.Linear(dim, 2)
 
-    def forward(self, ids, offsets):
-        return self.out(self.emb(ids, offsets))
+    def forward(self, ids, weights, offsets):
+        """The frequency-weighted mean of each review's trigram embeddings, classified."""
+        return self.out(self.emb(ids, offsets, per_sample_weights=weights))
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--docs", type=int, default=6000)
+    ap.add_argument("--docs", type=int, default=10000)
     ap.add_argument("--fixed", action="store_true", help="vectorised trigram hashing")
     args = ap.parse_args()
     torch.manual_seed(0)
     model = FastText()
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     correct = seen = 0
-    for step, (ids, offsets, labels) in enumerate(batch(tokenize(read_reviews(args.docs, 0), args.fixed), 64)):
-        logits = model(ids, offsets)
+    for step, (ids, weights, offsets, labels) in enumerate(batch(tokenize(read_reviews(args.docs, 0), args.fixed),
+                                                                 128)):
+        logits = model(ids, weights, offsets)
         loss = nn.functional.cross_entropy(logits, labels)
         opt.zero_grad()
         loss.backward()
         opt.step()
         correct += (logits.argmax(1) == labels).sum().item()
         seen += len(labels)
-        if step % 50 == 0:
+        if step % 10 == 0:
             print(f"step {step} loss {loss.item():.3f} acc {correct / seen:.3f}")
             correct = seen = 0
 
