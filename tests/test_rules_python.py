@@ -31,3 +31,25 @@ def test_python_hotspot_silent_for_small_lines_and_the_loader_s_own():
     loading = _window(_line(12, 0.4, 0.4))
     loading["loading"] = {"lines": [{"file": "/x/t.py", "line": 12, "total_s": 0.4}]}  # input_pipeline's
     assert PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=loading)) == []
+
+
+@fires("python_hotspot")
+def test_python_hotspot_counts_torch_python_the_line_asked_for_and_says_what_to_do():
+    """Formatting a tensor calls torch's Python (Tensor.__repr__): that is the line's work, not the
+    model's machinery; a module call's Python is per-op overhead the op rules measure."""
+    fmt = _line(40, 0.5, 0.1, library="Tensor.__repr__ (_tensor.py)")
+    fmt["library_is_torch"] = True
+    [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(fmt)))
+    assert f.where[0].line == 40 and "format tensors" in f.fix.lower().replace("formatting", "format")
+    save = dict(fmt, library="save (serialization.py)")
+    [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(save)))
+    assert "every N steps" in f.fix
+
+
+@silent("python_hotspot")
+def test_python_hotspot_silent_for_torch_s_own_machinery():
+    call = _line(17, 0.5, 0.1, library="Module._wrapped_call_impl (module.py)")
+    call["library_is_torch"] = True
+    back = dict(call, line=18, library="Tensor.backward (_tensor.py)")
+    assert PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(call, back))) == []
+

@@ -8,6 +8,31 @@ from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
 
 
+def _runs_the_model(callee: str, files: tuple[str, ...]) -> bool:
+    """True when `callee` ("function (file.py)", as the sampler names it) is torch's machinery
+    for running the model: a module call, a functional op, backward, an optimizer step."""
+    function, _, file = callee.partition(" (")
+    return file.rstrip(")") in files or function.endswith("backward")
+
+
+REPEATED_WORK_FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("deepcopy",), "Copy the model once, outside the loop, and update the copy in place (e.g. an EMA with "
+                    "torch._foreach_lerp_ or p.copy_()); a deepcopy per step or request copies every parameter "
+                    "and buffer and rebuilds every module."),
+    (("serialization.py", "pickle", "Pickler"),
+     "Serialise less often: save checkpoints every N steps or minutes (and at the end), or hand a copy of "
+     "the state to a background thread; writing the whole state every step costs more than the step."),
+    (("dataloader.py",), "Create the DataLoader iterator once per pass (`for batch in loader`, or keep "
+                         "`it = iter(loader)` and call next(it)): each new iterator starts its workers again and "
+                         "drops the batches they prefetched."),
+    (("__repr__", "__format__", "_tensor_str"), "Do not format tensors every step: log a few scalars "
+                                                "(loss.item()) every N steps, or format only when that log "
+                                                "level is on (logging evaluates f-strings even when it drops them)."),
+)
+"""Fixes that depend on what the line calls: a call that is set-up or reporting work (a deep copy,
+a checkpoint, a new DataLoader iterator, a tensor printed) is done too often, not too slowly."""
+
+
 class PythonHotspotEvidence(Record):
     outside_torch_s: float
     """Sampled seconds on the line outside torch ops (its Python, NumPy, other libraries)."""
@@ -55,6 +80,12 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
     rather than computes, and the fix is to overlap the wait, not to vectorise."""
     LINES_CONSIDERED = 5
     """Only the top sampled lines: below them no line reaches MIN_SHARE."""
+    TORCH_MACHINERY_FILES = ("module.py", "optimizer.py", "lr_scheduler.py", "functional.py", "_compile.py",
+                             "eval_frame.py", "_contextlib.py", "grad_mode.py", "graph.py", "anomaly_mode.py")
+    """torch's own files that run the model (module calls, torch.nn.functional, optimizer and
+    scheduler steps, autograd, compiled frames, grad-mode switches): their Python is per-op
+    overhead the op rules measure. Any other torch Python a line calls (formatting a tensor,
+    torch.save, starting a DataLoader iterator) is work the line asked for, and the line's."""
 
     def check(self, facts: Facts) -> list[Finding]:
         if not facts.python:
@@ -81,7 +112,8 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
             share = outside / total
             if share < self.MIN_SHARE or outside < self.MIN_SAMPLED_S:
                 continue
-            if line.get("library_is_torch") and line["self_s"] < 0.5 * outside:
+            if line.get("library_is_torch") and line["self_s"] < 0.5 * outside \
+                    and _runs_the_model(line.get("library") or "", self.TORCH_MACHINERY_FILES):
                 continue  # torch's own overhead (autograd engine, optimizer loop): other rules' evidence
             lost = share * facts.window_s
             callee = line.get("library") or ""
@@ -106,6 +138,10 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
     def fix(self, evidence: PythonHotspotEvidence) -> str:
+        callee = evidence.calls_into
+        for needles, text in REPEATED_WORK_FIXES:
+            if any(n in callee for n in needles):
+                return text
         if evidence.waits:
             return ("Overlap the wait with compute instead of blocking the step: load and decode in "
                     "DataLoader workers (num_workers > 0, prefetch_factor) or a background thread, "
