@@ -79,3 +79,24 @@ def test_compile_time_is_a_share_of_the_run():
 @silent("compile_time")
 def test_compile_time_silent_when_small():
     assert CompileTime().check(facts(compile=_compile(total_s=0.3), run_wall_s=5.0)) == []
+
+
+@fires("graph_break")
+def test_a_function_dynamo_gave_up_on_explains_its_eager_python():
+    """forward() runs eagerly because of the break: its Python is the break's cost (compiled, it
+    goes), ranked under the break, whose saving grows by it. Python elsewhere is not."""
+    from torchneck.diagnose.causes import fold_symptoms
+    from torchneck.model.findings import Finding, Where
+
+    skipped = dict(_break(line=33), skipped_function=True)
+    f_ = facts(analysis=_with_compiled(Compiled(present=True)), compile=_compile(breaks=[skipped]), run_wall_s=1.0)
+    [brk] = GraphBreaks().check(f_)
+
+    def python(line, function):
+        return Finding(kind="python_hotspot", title="", severity="medium", time_lost_s=0.14, time_lost_pct=14.0,
+                       saving_s=0.1, saving_pct=10.0, fix="",
+                       where=[Where(file="/x/model.py", line=line, function=function)])
+
+    inside, outside = python(30, "Denoiser.forward"), python(80, "main")
+    assert fold_symptoms([brk, inside, outside], f_) == [brk, outside]
+    assert brk.symptoms == [inside] and brk.saving_s >= 0.1

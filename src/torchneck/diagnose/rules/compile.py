@@ -99,7 +99,7 @@ class GraphBreaks(Rule[GraphBreakEvidence]):
     confidence = "measured"
     saving_basis = ("the broken function's eager time between its graphs (window), plus the compile seconds "
                     "of the code resumed after the break")
-    explains = ("compile_time", "recompile")
+    explains = ("compile_time", "recompile", "python_hotspot", "dispatch_overhead")
     MAX_FINDINGS = 5
     """Breaks beyond the fifth are listed in the first finding's evidence, not each on its own."""
     COST_SHOWN_S = 0.1
@@ -165,6 +165,8 @@ class GraphBreaks(Rule[GraphBreakEvidence]):
         if symptom.kind == "compile_time":
             caused = float(cause.evidence.get("compile_s_caused") or 0.0)
             return Explanation(caused, adds=True) if caused > 0 else None
+        if symptom.kind in ("python_hotspot", "dispatch_overhead"):
+            return _eager_because_of(cause, symptom)
         at = symptom.evidence.get("caused_by_break_at_line")
         if at == cause.where[0].line and any(w.file == cause.where[0].file for w in symptom.where):
             return Explanation(symptom.time_lost_s)
@@ -200,6 +202,18 @@ class GraphBreaks(Rule[GraphBreakEvidence]):
                     "function (it is not compiled at all); if the break must stay, compile the loop body as its "
                     "own function.")
         return fix
+
+
+def _eager_because_of(brk: Finding, symptom: Finding) -> Explanation | None:
+    """Python or tiny ops that run eagerly only because of the break: in the function dynamo gave
+    up on (all of it runs eagerly), or on the breaking line itself. Compiling them is the fix, and
+    that time is not in the break's own (eager glue) cost: it adds to its saving."""
+    at = brk.where[0]
+    for w in symptom.where:
+        in_function = w.file == at.file and (w.function == at.function or w.function.endswith("." + at.function))
+        if in_function and (brk.evidence.get("skipped_function") or w.line == at.line):
+            return Explanation(symptom.time_lost_s, adds=True)
+    return None
 
 
 def _break_fix(b: GraphBreakEvidence) -> str:
@@ -268,7 +282,8 @@ class Recompiles(Rule[RecompileEvidence]):
             hit = limited.get((r["file"], r["function"]))
             if r["count"] < self.MIN_RECOMPILES and not hit:
                 continue
-            top = r["reasons"][0] if r["reasons"] else {"what": "a guard failed", "fix": "", "guards": []}
+            top: dict[str, Any] = (r["reasons"][0] if r["reasons"]
+                                   else {"what": "a guard failed", "fix": "", "guards": []})
             title = f"{r['label']} was recompiled {r['count']} times: {top['what']}"
             if hit:
                 title += "; it hit the recompile limit and now runs eagerly"
