@@ -84,3 +84,18 @@ def test_conv_with_bias_straight_into_batch_norm_from_a_real_run(tmp_path):
 @silent("conv_bias_bn")
 def test_conv_bias_silent_without_pairs():
     assert ConvBiasBeforeBatchNorm().check(facts(analysis=analysis(conv_bias_bn=ConvBiasBn(recorded=True)))) == []
+
+
+@fires("dtype_float64")
+def test_float64_points_first_at_where_float64_entered_torch():
+    """The line to change is where float64 came in (the default dtype, a NumPy array converted),
+    not only the lines whose ops ran on it."""
+    f64 = Float64Ops(recorded=True, self_us=30_000.0, count=20, ops=[_op("aten::mm", 30_000.0)],
+                     where=[CodeSite(file="/x/model.py", line=53, function="forward", time_us=30_000.0, count=20)])
+    sites = [{"what": "float64_source", "how": "from_numpy", "file": "/x/run.py", "line": 40, "function": "load"},
+             {"what": "float64_source", "how": "set_default_dtype", "file": "/x/run.py", "line": 28,
+              "function": "main"}]
+    [f] = DtypeFloat64().check(facts(analysis=analysis(float64=f64), call_sites=sites))
+    assert [w.line for w in f.where] == [28, 40, 53] and "set_default_dtype" in f.fix
+    [f] = DtypeFloat64().check(facts(analysis=analysis(float64=f64), call_sites=sites[:1]))
+    assert [w.line for w in f.where] == [40, 53] and "float32" in f.fix

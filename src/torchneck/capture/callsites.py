@@ -1,5 +1,5 @@
 """Where the user's code configured something slow: the line that built each optimizer, turned
-on anomaly detection, or set the number of threads.
+on anomaly detection, set the number of threads, or brought float64 data into torch.
 
 A trace shows the cost (an optimizer step, slow backward ops) but not the line to change; these
 calls happen once, so wrapping them costs nothing measurable. Each record carries the deepest
@@ -67,6 +67,35 @@ class CallSites:
             return set_threads(n)
 
         self._patch(torch, "set_num_threads", set_num_threads)
+        self._float64_sources(torch)
+
+    def _float64_sources(self, torch) -> None:
+        """Where float64 data enters torch: the default dtype set to float64, a float64 NumPy
+        array converted (NumPy's default). The line to change, not the ops' lines; each line
+        once (a conversion per step would fill the records)."""
+        sites, seen = self, set()
+        set_default, from_numpy = torch.set_default_dtype, torch.from_numpy
+
+        def note(how: str) -> None:
+            where = _user_frame(3)
+            if where is not None and (where["file"], where["line"]) not in seen:
+                seen.add((where["file"], where["line"]))
+                if len(sites.records) < MAX_RECORDS:
+                    sites.records.append({"what": "float64_source", "how": how, **where})
+
+        def set_default_dtype(d):
+            if d is torch.float64:
+                note("set_default_dtype")
+            return set_default(d)
+
+        def from_numpy_(array):
+            t = from_numpy(array)
+            if t.dtype is torch.float64:
+                note("from_numpy")
+            return t
+
+        self._patch(torch, "set_default_dtype", set_default_dtype)
+        self._patch(torch, "from_numpy", from_numpy_)
 
     def _wrap_init(self, cls, what: str) -> None:
         original = cls.__init__

@@ -3,6 +3,8 @@ a convolution bias that BatchNorm cancels."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...model.analysis import CodeSite as CodeSiteRecord
 from ...model.analysis import ConvBiasBn, Dispatch, OpRow
 from ...model.base import Record
@@ -160,6 +162,9 @@ class Float64Evidence(Record):
     ops: list[OpRow] = []
     where: list[CodeSiteRecord] = []
     """The user's lines that ran those very ops, when the trace places them."""
+    sources: list[dict[str, Any]] = []
+    """Where float64 entered torch (capture/callsites.py): `torch.set_default_dtype(torch.float64)`,
+    `torch.from_numpy` of a float64 array; the lines to change."""
 
 
 @register
@@ -178,6 +183,8 @@ class DtypeFloat64(Rule[Float64Evidence]):
     explains = ("op_hotspot",)
     MIN_SHARE = 0.05
     """float64 work costs 2x float32 (and much more on GPUs); 5 % of the window is worth a cast."""
+    SOURCES_SHOWN = 2
+    """The places float64 entered torch named first: more are listed in the evidence's order."""
 
     def check(self, facts: Facts) -> list[Finding]:
         a = facts.analysis
@@ -189,10 +196,15 @@ class DtypeFloat64(Rule[Float64Evidence]):
             return []
         names = {o.name for o in f.ops}
         lost = s / 2
-        # The lines that ran these very ops when the trace places them; else every line
+        # Where float64 entered torch (the default dtype first: it makes every tensor float64),
+        # then the lines that ran these very ops when the trace places them; else every line
         # running ops of these names (live runs' samples), float64 or not.
-        where = where_of(f.where) or facts.lines_for_ops(names)
-        return [self.finding(Float64Evidence(float64_self_s=s, ops=f.ops[:5], where=f.where),
+        sources = sorted(facts.sites_of("float64_source"), key=lambda c: c.get("how") != "set_default_dtype")
+        sources = sources[: self.SOURCES_SHOWN]
+        ran = where_of(f.where) or facts.lines_for_ops(names)
+        at = {(w.file, w.line) for w in where_of(sources)}
+        where = where_of(sources) + [w for w in ran if (w.file, w.line) not in at]
+        return [self.finding(Float64Evidence(float64_self_s=s, ops=f.ops[:5], where=f.where, sources=sources),
                              title=f"float64 (double) tensors in {len(names)} op(s): "
                                    f"{100 * s / facts.window_s:.0f}% of the time",
                              lost_s=lost, pct=facts.pct(lost), where=where, ops=sorted(names))]
@@ -204,6 +216,9 @@ class DtypeFloat64(Rule[Float64Evidence]):
         return Explanation(min(symptom.time_lost_s, cause.evidence.get("float64_self_s", 0.0)))
 
     def fix(self, evidence: Float64Evidence) -> str:
+        if any(c.get("how") == "set_default_dtype" for c in evidence.sources):
+            return ("Remove torch.set_default_dtype(torch.float64) (every new tensor and parameter becomes "
+                    "float64): keep float32, and use float64 only where the precision is needed.")
         return ("Create these tensors as float32 (NumPy arrays default to float64: "
                 "torch.from_numpy(x).float(), or dtype=torch.float32).")
 
