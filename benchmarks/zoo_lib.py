@@ -10,9 +10,12 @@ so groups written apart never edit the same file). An entry:
      "expect": "input_pipeline",          # the finding kind that must rank first (null: clean)
      "planted": "pipe/loader.py",         # the file holding the `# PLANTED` line (default: script)
      "shape": "Trainer class",            # how the program is written (free text)
+     "fix_mentions": ["iterator once"],   # for "expect": "new:...": words a fitting fix contains
      "measured": {...}}                   # written by zoo_verify.py --write
 
 The planted line is the line of `planted` (or `script`) that carries the comment `# PLANTED`.
+A cause no finding kind names ("expect": "new:<name>") is found when the top finding points at
+the planted line and its fix says what to do: its text contains one of `fix_mentions`.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class ZooProgram:
     planted: str | None = None
     shape: str = ""
     measured: dict | None = None
+    fix_mentions: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -63,7 +67,7 @@ def load_programs(only: list[str] | None = None) -> list[ZooProgram]:
             prog = ZooProgram(script=entry["script"], expect=entry.get("expect"), manifest=manifest,
                               args=list(entry.get("args") or []), fixed_args=fixed,
                               planted=entry.get("planted"), shape=entry.get("shape", ""),
-                              measured=entry.get("measured"))
+                              measured=entry.get("measured"), fix_mentions=list(entry.get("fix_mentions") or []))
             if not only or prog.name in only or Path(prog.script).stem in only:
                 out.append(prog)
     return out
