@@ -99,3 +99,21 @@ def test_float64_points_first_at_where_float64_entered_torch():
     assert [w.line for w in f.where] == [28, 40, 53] and "set_default_dtype" in f.fix
     [f] = DtypeFloat64().check(facts(analysis=analysis(float64=f64), call_sites=sites[:1]))
     assert [w.line for w in f.where] == [40, 53] and "float32" in f.fix
+
+
+def test_float64_default_dtype_line_from_a_real_run(tmp_path):
+    """The capture records where float64 entered torch; the finding names that line first."""
+    script = tmp_path / "f64.py"
+    script.write_text("import numpy as np\nimport torch\n\n"
+                      "torch.set_default_dtype(torch.float64)\n"
+                      "w = torch.randn(256, 256)\n"
+                      "x = torch.from_numpy(np.random.rand(256, 256))\n"
+                      "for _ in range(400):\n"
+                      "    y = torch.tanh(x @ w) @ w.T\n")
+    r = torchneck("run", "--out", str(tmp_path / "run"), str(script))
+    assert r.returncode == 0, r.stderr
+    report = read_report(tmp_path / "run")
+    sources = [c for c in report["run"]["call_sites"] if c["what"] == "float64_source"]
+    assert [(c["how"], c["line"]) for c in sources] == [("set_default_dtype", 4), ("from_numpy", 6)]
+    (f,) = [f for f in report["findings"] if f["kind"] == "dtype_float64"]
+    assert [w["line"] for w in f["where"][:2]] == [4, 6] and "set_default_dtype" in f["fix"]
