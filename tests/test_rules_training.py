@@ -154,6 +154,14 @@ def test_optimizer_silent_when_multi_tensor_or_a_small_step():
               "function": "m"}]
     assert SingleTensorOptimizer().check(facts(analysis=analysis(annotations=_optimizer_steps(40_000.0)),
                                                call_sites=fused)) == []
+    # the span says 87 %, the sampler saw the opt.step() line take 1 % of every step: not the optimizer
+    stray = [dict(fused[0], fused=None, params=2)]
+    lines = [{"file": "/x/t.py", "line": 19, "function": "m", "total_s": 0.05,
+              "library": "Optimizer.profile_hook_step.<locals>.wrapper (optimizer.py)"},
+             {"file": "/x/t.py", "line": 16, "function": "m", "total_s": 4.0, "library": ""}]
+    assert SingleTensorOptimizer().check(facts(analysis=analysis(annotations=_optimizer_steps(87_000.0)),
+                                               call_sites=stray,
+                                               python={"window": {"sampled_s": 5.0, "lines": lines}})) == []
     small = [dict(fused[0], fused=None, params=300)]
     assert SingleTensorOptimizer().check(facts(analysis=analysis(annotations=_optimizer_steps(10_000.0)),
                                                call_sites=small)) == []  # 10 % < 15 %

@@ -3,6 +3,7 @@ left on in inference."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ...model.analysis import Annotation, OpRow
@@ -92,6 +93,16 @@ class InputPipeline(Rule[InputPipelineEvidence]):
                 "pin_memory=True on GPU); move per-sample Python work into the workers.")
 
 
+def _sampled_share(facts: Facts, calls: Callable[[str], bool]) -> float | None:
+    """The share of the sampled steady state spent on lines whose callee (the sampler's
+    "function (file.py)") passes `calls`; None when the Python sampler did not run."""
+    window = (facts.python or {}).get("window") or {}
+    total = window.get("sampled_s") or 0.0
+    if total <= 0:
+        return None
+    return sum(ln["total_s"] for ln in window.get("lines", []) if calls(ln.get("library") or "")) / total
+
+
 class OptimizerEvidence(Record):
     optimizer_step_s: float
     expected_saving: float
@@ -129,6 +140,12 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
         if not steps:
             return []
         step_s = sum(n.total_us for n in steps) / 1e6
+        sampled = _sampled_share(facts, lambda callee: "Optimizer." in callee or "(optimizer.py)" in callee)
+        if sampled is not None:
+            # An annotation span can outlast the step it labels (closed late in the trace: two SGD
+            # steps over two tensors "took" 87 % of a window); the sampled time of the lines that
+            # call the optimizer, over every step, bounds it.
+            step_s = min(step_s, sampled * facts.window_s)
         if step_s / facts.window_s < self.MIN_SHARE:
             return []
         if any(o.name.startswith(("aten::_foreach", "aten::_fused")) for o in a.ops.by_name):
