@@ -137,6 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--quiet", action="store_true", help="print no terminal report")
     an.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report here")
     _add_fail_on(an)
+    many = an.add_argument_group("many ranks (Dask distributed: pip install 'torchneck[cluster]')")
+    many.add_argument("--workers", type=int, metavar="N",
+                      help="analyse the ranks on N local worker processes (an embedded Dask LocalCluster; "
+                           "0 = in this process). Default: one a core from 8 ranks on, when Dask is installed")
+    many.add_argument("--scheduler", metavar="tcp://HOST:8786",
+                      help="analyse the ranks on an existing Dask cluster (default: $TORCHNECK_SCHEDULER); "
+                           "its workers read the traces themselves (a shared path, or a URL: s3://, gs://, https://)")
     rep = sub.add_parser("report", help="re-analyse a run directory written by `torchneck run`")
     rep.add_argument("run_dir", metavar="RUN_DIR")
     rep.add_argument("--json", metavar="FILE", help="write the report JSON here ('-' for stdout)")
@@ -342,12 +349,35 @@ def cmd_analyze(ns: argparse.Namespace) -> int:
             def progress(done: int, size: int) -> None:
                 bar.update(task, completed=done)
 
-            report = report_from_traces(ns.paths, ns.rank, progress)
+            report = report_from_traces(ns.paths, ns.rank, progress, workers=ns.workers, scheduler=ns.scheduler)
+    elif not ns.quiet and ns.json != "-":
+        report = _analyze_with_rank_progress(ns)
     else:
-        report = report_from_traces(ns.paths, ns.rank)
+        report = report_from_traces(ns.paths, ns.rank, workers=ns.workers, scheduler=ns.scheduler)
     _emit(report, ns.json, ns.quiet)
     _write_html(report, ns.html)
     return 1 if failed_gate(report, ns.fail_on) else 0
+
+
+def _analyze_with_rank_progress(ns: argparse.Namespace) -> dict:
+    """`analyze` of several ranks with a progress bar over them (shown once the ranks are listed)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from .pipeline import report_from_traces
+
+    err = _stderr_console()
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("ranks", total=None, visible=False)
+
+        def ranks_done(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, visible=True)
+
+        def engine(name: str) -> None:
+            bar.update(task, description=f"ranks ({name})")
+
+        return report_from_traces(ns.paths, ns.rank, workers=ns.workers, scheduler=ns.scheduler,
+                                  rank_progress=ranks_done, engine_notice=engine)
 
 
 def cmd_report(ns: argparse.Namespace) -> int:

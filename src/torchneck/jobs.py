@@ -2,7 +2,8 @@
 
 Each rank is analysed on its own (its own process when there are several cores: memory stays
 bounded per rank) into the usual RUN_DIR/rank-<R>/report.*; the merge then reads only the
-per-rank summaries (`analysis/distributed.py`), never two traces at once.
+per-rank summaries, with the reducer `torchneck analyze DIR` uses (`cluster/reduce.py`), never
+two traces at once.
 """
 
 from __future__ import annotations
@@ -12,14 +13,11 @@ import re
 from pathlib import Path
 
 from .analysis.distributed import compare_ranks, rank_summary
+from .cluster.job import FULL_RANKS_MAX
+from .cluster.reduce import merge_findings, straggler_sentence
 from .diagnose.distributed_rules import diagnose_job
 from .diagnose.findings import rank_finding_dicts
 from .errors import TorchneckError
-
-FULL_RANKS_MAX = 16
-"""Up to 16 ranks, the merged report carries every rank's full analysis (ops, memory...); beyond
-that only the main rank's, the others being summarised in `distributed.ranks`: a job of
-thousands of ranks must not make a report of hundreds of MB."""
 
 
 def is_job_dir(path: Path) -> bool:
@@ -80,7 +78,8 @@ def report_from_job_dir(run_dir: Path, workers: int | None = None) -> dict:
             report = {k: report.get(k) for k in ("findings", "ranks", "run", "warnings", "verdict", "python")}
         reports[rank] = report
         analysis = (report.get("ranks") or [None])[0]
-        summaries.append(rank_summary(rank, analysis, status=status, exit_code=exit_code, run_dir=str(d)))
+        summaries.append(rank_summary(rank, analysis, report.get("findings"), status=status, exit_code=exit_code,
+                                      path=str(d), host=(report.get("env") or {}).get("hostname")))
     if not reports:
         raise TorchneckError(f"{run_dir}: no rank left evidence to analyse: "
                              + "; ".join(f"rank {f['rank']}: {f['error']}" for f in failed))
@@ -114,8 +113,7 @@ def report_from_job_dir(run_dir: Path, workers: int | None = None) -> dict:
     top = [f for f in findings if f["severity"] != "info"]
     verdict = " ".join(filter(None, [
         f"{len(ranks)} ranks.",
-        f"Rank {straggler['rank']} is the straggler: the others wait {straggler['wait_per_step_us'] / 1e3:.1f} ms "
-        f"per step for it." if straggler else "",
+        straggler_sentence(straggler),
         f"{len(failed)} rank(s) did not finish normally ({run['error']})." if failed else "",
         f"Rank {main_rank}: {main_verdict}",
         f"Biggest problem: {top[0]['title']}." if top else "No significant problem found.",
@@ -161,27 +159,10 @@ def _likely_cause(report: dict) -> dict | None:
     return None
 
 
-def _finding_key(f: dict) -> tuple:
-    w = f.get("where") or []
-    return (f["kind"], w[0]["file"], w[0]["line"]) if w else (f["kind"], tuple(f.get("ops") or ()))
-
-
 def merge_rank_findings(reports: dict[int, dict]) -> list[dict]:
-    """Every rank's findings, one per (kind, place): the costliest rank's, tagged with its rank
-    and listing every rank that had it (`evidence.ranks`)."""
-    best: dict[tuple, dict] = {}
-    seen: dict[tuple, list[int]] = {}
-    for rank in sorted(reports):
-        for f in reports[rank].get("findings") or []:
-            key = _finding_key(f)
-            seen.setdefault(key, []).append(rank)
-            if key not in best or f["time_lost_s"] > best[key]["time_lost_s"]:
-                best[key] = dict(f, rank=rank)
-    out = []
-    for key, f in best.items():
-        f["evidence"] = dict(f.get("evidence") or {}, ranks=seen[key])
-        out.append(f)
-    return out
+    """Every rank's findings, one per (kind, place), as the job reducer merges them
+    (`cluster.reduce.merge_findings`)."""
+    return merge_findings({rank: report.get("findings") or [] for rank, report in reports.items()})
 
 
 def _read(path: Path) -> dict | None:

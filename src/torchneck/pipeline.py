@@ -21,7 +21,7 @@ from .analysis.summary import analyze_with_nesting
 from .analysis.views import memory_timeline, representative_step, stack_tree, step_timeline
 from .diagnose.rules import Evidence, diagnose
 from .errors import TorchneckError
-from .trace.loader import find_trace_files, load_trace
+from .trace.loader import load_trace
 
 SCHEMA_VERSION = 1
 
@@ -155,52 +155,33 @@ def analyse_trace_file(path: str, rank: int | None = None, progress=None, with_v
             "ops_by_line": ops_by_user_line(trace, None, None, nesting)}  # with_stack traces: by function
 
 
-def report_from_traces(paths: list[str], rank: int | None = None, progress=None) -> dict:
-    """Analyse existing trace files (a file, or a directory of per-rank traces). With several
-    ranks: each rank's findings (tagged with its rank), plus the straggler and communication
-    findings from comparing them."""
-    from .analysis.distributed import compare_ranks, rank_summary
-    from .diagnose.distributed_rules import diagnose_job
-    from .diagnose.findings import rank_finding_dicts
-    from .jobs import merge_rank_findings
+def report_from_traces(paths: list[str], rank: int | None = None, progress=None, *, workers: int | None = None,
+                       scheduler: str | None = None, rank_progress=None, engine_notice=None) -> dict:
+    """Analyse existing trace files (a file, or a directory of per-rank traces; local paths or
+    fsspec URLs). With several ranks (`cluster.job`: per-rank tasks on `workers` local Dask
+    processes or an existing `scheduler`, `rank_progress(done, total)` as ranks finish): each
+    rank's findings (tagged with its rank), plus the stragglers and communication findings
+    from comparing them."""
+    from .cluster.job import report_from_rank_files
+    from .cluster.remote import list_traces, local_copy
 
-    files = []
-    for p in paths:
-        files += [str(f) for f in find_trace_files(p)]
-    if len(files) == 1:  # in this process, with the progress bar
-        results = [analyse_trace_file(files[0], rank, progress)]
-    else:
-        results = map_per_rank(analyse_trace_file, files, [rank] * len(files))
-    results = [r for r in results if r is not None]
-    if not results:
-        raise TorchneckError(f"no trace for rank {rank} among {len(files)} file(s)")
-    analyses = [r["analysis"] for r in results]
-    main = analyses[0]
-    per_rank: dict[int, dict] = {}
-    for i, (a, r) in enumerate(zip(analyses, results)):
-        key = a["trace"]["rank"] if a["trace"]["rank"] is not None else i
-        fs = diagnose(Evidence(analysis=a, ops_by_line=r["ops_by_line"]))
-        for f in fs:
-            f.rank = a["trace"]["rank"]
-        per_rank.setdefault(key, {"findings": [f.to_dict() for f in fs]})
-    findings = merge_rank_findings(per_rank) if len(per_rank) > 1 else per_rank[next(iter(per_rank))]["findings"]
-    sections: dict = {}
-    if len(analyses) > 1:
-        summaries = [rank_summary(a["trace"]["rank"] if a["trace"]["rank"] is not None else i, a,
-                                  path=a["trace"]["path"]) for i, a in enumerate(analyses)]
-        dist = compare_ranks(summaries)
-        dist["failed"] = []
-        sections["distributed"] = dist
-        findings = diagnose_job(dist, {"ranks": [main]}) + findings
-    findings = rank_finding_dicts(findings)
-    from .jobs import FULL_RANKS_MAX
-
-    warnings = [w for a in analyses for w in a["trace"]["warnings"]]
-    if len(analyses) > FULL_RANKS_MAX:  # the others are summarised in `distributed.ranks`
-        analyses = analyses[:1]
-    return report_envelope("analyze", verdict(main, None, findings), findings, ranks=analyses,
-                     warnings=warnings, views=results[0]["views"], ops_by_line=results[0]["ops_by_line"],
-                     **sections)
+    files = list_traces(paths)
+    if len(files) > 1:
+        return report_from_rank_files(files, rank, workers, scheduler, rank_progress, engine_notice)
+    with local_copy(files[0]) as local:  # in this process, with the progress bar
+        result = analyse_trace_file(str(local), rank, progress)
+    if result is None:
+        raise TorchneckError(f"no trace for rank {rank} among 1 file(s)")
+    analysis = result["analysis"]
+    if str(local) != files[0]:  # a remote file: named by its URL, not the local copy's path
+        analysis["trace"]["path"] = files[0]
+        analysis["trace"]["warnings"] = [w.replace(str(local), files[0]) for w in analysis["trace"]["warnings"]]
+    findings = diagnose(Evidence(analysis=analysis, ops_by_line=result["ops_by_line"]))
+    for f in findings:
+        f.rank = analysis["trace"]["rank"]
+    return report_envelope("analyze", verdict(analysis, None, findings), findings, ranks=[analysis],
+                           warnings=list(analysis["trace"]["warnings"]), views=result["views"],
+                           ops_by_line=result["ops_by_line"])
 
 
 def trace_views(trace, nesting) -> dict:
