@@ -360,24 +360,31 @@ def cmd_analyze(ns: argparse.Namespace) -> int:
 
 
 def _analyze_with_rank_progress(ns: argparse.Namespace) -> dict:
-    """`analyze` of several ranks with a progress bar over them (shown once the ranks are listed)."""
+    """`analyze` of several ranks with a progress bar over them on a terminal (started once the
+    ranks are listed and their engine is up)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from .pipeline import report_from_traces
 
     err = _stderr_console()
-    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True) as bar:
-        task = bar.add_task("ranks", total=None, visible=False)
+    if not err.is_terminal:
+        return report_from_traces(ns.paths, ns.rank, workers=ns.workers, scheduler=ns.scheduler)
+    bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=err, transient=True)
+    task = bar.add_task("ranks", total=None)
 
-        def ranks_done(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total, visible=True)
+    def engine(name: str) -> None:
+        bar.update(task, description=f"ranks ({name})")
+        bar.start()
 
-        def engine(name: str) -> None:
-            bar.update(task, description=f"ranks ({name})")
+    def ranks_done(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
 
+    try:
         return report_from_traces(ns.paths, ns.rank, workers=ns.workers, scheduler=ns.scheduler,
                                   rank_progress=ranks_done, engine_notice=engine)
+    finally:
+        bar.stop()
 
 
 def cmd_report(ns: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ for S3, `GOOGLE_APPLICATION_CREDENTIALS` for GCS, `FSSPEC_<PROTOCOL>_<OPTION>` f
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import shutil
 import tempfile
@@ -65,7 +66,21 @@ def list_traces(paths: list[str]) -> list[str]:
     return out
 
 
+BACKEND_LOGGERS = ("fsspec", "s3fs", "gcsfs", "aiobotocore", "botocore", "google")
+"""Loggers of the storage backends: they log a traceback for every retry (credentials probed,
+a host not found). Not printed: what finally failed is said in one line (`list_traces`)."""
+
+
+def quiet_backend_logs() -> None:
+    for name in BACKEND_LOGGERS:
+        log = logging.getLogger(name)
+        if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+            log.addHandler(logging.NullHandler())
+        log.propagate = False
+
+
 def _filesystem(url: str):
+    quiet_backend_logs()
     try:
         from fsspec.core import url_to_fs
     except ImportError:
