@@ -37,6 +37,16 @@ def collective_rows(table: EventTable, steps: list[Step]) -> tuple[np.ndarray, s
     each row's code into those names). Host side: collective ops and annotations (`gloo:*`,
     `nccl:*`, `c10d::*`, `record_param_comms`) on CPU threads; device side: NCCL/RCCL kernels,
     which win when present (on the GPU they are what a rank waits; gloo jobs wait on the host)."""
+    key = tuple((s.start, s.end) for s in steps)
+    cached = getattr(table, "_collective_rows", None)  # the analyses and the per-call summary both ask
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    found = _collective_rows(table, steps)
+    table._collective_rows = (key, found)  # type: ignore[attr-defined]
+    return found
+
+
+def _collective_rows(table: EventTable, steps: list[Step]) -> tuple[np.ndarray, str, list[str], np.ndarray]:
     empty: tuple[np.ndarray, str, list[str], np.ndarray] = (np.empty(0, int), "", [], np.empty(0, np.int16))
     if not steps:
         return empty

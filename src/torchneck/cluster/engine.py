@@ -28,7 +28,7 @@ BATCHES_PER_WORKER = 4
 long), few enough that bookkeeping stays small."""
 BATCH_MAX = 32
 """Ranks per batch at most: the progress bar moves, and a retry redoes little."""
-CONNECT_TIMEOUT_S = 20
+CONNECT_TIMEOUT_S = 10
 """How long to wait for an existing scheduler to answer."""
 LOCAL_CLUSTER_MIN_RANKS = 8
 """Without `--workers`/`--scheduler`, this many ranks or more start a `LocalCluster` sized to

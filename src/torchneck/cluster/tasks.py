@@ -15,7 +15,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..trace.loader import TraceError, rank_from_path
+from ..errors import TraceError
+from ..trace.loader import rank_from_path
 from .remote import host_of, local_copy
 from .summary import (
     CollectiveGroup,
@@ -90,6 +91,10 @@ def _summarise_local(item: RankItem, options: TaskOptions, local, times: TaskTim
     t = time.perf_counter()
     try:
         analysis, nesting = analyze_with_nesting(trace)
+        if str(local) != item.path:  # a remote file's local copy: the report names the URL
+            tr = analysis["trace"]
+            tr["path"] = item.path
+            tr["warnings"] = [w.replace(str(local), item.path) for w in tr["warnings"]]
         ops_lines = ops_by_user_line(trace, None, None, nesting)  # with_stack traces: by function
         findings = diagnose(Evidence(analysis=analysis, ops_by_line=ops_lines))
         for f in findings:
