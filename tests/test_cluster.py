@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import test_reports
 from conftest import DATA, torchneck, validate_report
 from hypothesis import given
 from hypothesis import strategies as st
@@ -29,6 +30,7 @@ from torchneck.cluster.replicas import make_rank_set
 from torchneck.cluster.summary import RankSummary, decode
 from torchneck.cluster.tasks import RankItem, TaskOptions, summarise_batch
 
+browser = test_reports.browser  # the HTML report tests' headless Chromium fixture
 SOURCE = DATA / "nccl_parser_config__nccl_data.json.gz"
 SLOW = 37
 AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -206,13 +208,14 @@ def test_s3_traces_read_by_the_cluster_workers_the_client_only_lists(tmp_path, s
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "s3://no-such-bucket/job/" in r.stderr
 
 
-def test_waits_in_collectives_name_a_slow_host(tmp_path):
+def test_waits_in_collectives_name_a_slow_host(tmp_path, browser):
     """A synchronised job (every collective ends together; the others wait in it): the four
     ranks of host node-002 compute 1.3x slower. Step times are alike, so only the time in
     collectives tells: the host is named, with its ranks, and the calls they arrive last at."""
-    make_rank_set(SOURCE, tmp_path, 32, {r: 1.3 for r in (8, 9, 10, 11)}, synchronized=True, window="step",
-                  ranks_per_host=4)
-    r = torchneck("analyze", str(tmp_path), "--workers", "0", "--json", "-")
+    make_rank_set(SOURCE, tmp_path / "job", 32, {r: 1.3 for r in (8, 9, 10, 11)}, synchronized=True,
+                  window="step", ranks_per_host=4)
+    html = tmp_path / "report.html"
+    r = torchneck("analyze", str(tmp_path / "job"), "--workers", "0", "--json", "-", "--html", str(html))
     assert r.returncode == 0, r.stderr[-3000:]
     report = validate_report(json.loads(r.stdout))
     dist = report["distributed"]
@@ -231,6 +234,16 @@ def test_waits_in_collectives_name_a_slow_host(tmp_path):
     for group in dist["collectives"]:  # each call: one of the slow ranks arrives last
         assert group["skew_per_call_us"] > 0
         assert {x["rank"] for x in group["last_to_arrive"]} <= {8, 9, 10, 11}
+    # the HTML report's rank table: every rank, the stragglers marked, sortable by lateness
+    page, errors, _ = test_reports._open(browser, html)
+    page.click("button[data-table=ranks]")
+    table = page.locator("#table-ranks")
+    assert table.locator("tbody tr").count() == 32
+    header = [h.strip() for h in table.locator("thead th").all_inner_texts()]
+    table.locator("th[data-key=late_ms_per_step]").click()
+    first = table.locator("tbody tr").first.locator("td").all_inner_texts()
+    assert int(first[0]) in (8, 9, 10, 11) and first[header.index("straggler")] == "yes"
+    assert first[header.index("host")] == "node-002" and not errors
 
 
 def test_http_server_directory_and_single_file(tmp_path):
