@@ -36,8 +36,11 @@ SLOW_RANK = 37
 SLOW_FACTOR = 1.5
 
 CHILD = ("import resource, sys; from torchneck.cli import main; code = main(sys.argv[1:]); "
-         "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
-         "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(code)")
+         "me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN); "
+         "print('RSS', me.ru_maxrss, kids.ru_maxrss, me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime, "
+         "file=sys.stderr); sys.exit(code)")
+"""The command line in a child; it reports its peak RSS and CPU seconds, and its children's (the
+Dask worker processes: the largest one's peak RSS, all their CPU)."""
 
 
 def rank_set(n: int) -> Path:
@@ -65,6 +68,7 @@ def run_once(folder: Path, mode: str, out: Path, other_src: Path | None) -> dict
     report = json.loads(out.read_text())
     named = [f.get("rank") for f in report["findings"] if f["kind"] == "straggler"]
     return {"wall_s": wall, "client_mb": int(line[1]) / 1024, "worker_mb": int(line[2]) / 1024,
+            "client_cpu_s": float(line[3]), "workers_cpu_s": float(line[4]),
             "found": named == [SLOW_RANK], "cost_s": (report.get("distributed") or {}).get("cost_s")}
 
 
@@ -114,10 +118,14 @@ def main() -> None:
             for m, rs in runs.items():
                 wall = statistics.median(r["wall_s"] for r in rs)
                 label = {"single": "one process", "against": f"{args.against} (its default)"}.get(m, f"{m} worker(s)")
+                client_cpu = statistics.median(r["client_cpu_s"] for r in rs)
+                workers_cpu = statistics.median(r["workers_cpu_s"] for r in rs)
                 print(f"  {label:>24s}: wall {wall:6.2f} s  ({1e3 * wall / n:5.1f} ms a rank, x{base / wall:.2f} "
                       f"vs {modes[0]})  client RSS {max(r['client_mb'] for r in rs):4.0f} MB  largest worker "
                       f"{max(r['worker_mb'] for r in rs):4.0f} MB  straggler named: "
                       f"{all(r['found'] for r in rs)}  walls " + ", ".join(f"{r['wall_s']:.2f}" for r in rs))
+                print(f"  {'':>24s}  CPU: client {client_cpu:.2f} s, workers {workers_cpu:.2f} s "
+                      f"({1e3 * (client_cpu + workers_cpu) / n:.1f} ms a rank in all)")
             cost = next((r["cost_s"] for m in modes for r in runs[m] if r["cost_s"]), None)
             if cost:
                 print("  per-rank task on a worker, p50 (p90): " + ", ".join(

@@ -91,7 +91,7 @@ def report_from_job_dir(run_dir: Path, workers: int | None = None) -> dict:
     if failed and dist.get("straggler"):
         # A failed rank leaves the others blocked in a collective until it is noticed: that
         # wait says nothing about a slow rank.
-        dist["straggler"] = None
+        dist["straggler"], dist["stragglers"] = None, []
         dist["straggler_skipped"] = "a rank failed; the others' last collective waited for the failure"
     straggler = dist.get("straggler")
     if straggler and straggler["rank"] in reports:

@@ -50,6 +50,7 @@ class InProcess:
 
     name = "in-process"
     workers = 1
+    parallel = False  # each task may use this process's cores (the analyses' two lanes)
 
     def __enter__(self) -> InProcess:
         return self
@@ -75,6 +76,8 @@ class Dask:
     """A Dask distributed client: on a `LocalCluster` it starts (`workers` processes, one
     thread each), or connected to an existing scheduler (`scheduler`)."""
 
+    parallel = True  # tasks run side by side, one a worker thread: each keeps to one lane
+
     def __init__(self, workers: int | None = None, scheduler: str | None = None):
         try:
             from dask.distributed import Client, LocalCluster
@@ -91,9 +94,13 @@ class Dask:
         else:
             workers = workers or default_workers()
             self.name = f"Dask LocalCluster, {workers} worker process(es)"
-            self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                        dashboard_address=None, silence_logs=logging.ERROR)
-            self.client = Client(self.cluster)
+            try:
+                self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                            dashboard_address=None, silence_logs=logging.ERROR)
+                self.client = Client(self.cluster)
+            except Exception as exc:  # no process spawning here, no free port...
+                raise TorchneckError(f"could not start {workers} local Dask worker(s) ({type(exc).__name__}: "
+                                     f"{exc}); --workers 0 analyses in this process") from None
         self.workers = max(1, sum(self.client.nthreads().values()))
 
     def _check_workers(self) -> None:
@@ -186,6 +193,6 @@ def make_engine(workers: int | None = None, scheduler: str | None = None, ranks:
     if ranks >= LOCAL_CLUSTER_MIN_RANKS and default_workers() > 1:
         try:
             return Dask(workers=min(default_workers(), ranks))
-        except TorchneckError:  # Dask not installed: the same tasks, here
+        except TorchneckError:  # Dask not installed, or no worker could start: the same tasks, here
             return InProcess()
     return InProcess()

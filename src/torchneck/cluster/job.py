@@ -33,7 +33,7 @@ def report_from_rank_files(files: list[str], rank: int | None = None, workers: i
     with make_engine(workers, scheduler, ranks=len(files)) as engine:
         if engine_notice:
             engine_notice(engine.name)
-        options = TaskOptions(rank=rank, one_lane=engine.name != "in-process")
+        options = TaskOptions(rank=rank, one_lane=engine.parallel)
         task = functools.partial(summarise_batch, options=options)
         results = _collect(engine.map(task, items, progress))
         summaries = [r for r in results if isinstance(r, RankSummary)]
