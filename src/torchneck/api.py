@@ -90,8 +90,9 @@ class profile:  # noqa: N801  (a context manager used like a function, as torch.
         return self._report
 
 
-def analyze(*paths: str, rank: int | None = None) -> Report:
-    """Diagnose existing profiler traces (files or directories), as `torchneck analyze` does."""
+def analyze(*paths: str, rank: int | None = None, workers: int | None = None, scheduler: str | None = None) -> Report:
+    """Diagnose existing profiler traces (files, directories or fsspec URLs), as `torchneck
+    analyze` does; `workers`/`scheduler` as its `--workers`/`--scheduler` (Dask)."""
     from .pipeline import report_from_traces
 
-    return Report(report_from_traces([str(p) for p in paths], rank))
+    return Report(report_from_traces([str(p) for p in paths], rank, workers=workers, scheduler=scheduler))
