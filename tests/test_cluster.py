@@ -347,3 +347,13 @@ def test_hosts_from_names_and_layout():
     layout = remote.hosts_by_layout(["s3://b/job/node-1/rank-0.json.gz", "s3://b/job/node-2/rank-1.json.gz"])
     assert layout == {"s3://b/job/node-1/rank-0.json.gz": "node-1", "s3://b/job/node-2/rank-1.json.gz": "node-2"}
     assert remote.hosts_by_layout(["run/rank-0/trace.json.gz", "run/rank-1/trace.json.gz"]) == {}
+
+
+def test_summaries_carry_numpy_values_as_python_ones():
+    """Analyses may leave numpy scalars in findings' evidence (JSON takes float64, msgpack takes
+    none): a rank's summary still crosses from its worker."""
+    from torchneck.cluster.summary import encode
+
+    evidence = {"share": np.float64(0.25), "count": np.int64(3), "rows": np.arange(3), "any": np.bool_(True)}
+    [s] = decode(encode([RankSummary(rank=3, path="r3.json", findings=[{"kind": "x", "evidence": evidence}])]))
+    assert s.findings[0]["evidence"] == {"share": 0.25, "count": 3, "rows": [0, 1, 2], "any": True}

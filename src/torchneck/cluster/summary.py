@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import numpy as np
 
 
 class StepStats(msgspec.Struct, kw_only=True):
@@ -135,7 +136,15 @@ class Skipped(msgspec.Struct, kw_only=True, tag="skipped"):
 
 RankResult = RankSummary | RankFailure | Skipped
 
-_ENCODER = msgspec.msgpack.Encoder()
+def _builtin(obj: Any) -> Any:
+    """numpy scalars and arrays in analyses and findings (JSON takes numpy's float64, a float
+    subclass; msgpack takes none of them) as the Python values they hold."""
+    if isinstance(obj, (np.generic, np.ndarray)):
+        return obj.tolist()
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=_builtin)
 _DECODER = msgspec.msgpack.Decoder(list[RankResult])
 
 
