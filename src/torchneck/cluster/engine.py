@@ -34,6 +34,10 @@ LOCAL_CLUSTER_MIN_RANKS = 8
 """Without `--workers`/`--scheduler`, this many ranks or more start a `LocalCluster` sized to
 the machine; fewer run in this process (starting worker processes costs ~1-2 s)."""
 
+WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
+"""The local workers' Dask settings: no statistical profiler (a thread sampling every task's
+stack every 10 ms, for Dask's dashboard, which torchneck does not start: ~5 % of a worker's CPU)."""
+
 Progress = Callable[[int, int], None]
 
 
@@ -80,6 +84,7 @@ class Dask:
 
     def __init__(self, workers: int | None = None, scheduler: str | None = None):
         try:
+            import dask
             from dask.distributed import Client, LocalCluster
         except ImportError:
             raise TorchneckError("--workers and --scheduler need Dask: pip install 'torchneck[cluster]'") from None
@@ -95,8 +100,9 @@ class Dask:
             workers = workers or default_workers()
             self.name = f"Dask LocalCluster, {workers} worker process(es)"
             try:
-                self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                            dashboard_address=None, silence_logs=logging.ERROR)
+                with dask.config.set(WORKER_CONFIG):
+                    self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                                dashboard_address=None, silence_logs=logging.ERROR)
                 self.client = Client(self.cluster)
             except Exception as exc:  # no process spawning here, no free port...
                 raise TorchneckError(f"could not start {workers} local Dask worker(s) ({type(exc).__name__}: "
