@@ -101,8 +101,9 @@ class Dask:
             self.name = f"Dask LocalCluster, {workers} worker process(es)"
             try:
                 with dask.config.set(WORKER_CONFIG):
+                    # its HTTP endpoints on a free local port: the default 8787 warns when taken
                     self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                                dashboard_address=None, silence_logs=logging.ERROR)
+                                                dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
                 self.client = Client(self.cluster)
             except Exception as exc:  # no process spawning here, no free port...
                 raise TorchneckError(f"could not start {workers} local Dask worker(s) ({type(exc).__name__}: "
