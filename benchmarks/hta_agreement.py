@@ -69,8 +69,8 @@ def torchneck_over_hta_window(path: Path, rounded: bool = False) -> dict:
     busy = union_length(t.ts[rows], t.ts[rows] + t.dur[rows])
     cats = idle_breakdown(t, rows, lo, hi)
     return {"span_us": hi - lo, "idle_us": hi - lo - busy,
-            "categories_us": {"host_wait": cats["host_wait_us"], "kernel_wait": cats["kernel_wait_us"],
-                              "other": cats["other_us"]}}
+            "categories_us": {"host_wait": cats.host_wait_us, "kernel_wait": cats.kernel_wait_us,
+                              "other": cats.other_us}}
 
 
 def hta(path: Path, py: Path) -> dict:

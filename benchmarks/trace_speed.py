@@ -11,7 +11,10 @@ their gain. With --against REV, the same runs of git revision REV (checked out i
 worktree, its C extensions built there) are interleaved with this checkout's and the ratio
 printed: this VM's speed drifts by a quarter within minutes, so only runs taken turn about
 compare two versions fairly. Targets: 1 GB in <= 2.5 s and <= 200 MB RSS; 3 GB (--sizes 3000)
-in <= 300 MB. With --source, another trace is replicated instead (e.g. the CPU-only
+in <= 300 MB; 8 GB (--sizes 8000: ~20 M events, past `spill.SPILL_ROWS`, so the table and the
+host nesting live in temporary files under a watched ceiling) in <= 300 MB. A run that fails (a
+revision that runs out of memory) is reported as such, with its last line of error. With
+--source, another trace is replicated instead (e.g. the CPU-only
 ../shared/traces/rank_non_gpu__rank_non_gpu.json.gz: nearly every event a CPU op, the heaviest
 case for the host analyses).
 """
@@ -68,18 +71,36 @@ def generate(size_mb: int, path: Path, source: Path = SOURCE) -> None:
         f.write('\n], "traceName": "replicated"}\n')
 
 
+RSS_TARGET_MB = 300
+"""The ceiling every size must stay under (issue 25: whatever the input's size)."""
+
+
+class Failed(Exception):
+    """A measured run that did not end with exit code 0."""
+
+
 def measure(cmd: list[str], **extra_env: str) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one child process."""
+    """Wall seconds and peak RSS (MB) of one child process; raises `Failed` with its last line
+    of error when it fails."""
     env = dict(os.environ, OMP_NUM_THREADS="1", **extra_env)
     t0 = time.perf_counter()
     proc = subprocess.Popen(["/usr/bin/time", "-f", "%M", *cmd], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     _, err = proc.communicate()
     wall = time.perf_counter() - t0
+    lines = err.strip().splitlines()
     if proc.returncode != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}\n{err}")
-    rss_kb = int(err.strip().splitlines()[-1])
-    return wall, rss_kb / 1024
+        reason = next((ln for ln in reversed(lines[:-1]) if ln.strip() and not ln.startswith("Command ")), "?")
+        raise Failed(f"exit code {proc.returncode} after {wall:.0f} s, {int(lines[-1]) / 1024:.0f} MB: {reason}")
+    return wall, int(lines[-1]) / 1024
+
+
+def _attempt(cmd: list[str], **extra_env: str) -> tuple[float, float] | str:
+    """`measure`, or the reason it failed (for the revision compared with, which may)."""
+    try:
+        return measure(cmd, **extra_env)
+    except Failed as exc:
+        return str(exc)
 
 
 @contextmanager
@@ -113,7 +134,8 @@ def hta_python() -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="100,1000", help="trace sizes in MB (default 100,1000; add 3000)")
+    parser.add_argument("--sizes", default="100,1000",
+                        help="trace sizes in MB (default 100,1000; add 3000 and 8000)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--hta", action="store_true", help="also time HTA on the smallest trace")
     parser.add_argument("--no-pure", action="store_true",
@@ -136,13 +158,13 @@ def run(args: argparse.Namespace, other_src: Path | None) -> None:
         path = OUT / f"replicated-{stem}{mb}MB.json"
         generate(mb, path, args.source)
         files[mb] = path
-    from torchneck.trace import loader
+    from torchneck.trace import decode
 
-    if loader._scan is None:
+    if decode._scan is None:
         print("note: the native scanner (torchneck.trace._scan) is not built; both rows use msgspec")
-    from torchneck.analysis import ops
+    from torchneck.analysis import nesting
 
-    if ops._nest is None:
+    if nesting._nest is None:
         print("note: the native nesting walk (torchneck.analysis._nest) is not built; both rows use numpy")
     # As `pip install` leaves it: bytecode compiled. An editable checkout run under
     # PYTHONDONTWRITEBYTECODE=1 (this workplace sets it) would otherwise compile every module
@@ -159,24 +181,32 @@ def run(args: argparse.Namespace, other_src: Path | None) -> None:
             if not args.no_pure:
                 pure.append(measure(cmd, TORCHNECK_PURE_PYTHON="1"))
             if other_src is not None:
-                other.append(measure(cmd, PYTHONPATH=str(other_src)))
+                other.append(_attempt(cmd, PYTHONPATH=str(other_src)))
         wall = statistics.median(r[0] for r in runs)
         rss = max(r[1] for r in runs)
         real_mb = path.stat().st_size / 1e6
         results[mb] = (wall, rss)
+        verdict = "within" if rss <= RSS_TARGET_MB else "OVER"
         print(f"{real_mb:7.0f} MB  torchneck analyze  {wall:6.2f} s  {real_mb / wall:6.0f} MB/s  "
-              f"peak RSS {rss:6.0f} MB", flush=True)
+              f"peak RSS {rss:6.0f} MB ({verdict} {RSS_TARGET_MB} MB; per run "
+              f"{' '.join(f'{w:.2f} s/{r:.0f} MB' for w, r in runs)})", flush=True)
         if pure:
             pwall = statistics.median(r[0] for r in pure)
             prss = max(r[1] for r in pure)
             print(f"{real_mb:7.0f} MB  without C (msgspec, numpy) {pwall:6.2f} s  peak RSS {prss:6.0f} MB  "
                   f"(native code x{pwall / wall:.2f} faster)", flush=True)
+        failed = [r for r in other if isinstance(r, str)]
+        if failed:
+            print(f"{real_mb:7.0f} MB  {args.against:>17s}  failed in {len(failed)} of {len(other)} runs: "
+                  f"{failed[0]}", flush=True)
+        other = [r for r in other if not isinstance(r, str)]
         if other:
             owall = statistics.median(r[0] for r in other)
             orss = max(r[1] for r in other)
+            pairs = " ".join(f"{a[0]:.2f}/{b[0]:.2f} s {a[1]:.0f}/{b[1]:.0f} MB" for a, b in zip(runs, other))
             print(f"{real_mb:7.0f} MB  {args.against:>17s}  {owall:6.2f} s  {real_mb / owall:6.0f} MB/s  "
                   f"peak RSS {orss:6.0f} MB  (this checkout: time x{wall / owall:.2f}, memory x{rss / orss:.2f}; "
-                  f"per run {' '.join(f'{a[0]:.2f}/{b[0]:.2f}' for a, b in zip(runs, other))} s)", flush=True)
+                  f"per run {pairs})", flush=True)
     if args.hta:
         mb = min(sizes)
         py = hta_python()

@@ -1,11 +1,14 @@
-"""Score torchneck's diagnosis on the zoo: scripts with one planted bottleneck each.
+"""Score torchneck's diagnosis on the zoo: programs with one planted cause each, and clean ones.
 
-    OMP_NUM_THREADS=1 python benchmarks/zoo_score.py [--only NAME ...] [--keep DIR]
+    OMP_NUM_THREADS=1 python benchmarks/zoo_score.py [--only NAME ...] [--keep DIR] [--jobs N]
 
-Runs `torchneck run --json` on every script of benchmarks/zoo/manifest.json and prints, per
-script, the expected kind, the top finding (kind, line) and whether both are right, then
-`top-1 correct N/M, line correct N/M, false high findings K`. A clean script (expect null) is
-correct when it has no `high` finding. Exit code 1 when anything is wrong.
+Runs `torchneck run --json` on every program of benchmarks/zoo/manifest*.json (see zoo_lib.py)
+and prints, per program, the expected kind, the top finding (kind, line), whether both are
+right, and the top finding's estimated saving (its share of the run) beside the saving measured
+by removing the plant (`measured.saving_share_of_run`, written by zoo_verify.py). Then the score
+per kind and overall: `top-1 correct N/M, line correct N/M, false high findings K, estimates
+within 30% of the measured saving E/M`. A clean program (expect null) is correct when it has no
+`high` finding. Exit code 1 when the top-1 score is under 95% or a clean program has a high finding.
 """
 
 from __future__ import annotations
@@ -17,71 +20,89 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ZOO = Path(__file__).resolve().parent / "zoo"
+from zoo_lib import ZOO, ZooProgram, load_programs
+
+TARGET = 0.95
+ESTIMATE_TOLERANCE = 0.30
+"""The top finding's estimated saving must be within 30 % (relative) of the measured saving."""
 
 
-def planted_line(script: Path) -> int | None:
-    for i, line in enumerate(script.read_text().splitlines(), 1):
-        if "# PLANTED" in line:
-            return i
-    return None
-
-
-def run_one(script: Path, out: Path) -> tuple[dict | None, float, str]:
-    report = out / f"{script.stem}.json"
+def run_one(prog: ZooProgram, out: Path) -> tuple[dict | None, float, str]:
+    report = out / f"{prog.name}.json"
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "torchneck", "run", "--quiet", "--json", str(report),
-                           "--out", str(out / script.stem), str(script)],
-                          capture_output=True, text=True, cwd=ZOO)
+                           "--out", str(out / prog.name), prog.script, *prog.args],
+                          capture_output=True, text=True, cwd=ZOO, env=dict(os.environ, OMP_NUM_THREADS="1"))
     wall = time.perf_counter() - t0
     if not report.exists():
         return None, wall, (proc.stderr.strip().splitlines() or ["no report"])[-1]
     return json.loads(report.read_text()), wall, ""
 
 
+def _places(finding: dict) -> list[tuple[str, int]]:
+    """The lines of the user's code a finding points at."""
+    return [(w["file"], w["line"]) for w in finding.get("where") or []]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", nargs="*", help="score only these scripts (file stems)")
+    ap.add_argument("--only", nargs="*", help="score only these programs (names or file stems)")
     ap.add_argument("--keep", help="keep run directories and reports here")
+    ap.add_argument("--jobs", type=int, default=1, help="programs run at once (default 1: timings stay clean)")
     ns = ap.parse_args()
-    manifest = json.loads((ZOO / "manifest.json").read_text())["scripts"]
-    if ns.only:
-        manifest = [m for m in manifest if Path(m["script"]).stem in ns.only]
+    programs = load_programs(ns.only)
     out = Path(ns.keep) if ns.keep else Path(tempfile.mkdtemp(prefix="torchneck-zoo-"))
     out.mkdir(parents=True, exist_ok=True)
-    planted = [m for m in manifest if m["expect"]]
-    top_ok = line_ok = false_high = 0
-    rows = []
-    for m in manifest:
-        script = ZOO / m["script"]
-        report, wall, error = run_one(script, out)
+    with ThreadPoolExecutor(max(ns.jobs, 1)) as pool:
+        results = list(pool.map(lambda p: run_one(p, out), programs))
+    by_kind: dict[str, list[bool]] = defaultdict(list)
+    top_ok = line_ok = false_high = estimates_ok = estimated = 0
+    planted = [p for p in programs if p.expect]
+    print(f"{'program':34s} {'expected':24s} {'':6s} {'est.':>5s} {'meas.':>5s}  top finding")
+    for prog, (report, wall, error) in zip(programs, results):
         findings = report["findings"] if report else []
         top = findings[0] if findings else None
         highs = [f for f in findings if f["severity"] == "high"]
-        if m["expect"] is None:
-            ok_kind = not highs
-            ok_line = True
+        est = meas = None
+        if prog.expect is None:
+            ok_kind, ok_line = not highs, True
             false_high += len(highs)
             got = ", ".join(f"{f['kind']}(high)" for f in highs) or "no high finding"
         else:
-            line = planted_line(script)
-            ok_kind = bool(top) and top["kind"] == m["expect"]
-            ok_line = ok_kind and any(w["line"] == line and w["file"].endswith(script.name) for w in top["where"])
-            false_high += len([f for f in highs if f["kind"] != m["expect"]])
+            line = prog.planted_line()
+            ok_kind = bool(top) and top["kind"] == prog.expect
+            ok_line = ok_kind and any(ln == line and file.endswith(prog.planted or prog.script)
+                                      for file, ln in _places(top))
+            false_high += len([f for f in highs if f["kind"] != prog.expect])
             got = f"{top['kind']} @ {','.join(str(w['line']) for w in top['where'][:3]) or '-'}" if top else "none"
             got += f"  [planted line {line}]"
-        top_ok += ok_kind and m["expect"] is not None
-        line_ok += ok_line and m["expect"] is not None
-        rows.append((m["script"], m["expect"] or "(clean)", got + (f"  ERROR {error}" if error else ""),
-                     "ok" if ok_kind and ok_line else "WRONG", wall))
-        print(f"{rows[-1][0]:<30} {rows[-1][1]:<24} {rows[-1][3]:<6} {wall:5.1f}s  {rows[-1][2]}", flush=True)
+            if ok_kind and prog.measured:
+                est, meas = top.get("saving_pct", 0.0) / 100, prog.measured.get("saving_share_of_run")
+                if meas:
+                    estimated += 1
+                    estimates_ok += abs(est - meas) <= ESTIMATE_TOLERANCE * meas
+            top_ok += ok_kind
+            line_ok += ok_line
+        by_kind[prog.expect or "(clean)"].append(ok_kind and ok_line)
+        mark = "ok" if ok_kind and ok_line else "WRONG"
+        e = f"{100 * est:4.0f}%" if est is not None else "    -"
+        m = f"{100 * meas:4.0f}%" if meas else "    -"
+        print(f"{prog.name:34s} {prog.expect or '(clean)':24s} {mark:6s} {e} {m}  {got}"
+              + (f"  ERROR {error}" if error else "") + f"  ({wall:.0f} s)", flush=True)
     print()
-    print(f"top-1 correct {top_ok}/{len(planted)}, line correct {line_ok}/{len(planted)}, "
-          f"false high findings {false_high}")
+    for kind, oks in sorted(by_kind.items()):
+        print(f"  {kind:28s} {sum(oks)}/{len(oks)}")
+    print()
+    share = top_ok / len(planted) if planted else 1.0
+    print(f"top-1 correct {top_ok}/{len(planted)} ({100 * share:.0f}%), line correct {line_ok}/{len(planted)}, "
+          f"false high findings {false_high}, estimates within {100 * ESTIMATE_TOLERANCE:.0f}% of the measured "
+          f"saving {estimates_ok}/{estimated}")
     print(f"(reports in {out})")
-    return 0 if top_ok == line_ok == len(planted) and not false_high else 1
+    return 0 if share >= TARGET and not false_high else 1
 
 
 if __name__ == "__main__":

@@ -29,10 +29,15 @@ def torchneck(*args, cwd=None, timeout=300, module=False, env=None):
 SCHEMA = json.loads((ROOT.parent / "docs" / "report.schema.json").read_text())
 
 
-def validate_report(report: dict) -> dict:
-    """Every report the tests read is checked against the published JSON Schema."""
+def validate_report(report) -> dict:
+    """Every report the tests read is checked against the published JSON Schema. A typed
+    `Report` is checked as report.json would hold it, and returned so."""
     import jsonschema
 
+    if not isinstance(report, dict):
+        from torchneck.model.base import to_builtins
+
+        report = to_builtins(report)
     jsonschema.Draft202012Validator(SCHEMA).validate(report)
     return report
 

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 from conftest import SCRIPTS, planted_line, read_report, torchneck
@@ -162,3 +163,61 @@ def test_a_stage_past_its_time_limit_is_killed_with_its_children(tmp_path):
     except (ProcessLookupError, FileNotFoundError):
         alive = False
     assert not alive  # the whole process group went
+
+
+_TOY = SCRIPTS / "compile_toy_compiler.py"
+
+
+def _run_repro_with_toy_backend(repro: str, *args: str) -> subprocess.CompletedProcess:
+    """repro.py looks the backend up by name: register the script's toy_compiler first (what the
+    bisect report tells the user to do), then run the repro."""
+    code = ("import runpy, sys; sys.argv = [sys.argv[0], *sys.argv[2:]]; "
+            f"ns = runpy.run_path({str(_TOY)!r}, run_name='toy'); "
+            "import torch._dynamo; torch._dynamo.register_backend(ns['toy_compiler']); "
+            f"sys.argv = [{repro!r}]; runpy.run_path({repro!r}, run_name='__main__')")
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+
+
+def test_minify_shrinks_the_troubleshooting_pages_failing_toy_compiler_to_relu(tmp_path):
+    """The guide's own example: a backend defined in the script, which dynamo's minifier launcher
+    (a fresh process looking the backend up by name) cannot find."""
+    r, b = _bisect(tmp_path, "--minify", str(_TOY))
+    assert r.returncode == 1, r.stderr
+    assert b["culprit"] == "original" and b["backend"] == "toy_compiler"
+    assert b["failure"]["exception_type"] == "AssertionError"
+    assert planted_line(_TOY, "# TOY assert") in [w["line"] for w in b["failure"]["where"]]
+    mn = b["minify"]
+    assert mn["ok"], mn
+    assert mn["repro_after"] == "dynamo" and mn["in_process"] and "register_backend(toy_compiler)" in mn["note"]
+    forward = Path(mn["repro"]).read_text().split("def forward", 1)[1].split("return", 1)[0]
+    assert "torch.relu" in forward and "linear" not in forward  # the five Linear layers are gone
+    rerun = _run_repro_with_toy_backend(mn["repro"])
+    assert rerun.returncode != 0 and "AssertionError" in rerun.stderr  # the repro reproduces it
+    assert "test_backend_error" not in rerun.stderr  # ...from the minified graph, not the script's own call
+    assert "register_backend(toy_compiler)" in r.stdout
+
+
+def test_accuracy_minify_shrinks_a_toy_compiler_with_wrong_results_to_relu(tmp_path):
+    r, b = _bisect(tmp_path, "--accuracy", "--minify", str(_TOY), "--wrong")
+    assert r.returncode == 1, r.stderr
+    assert b["culprit"] == "original"
+    # The graph's output (the last Linear's, line of `return model(a)`) differs from eager.
+    assert b["failure"]["mismatch"]["where"]["line"] == planted_line(_TOY, "# TOY output")
+    mn = b["minify"]
+    assert mn["ok"], mn
+    assert mn["repro_level"] == 4
+    forward = Path(mn["repro"]).read_text().split("def forward", 1)[1].split("return", 1)[0]
+    assert "torch.relu" in forward and "linear" not in forward
+
+
+def test_minify_says_which_failures_it_cannot_shrink(tmp_path):
+    from torchneck.bisect import BisectOptions, minify
+    from torchneck.capture.runner import Target
+
+    target = Target(script=_TOY)
+    capture = minify(target, BisectOptions(), tmp_path, "eager", "toy_compiler")
+    assert not capture["ok"] and capture["reason"].startswith("cannot minify")
+    assert "no graph to shrink" in capture["reason"]
+    crash = minify(target, BisectOptions(), tmp_path, "original", "toy_compiler", custom_backend=True, crashed=True)
+    assert not crash["ok"] and "kills the process" in crash["reason"]
+    assert not (tmp_path / "minify").exists()  # nothing was run for either

@@ -29,6 +29,7 @@ from torchneck.cluster.reduce import others_median, rank_ranges
 from torchneck.cluster.replicas import make_rank_set
 from torchneck.cluster.summary import RankSummary, decode
 from torchneck.cluster.tasks import RankItem, TaskOptions, summarise_batch
+from torchneck.model.findings import Finding
 
 browser = test_reports.browser  # the HTML report tests' headless Chromium fixture
 SOURCE = DATA / "nccl_parser_config__nccl_data.json.gz"
@@ -280,7 +281,7 @@ def test_unusable_engines_and_paths_are_one_line(tmp_path):
     (tmp_path / "a.json").write_text("not json")
     (tmp_path / "b.json").write_text("{}")
     r = torchneck("analyze", str(tmp_path), "--workers", "0")
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no rank could be analysed among 2" in r.stderr
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "none of the 2 trace files could be read" in r.stderr
 
 
 def _flaky(batch: list) -> list:
@@ -355,5 +356,7 @@ def test_summaries_carry_numpy_values_as_python_ones():
     from torchneck.cluster.summary import encode
 
     evidence = {"share": np.float64(0.25), "count": np.int64(3), "rows": np.arange(3), "any": np.bool_(True)}
-    [s] = decode(encode([RankSummary(rank=3, path="r3.json", findings=[{"kind": "x", "evidence": evidence}])]))
-    assert s.findings[0]["evidence"] == {"share": 0.25, "count": 3, "rows": [0, 1, 2], "any": True}
+    finding = Finding(kind="x", title="x", time_lost_s=np.float64(0.5), time_lost_pct=1.0, fix="", evidence=evidence)
+    [s] = decode(encode([RankSummary(rank=3, path="r3.json", findings=[finding])]))
+    assert s.findings[0].evidence == {"share": 0.25, "count": 3, "rows": [0, 1, 2], "any": True}
+    assert s.findings[0].time_lost_s == 0.5

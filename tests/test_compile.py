@@ -30,6 +30,8 @@ def test_breaks_recompiles_and_limit_from_a_real_compiled_script(tmp_path):
     assert rec["evidence"]["recompilations"] == 8  # the limit is 8: the 9th value of n runs eagerly
     (reason,) = rec["evidence"]["reasons"]
     assert reason["cause"] == "python_value" and reason["guard"].startswith("n == ")
+    assert "`n` (argument of scale())" in reason["what"]  # the user's parameter, not a dynamo source
+    assert rec["fix"].startswith("Pass n as a tensor") and "torch._dynamo.config.recompile_limit only" in rec["fix"]
 
     comp = report["compile"]
     frames = {f["function"]: f for f in comp["frames"]}
@@ -191,7 +193,7 @@ def test_shape_changes_recompile_with_the_size_guard_in_words(tmp_path):
     assert not rec["evidence"]["hit_recompile_limit"]
     (reason,) = rec["evidence"]["reasons"]  # one cause: x's dim 0 keeps changing
     assert reason["cause"] == "shape" and reason["count"] == 3
-    assert reason["what"] == "size of tensor 'x' changed in dim 0 (4 -> 5 -> 6 -> 7)"
+    assert reason["what"] == "size of `x` (argument of normalise()) changed in dim 0 (4 -> 5 -> 6 -> 7)"
     assert "mark_dynamic(x, 0)" in reason["fix"]
 
 
@@ -203,3 +205,90 @@ def test_a_script_without_torch_compile_says_so(tmp_path):
     assert report["compile"]["present"] is False and report["compile"]["available"] is True
     assert report["findings"] == []
     assert "No torch.compile activity in this run." in r.stdout
+
+
+def test_two_breaks_each_charged_with_the_compile_time_and_recompiles_they_cause(tmp_path):
+    """issue 27.3 / 24.2: every break at its line with the compile seconds and recompiles of the code
+    resumed after it; each compiled graph with its guards, cost, cache and generated code."""
+    script = SCRIPTS / "compile_two_breaks.py"
+    run_dir = tmp_path / "run"
+    r = torchneck("compile", "--out", str(run_dir), "--json", str(tmp_path / "c.json"), str(script), timeout=600)
+    assert r.returncode == 0, r.stderr
+    report = read_report(tmp_path / "c.json")
+    item_line, branch_line = planted_line(script, "# BREAK item"), planted_line(script, "# BREAK branch")
+    breaks = {f["where"][0]["line"]: f for f in report["findings"] if f["kind"] == "graph_break"}
+    assert set(breaks) == {item_line, branch_line}
+    item, branch = breaks[item_line]["evidence"], breaks[branch_line]["evidence"]
+    assert item["compile_s_caused"] > 0 and branch["compile_s_caused"] > 0
+    assert item["recompiles_caused"] >= 1 and branch["recompiles_caused"] == 0  # .item()'s value changes
+    assert item["graphs_caused"] and set(item["graphs_caused"]).isdisjoint(branch["graphs_caused"])
+
+    (ct,) = [f for f in report["findings"] if f["kind"] == "compile_time"]
+    caused = {(c["kind"], c["line"]): c["compile_s"] for c in ct["evidence"]["caused_by"]}
+    assert caused[("graph_break", item_line)] == item["compile_s_caused"]
+    assert caused[("graph_break", branch_line)] == branch["compile_s_caused"]
+    assert abs(ct["evidence"]["explained_s"] + ct["evidence"]["unexplained_s"] - ct["time_lost_s"]) < 1e-6
+
+    comp = report["compile"]
+    # The recompile is named in the user's words: the value of `scale` that crossed the break.
+    (rec,) = comp["recompiles"]
+    (reason,) = rec["reasons"]
+    assert reason["cause"] == "python_value" and "`scale`" in reason["what"] and f"line {item_line}" in reason["what"]
+    assert f"graph break at line {item_line}" in reason["fix"]
+    texts = [f["title"] + f["fix"] for f in report["findings"]] + [reason["what"], reason["fix"]]
+    assert not any("___stack" in t or "Torch._dynamo" in t for t in texts)
+
+    graphs = [g for g in comp["graphs"] if g["op_count"]]
+    assert len(graphs) >= 4  # start, after each break, and the recompiled one
+    first = next(g for g in graphs if g["resumes_after_line"] is None)
+    assert first["ended_by_break"]["line"] == item_line
+    assert any(c.startswith("`x` (argument of forward()) is a float32 Tensor") for c in first["guards"]["checks"])
+    assert first["guards"]["count"] >= len(first["guards"]["checks"])
+    resumed = [g for g in graphs if g["resumes_after_line"] == item_line]
+    assert {g["recompile"] for g in resumed} == {False, True}
+    assert any("`scale`" in c for g in resumed for c in g["guards"]["checks"])
+    for g in graphs:
+        assert g["time_s"]["total"] > 0 and g["cache"] in ("hit", "miss", "partial")
+        code = run_dir / g["files"]["output_code"]
+        assert code.exists() and g["kernels"] and all(k in code.read_text() for k in g["kernels"])
+        assert g["kernels"][0].startswith("cpp_fused")
+        assert (run_dir / g["files"]["dynamo_graph"]).read_text().startswith("class GraphModule")
+    # Ops run inside a compiled graph's call are ATen fallbacks, with the graph they came from.
+    origins = report["ranks"][0]["compiled"]["origins"]["ops"]
+    assert origins["aten::addmm"]["origin"] == "aten_fallback"
+    assert set(origins["aten::addmm"]["graphs"]) <= {g["id"] for g in graphs} and origins["aten::addmm"]["graphs"]
+    html = (run_dir / "report.html").read_text()
+    assert 'id="compiled-graphs"' in html and f'href="{first["files"]["output_code"]}"' in html
+    assert "Compiled graphs" in r.stdout and "ATen fallback" in (run_dir / "report.txt").read_text()
+
+
+def test_fix_texts_name_the_config_of_the_running_torch_version():
+    from torchneck.analysis.compile_guards import frame_context, recompile_limit_name
+    from torchneck.diagnose.facts import Facts
+    from torchneck.diagnose.rules.compile import Recompiles
+
+    assert recompile_limit_name("2.6.0+cu124") == "cache_size_limit"
+    assert recompile_limit_name("2.4.1") == "cache_size_limit"
+    assert recompile_limit_name("2.7.0") == recompile_limit_name("2.13.0+cpu") == "recompile_limit"
+    # Recorded as torch 2.4-2.6 write them: the guard with L[...] names, the limit as cache_size_limit.
+    log = {"records": [_metrics(f"0/{i}", "scale") for i in range(8)] + [
+        {"type": "recompile_reasons", "frame_id": 0, "frame_compile_id": i,
+         "payload": f"0/{i - 1}: L['n'] == {i - 1}"} for i in range(1, 8)],
+        "warnings": [{"message": "torch._dynamo hit config.cache_size_limit (8)\n   function: 'scale' (/u/a.py:3)\n"
+                                 "   last reason: 0/7: L['n'] == 7"}]}
+    for version, limit in (("2.6.0", "cache_size_limit"), ("2.13.0", "recompile_limit")):
+        summary = compile_summary(log, version)
+        (f,) = Recompiles().check(Facts(compile=summary, env={"torch": version}, run_wall_s=10.0))
+        assert f.severity == "high" and f"torch._dynamo.config.{limit} only hides" in f.fix
+        assert f.fix.startswith("Pass n as a tensor") and "L['" not in f.title + f.fix
+    # A value that crossed a graph break (a resume function's ___stack0), as torch 2.13 writes it.
+    ctx = frame_context("torch_dynamo_resume_in_forward_at_15", "/u/m.py", 13,
+                        {"stack_vars": 1, "top_stored_in": "scale"}, "scale = h.mean().item()  # note")
+    from torchneck.analysis.compile_guards import guard_failure_in_words
+
+    words = guard_failure_in_words("___stack0 == 0.2293", ctx, "2.13.0")
+    assert words["what"].startswith("`scale`, the value computed where the graph broke at line 15 "
+                                    "(`scale = h.mean().item()`)")
+    assert "Pass" not in words["fix"] and "line 15" in words["fix"] and "___stack" not in words["fix"]
+    size = guard_failure_in_words("tensor 'L['x']' size mismatch at index 0. expected 4, actual 5", None, "2.4.0")
+    assert size["cause"] == "shape" and "mark_dynamic(x, 0)" in size["fix"] and size["fix"][0].isupper()

@@ -61,3 +61,21 @@ def test_differences_sees_a_change():
     assert differences(golden, {"findings": [{"kind": "host_sync", "time_lost": 0.5}], "n": 3})
     assert differences(golden, {"findings": [], "n": 3})
     assert differences(golden, {"findings": [{"kind": "host_sync", "time_lost_s": 0.5}], "n": "3"})
+
+
+def test_report_schema_is_generated_from_the_types():
+    """docs/report.schema.json is what `python -m torchneck.model.schema` writes."""
+    from torchneck.model.schema import main
+
+    assert main(["--check"]) == 0
+
+
+@pytest.mark.parametrize("name", [s[0] for s in regenerate.sources()])
+def test_golden_reports_decode_into_the_typed_report(name):
+    """Every report.json decodes, strictly typed, into `Report`: what diff and the API read back."""
+    import msgspec
+
+    from torchneck.model.report import Report
+
+    report = msgspec.json.decode((GOLDEN / f"{name}.json").read_bytes(), type=Report)
+    assert report.schema_version == 1 and report.findings == sorted(report.findings, key=lambda f: f.severity == "info")

@@ -32,8 +32,11 @@ def test_dominant_op_top_row_at_its_line(run_dir):
     assert top["line"] == planted_line(script)
     assert top["file"].endswith("dominant_op.py")
     assert top["source"] == "trace"  # placed by the torchneck@ span around the call, not by a sample
-    assert report["findings"][0]["kind"] == "op_hotspot"
-    assert report["compile"] == {"present": False, "available": True}  # no torch.compile in this script
+    # The mm is the script's own compute: context (info), named at its line, not a problem.
+    [hot] = [f for f in report["findings"] if f["kind"] == "op_hotspot"]
+    assert hot["severity"] == "info" and hot["where"][0]["line"] == planted_line(script)
+    assert all(f["severity"] in ("low", "info") for f in report["findings"])  # nothing else costs much
+    assert report["compile"]["present"] is False and report["compile"]["available"] is True
     # The line's time is inside aten::mm: it must not also be reported as Python time.
     assert not [f for f in report["findings"] if f["kind"] == "python_hotspot"
                 and f["where"][0]["line"] == planted_line(script)]

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from conftest import DATA
 
-import torchneck.trace.loader as loader
+import torchneck.trace.decode as decode
+import torchneck.trace.slices as slices
 from torchneck.errors import TraceError
 from torchneck.trace.loader import load_trace
 
@@ -23,11 +24,11 @@ SHARED = sorted(DATA.glob("*.json.gz"))
 def test_the_native_scanner_is_built():
     """`pip install` compiles it (setup.py); without a C compiler torchneck still works, only
     slower, but this project's CI must exercise it."""
-    assert loader._scan is not None, "torchneck.trace._scan was not built: install with a C compiler"
+    assert decode._scan is not None, "torchneck.trace._scan was not built: install with a C compiler"
 
 
 def _python_only(monkeypatch):
-    monkeypatch.setattr(loader, "_scan", None)
+    monkeypatch.setattr(decode, "_scan", None)
 
 
 def chunk_view(chunk):
@@ -53,14 +54,14 @@ def chunk_view(chunk):
 def outcome(data: bytes):
     """What decode_to_columns makes of a slice: its content, or the exception type."""
     try:
-        return chunk_view(loader.decode_to_columns(data))
+        return chunk_view(decode.decode_to_columns(data))
     except Exception as exc:  # the Python path may raise (invalid UTF-8); the native must alike
         return type(exc).__name__
 
 
 def both_ways(data: bytes, monkeypatch) -> tuple[object, object, bool]:
     """(native outcome, Python outcome, whether the scanner accepted the slice)."""
-    accepted = loader._scan_columns(data) is not None
+    accepted = decode._scan_columns(data) is not None
     native = outcome(data)
     with monkeypatch.context() as m:
         _python_only(m)
@@ -89,8 +90,8 @@ def _tables_equal(a, b):
 @pytest.mark.parametrize("path", SHARED, ids=lambda p: p.name[:30])
 def test_native_tables_equal_the_python_decoders_on_real_traces(path, monkeypatch):
     accepted = []
-    real = loader._scan_columns
-    monkeypatch.setattr(loader, "_scan_columns", lambda d: accepted.append(real(d)) or accepted[-1])
+    real = decode._scan_columns
+    monkeypatch.setattr(decode, "_scan_columns", lambda d: accepted.append(real(d)) or accepted[-1])
     native, python = load_both(path, monkeypatch)
     _tables_equal(native.events, python.events)
     _tables_equal(native.python, python.python)
@@ -277,8 +278,6 @@ def test_shapes_and_types_read_back_through_their_pair_id(tmp_path, monkeypatch)
     """Rows store one id for their (shapes, types) pair: every row's shapes and types text reads
     back as written, across many slices (pairs first seen in different ones), with either
     decoder; rows without them read -1; the column compares like a numpy one."""
-    import torchneck.trace.loader as loader
-
     rng = np.random.default_rng(5)
     events, expected = [], []
     for i in range(4000):
@@ -293,7 +292,7 @@ def test_shapes_and_types_read_back_through_their_pair_id(tmp_path, monkeypatch)
                          json.dumps(args["Input type"]).replace(" ", "") if "Input type" in args else None))
     p = tmp_path / "pairs.json"
     p.write_text(json.dumps({"traceEvents": events}, separators=(",", ":")))
-    monkeypatch.setattr(loader, "BLOCK_BYTES", 16 << 10)
+    monkeypatch.setattr(slices, "BLOCK_BYTES", 16 << 10)
     native, plain = load_both(p, monkeypatch)
     for t in (native.events, plain.events):
         got = [(t.strings[s] if s >= 0 else None, t.strings[y] if y >= 0 else None)

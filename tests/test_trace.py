@@ -9,13 +9,19 @@ import torch
 from conftest import DATA, torchneck, validate_report
 
 from torchneck.analysis.intervals import claim_by_priority, claim_by_priority_in_windows
-from torchneck.analysis.ops import _nest_by_stack, _nest_thread, host_nesting
-from torchneck.analysis.summary import analyze_trace
+from torchneck.analysis.nesting import _nest_by_stack, _nest_thread, host_nesting
+from torchneck.analysis.summary import analyze_trace as analyze_typed
 from torchneck.errors import TraceError
+from torchneck.model.base import to_builtins
 from torchneck.trace.loader import load_trace
 from torchneck.trace.table import Cat
 
 SHARED = sorted(DATA.glob("*.json.gz"))
+
+
+def analyze_trace(trace):
+    """The analysis as report.json holds it."""
+    return to_builtins(analyze_typed(trace))
 
 
 def reference_events(path):
@@ -52,7 +58,7 @@ def test_steps_match_a_plain_json_reference(cpu_trace):
     # The breakdown claims every microsecond of each step exactly once.
     for s in a["steps"]["items"]:
         assert sum(s["breakdown_us"].values()) == pytest.approx(s["duration_us"], abs=1e-3)
-    assert a["gpu"] == {"present": False}
+    assert a["gpu"]["present"] is False and a["gpu"]["devices"] == []
     assert a["memory"]["recorded"]
 
 
@@ -97,15 +103,17 @@ def _same_tables(a, b):
 
 def test_parallel_ranges_of_a_plain_file_equal_serial(tmp_path, monkeypatch):
     """Uncompressed files are cut into byte ranges that worker processes read themselves."""
+    import torchneck.trace.decode as decode
     import torchneck.trace.loader as loader
+    import torchneck.trace.slices as slices
 
     plain = tmp_path / "control.json"
     plain.write_bytes(gzip.open(DATA / "trace_diff__control__control.json.gz").read())
     serial = load_trace(plain, workers=1).events
-    monkeypatch.setattr(loader, "BLOCK_BYTES", 256 << 10)
-    monkeypatch.setattr(loader, "_PROBE_BYTES", 8 << 10)
+    monkeypatch.setattr(slices, "BLOCK_BYTES", 256 << 10)
+    monkeypatch.setattr(slices, "_PROBE_BYTES", 8 << 10)
     ranges = []
-    real = loader._slices
+    real = loader.slice_events
 
     def counting(*args, **kwargs):
         gen, sent = real(*args, **kwargs), None
@@ -118,10 +126,10 @@ def test_parallel_ranges_of_a_plain_file_equal_serial(tmp_path, monkeypatch):
                 ranges.append(item)
             sent = yield item
 
-    monkeypatch.setattr(loader, "_slices", counting)
+    monkeypatch.setattr(loader, "slice_events", counting)
     mapped = []
-    real_map = loader._map_range
-    monkeypatch.setattr(loader, "_map_range", lambda *a: mapped.append(a) or real_map(*a))
+    real_map = decode.map_range
+    monkeypatch.setattr(decode, "map_range", lambda *a: mapped.append(a) or real_map(*a))
     _same_tables(serial, load_trace(plain, workers=2).events)
     assert len(ranges) > 20  # most of the file went as ranges
     assert len(mapped) == len(ranges) - 1  # each but the probe scanned where it lies in the file (mmap)
@@ -129,7 +137,7 @@ def test_parallel_ranges_of_a_plain_file_equal_serial(tmp_path, monkeypatch):
     def no_mmap(*a):
         raise OSError("no mmap on this file system")
 
-    monkeypatch.setattr(loader, "_map_range", no_mmap)  # then each range is read into a buffer
+    monkeypatch.setattr(decode, "map_range", no_mmap)  # then each range is read into a buffer
     _same_tables(serial, load_trace(plain, workers=2).events)
     with open(plain, "r+b") as f:  # a file cut after its ranges were planned is not mapped past its end
         f.truncate(plain.stat().st_size - 10)
@@ -140,7 +148,7 @@ def test_parallel_ranges_of_a_plain_file_equal_serial(tmp_path, monkeypatch):
 def test_parallel_ranges_survive_cuts_inside_strings(tmp_path, monkeypatch):
     """A planned cut that lands on `}, {` inside a name fails to decode in the worker; the main
     process joins it with the next range, so no event is lost or split."""
-    import torchneck.trace.loader as loader
+    import torchneck.trace.slices as slices
 
     weird = 'weird}, {"name": "x' * 40
     names = [weird if i % 5 == 0 else f"op{i % 3}" for i in range(3000)]
@@ -148,8 +156,8 @@ def test_parallel_ranges_survive_cuts_inside_strings(tmp_path, monkeypatch):
                "ts": 10.0 + i, "dur": 0.5, "args": {"Input Dims": [[1, i]]}} for i, name in enumerate(names)]
     p = tmp_path / "weird.json"
     p.write_text(json.dumps({"traceEvents": events}))
-    monkeypatch.setattr(loader, "BLOCK_BYTES", 16 << 10)
-    monkeypatch.setattr(loader, "_PROBE_BYTES", 2 << 10)
+    monkeypatch.setattr(slices, "BLOCK_BYTES", 16 << 10)
+    monkeypatch.setattr(slices, "_PROBE_BYTES", 2 << 10)
     t = load_trace(p, workers=2).events
     assert len(t) == 3000
     assert [t.strings[i] for i in t.name] == names
@@ -179,16 +187,17 @@ def _numbered_events(n, pid=1):
 def test_parallel_native_slices_use_threads_and_declined_ones_still_decode(tmp_path, monkeypatch):
     """The scanner takes the first slice, so threads decode the rest; a slice it declines
     midway (a float pid: msgspec's to judge) is decoded by msgspec in its thread, in order."""
-    import torchneck.trace.loader as loader
+    import torchneck.trace.decode as decode
+    import torchneck.trace.slices as slices
 
-    if loader._scan is None:
+    if decode._scan is None:
         pytest.skip("the native scanner is not built")
     events = _numbered_events(6000)
     events[3000]["pid"] = 1.5  # the scanner declines the slice holding this one
     p = tmp_path / "mixed.json"
     p.write_text(json.dumps({"traceEvents": events}))
-    monkeypatch.setattr(loader, "BLOCK_BYTES", 16 << 10)
-    monkeypatch.setattr(loader, "_PROBE_BYTES", 2 << 10)
+    monkeypatch.setattr(slices, "BLOCK_BYTES", 16 << 10)
+    monkeypatch.setattr(slices, "_PROBE_BYTES", 2 << 10)
     used = _pools_used(monkeypatch)
     t = load_trace(p, workers=2, keep_correlation=True).events
     assert used == ["threads"]
@@ -201,12 +210,13 @@ def test_parallel_declined_first_slice_uses_processes(tmp_path, monkeypatch):
     """A trace whose first slice the scanner declines (ROCm's string fields, odd types) is
     decoded by msgspec in worker processes, as fast as before the scanner existed."""
     import torchneck.trace.loader as loader
+    import torchneck.trace.slices as slices
 
     events = _numbered_events(6000, pid="rocm")
     p = tmp_path / "strings.json"
     p.write_text(json.dumps({"traceEvents": [{**events[0], "pid": 2.5}, *events[1:]]}))
-    monkeypatch.setattr(loader, "BLOCK_BYTES", 16 << 10)
-    monkeypatch.setattr(loader, "_PROBE_BYTES", 2 << 10)
+    monkeypatch.setattr(slices, "BLOCK_BYTES", 16 << 10)
+    monkeypatch.setattr(slices, "_PROBE_BYTES", 2 << 10)
     used = _pools_used(monkeypatch)
     t = load_trace(p, workers=2, keep_correlation=True).events
     assert used == []
@@ -339,7 +349,7 @@ def test_ids_are_stored_in_the_narrowest_type_that_holds_every_value(tmp_path, b
 
 def test_narrow_columns_widen_when_a_later_slice_needs_it(tmp_path, monkeypatch):
     """Columns start as int8 and widen as slices bring bigger values; earlier values survive."""
-    import torchneck.trace.loader as loader
+    import torchneck.trace.slices as slices
 
     values = [i if i < 2500 else 2**20 + i for i in range(3000)] + [2**40, -5]
     events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 1,
@@ -347,17 +357,17 @@ def test_narrow_columns_widen_when_a_later_slice_needs_it(tmp_path, monkeypatch)
               for i, v in enumerate(values)]
     p = tmp_path / "widening.json"
     p.write_text(json.dumps({"traceEvents": events}))
-    monkeypatch.setattr(loader, "BLOCK_BYTES", 16 << 10)
+    monkeypatch.setattr(slices, "BLOCK_BYTES", 16 << 10)
     t = load_trace(p, workers=1, keep_correlation=True).events
     assert t.correlation.dtype == np.int64 and t.correlation.tolist() == values
     assert t.stream.dtype == np.int16 and t.stream.tolist() == [7 + i % 300 for i in range(len(values))]
 
 
 def test_start_order_is_start_then_longest_first_then_file_order(monkeypatch):
-    import torchneck.trace.loader as loader
-    from torchneck.trace.loader import _start_order
+    import torchneck.trace.merge as merge
+    from torchneck.trace.merge import _start_order
 
-    monkeypatch.setattr(loader, "ORDER_BLOCK", 64)  # ties across the blocks of the tie search
+    monkeypatch.setattr(merge, "ORDER_BLOCK", 64)  # ties across the blocks of the tie search
     rng = np.random.default_rng(0)
     for _ in range(20):
         ts = rng.integers(0, 300, 5000).astype(np.float64)  # many equal starts
@@ -370,7 +380,7 @@ def test_start_order_is_start_then_longest_first_then_file_order(monkeypatch):
 def test_every_phase_is_sorted_out_alike_by_the_typed_and_the_loose_decoder():
     """The typed decoder picks a struct per phase (flows decode empty); the loose one reads `ph`
     as data. Both must give the same columns, counts and side tables."""
-    from torchneck.trace.loader import events_to_columns
+    from torchneck.trace.decode import events_to_columns
     from torchneck.trace.schema import EVENT_LIST_DECODER, LOOSE_EVENT_LIST_DECODER
 
     events = [
@@ -411,7 +421,7 @@ def test_every_phase_is_sorted_out_alike_by_the_typed_and_the_loose_decoder():
 
 def _walk_nesting(table):
     """The reference: the call-stack walk over each thread's host events, one by one."""
-    from torchneck.analysis.ops import HOST_CATEGORIES
+    from torchneck.analysis.nesting import HOST_CATEGORIES
 
     parent = np.full(len(table), -1)
     self_time = table.dur.astype(np.float64)
@@ -468,14 +478,14 @@ def test_vectorised_nesting_equals_the_stack_walk_on_messy_intervals(seed, epoch
 @pytest.mark.parametrize("path", SHARED[:6], ids=lambda p: p.name[:40])
 def test_vectorised_nesting_equals_the_stack_walk_on_real_traces(path, block, cpu_trace, monkeypatch):
     """Also with threads cut into small blocks (as large traces are) at empty-stack points."""
-    import torchneck.analysis.ops as ops
+    import torchneck.analysis.nesting as nesting_mod
 
-    monkeypatch.setattr(ops, "_nest", None)  # the numpy path (test_native_walk_* checks the C one)
+    monkeypatch.setattr(nesting_mod, "_nest", None)  # the numpy path (test_native_walk_* checks the C one)
     calls = []
-    real = ops._nest_thread
-    monkeypatch.setattr(ops, "_nest_thread", lambda *a: calls.append(len(a[0])) or real(*a))
+    real = nesting_mod._nest_thread
+    monkeypatch.setattr(nesting_mod, "_nest_thread", lambda *a: calls.append(len(a[0])) or real(*a))
     if block:
-        monkeypatch.setattr(ops, "NESTING_BLOCK", block)
+        monkeypatch.setattr(nesting_mod, "NESTING_BLOCK", block)
     for p in (path, cpu_trace):
         table = load_trace(p).events
         nesting = host_nesting(table)
@@ -629,9 +639,9 @@ def test_step_breakdown_in_small_batches_equals_one_batch(name, monkeypatch):
 
 @pytest.mark.parametrize("path", SHARED[:6], ids=lambda p: p.name[:40])
 def test_native_walk_equals_the_numpy_nesting_exactly(path, cpu_trace, monkeypatch):
-    import torchneck.analysis.ops as ops
+    import torchneck.analysis.nesting as nesting_mod
 
-    if ops._nest is None:
+    if nesting_mod._nest is None:
         pytest.skip("the C walk is not built")
     for p in (path, cpu_trace):
         table = load_trace(p).events
@@ -641,19 +651,19 @@ def test_native_walk_equals_the_numpy_nesting_exactly(path, cpu_trace, monkeypat
 def _assert_every_walk_agrees(table, monkeypatch) -> None:
     """The C walk in row order with a stack per thread (the default on a loaded table), the C
     walk over host rows grouped by thread, and the numpy path give identical arrays."""
-    import torchneck.analysis.ops as ops
+    import torchneck.analysis.nesting as nesting_mod
 
     calls = []
-    real = ops._native_table_walk
+    real = nesting_mod._native_table_walk
     with monkeypatch.context() as m:
-        m.setattr(ops, "_native_table_walk", lambda *a: calls.append(1) or real(*a))
+        m.setattr(nesting_mod, "_native_table_walk", lambda *a: calls.append(1) or real(*a))
         by_table = host_nesting(table)
     assert calls, "a loaded table is in start order: the row-order walk must be used"
     with monkeypatch.context() as m:
-        m.setattr(ops, "_native_table_walk", lambda *a: None)
+        m.setattr(nesting_mod, "_native_table_walk", lambda *a: None)
         by_rows = host_nesting(table)
     with monkeypatch.context() as m:
-        m.setattr(ops, "_nest", None)
+        m.setattr(nesting_mod, "_nest", None)
         vectorised = host_nesting(table)
     for other in (by_rows, vectorised):
         np.testing.assert_array_equal(by_table.parent, other.parent)
@@ -665,9 +675,9 @@ def _assert_every_walk_agrees(table, monkeypatch) -> None:
 def test_native_walks_agree_with_hundreds_of_interleaved_threads(tmp_path, monkeypatch):
     """300 threads (ids beyond int8: the thread column is int16), their events interleaved in
     time, nested a few deep, with ties and GPU rows between: every walk gives the same arrays."""
-    import torchneck.analysis.ops as ops
+    import torchneck.analysis.nesting as nesting_mod
 
-    if ops._nest is None:
+    if nesting_mod._nest is None:
         pytest.skip("the C walk is not built")
     rng = np.random.default_rng(11)
     events = []
@@ -691,10 +701,10 @@ def test_native_walks_agree_with_hundreds_of_interleaved_threads(tmp_path, monke
 def test_a_stack_40000_deep_nests_and_its_depths_count_the_enclosing_events(tmp_path, native, monkeypatch):
     """40000 events each inside the one before (deeper than an int16 holds), by the C walk and
     by the numpy path; `depth_of` climbs the parents."""
-    import torchneck.analysis.ops as ops
+    import torchneck.analysis.nesting as nesting_mod
 
     if not native:
-        monkeypatch.setattr(ops, "_nest", None)
+        monkeypatch.setattr(nesting_mod, "_nest", None)
     n = 40_000
     events = [{"ph": "X", "cat": "cpu_op", "name": "f", "pid": 1, "tid": 1, "ts": float(i), "dur": float(2 * (n - i))}
               for i in range(n)]
@@ -707,7 +717,7 @@ def test_a_stack_40000_deep_nests_and_its_depths_count_the_enclosing_events(tmp_
     np.testing.assert_array_equal(nesting.parent[deep], np.append(-1, deep[:-1]))
     assert nesting.self_time(deep[[-1, 0]]).tolist() == [2.0, 2.0]
     other = int(np.flatnonzero(table.thread != table.thread[0])[0])
-    np.testing.assert_array_equal(ops.depth_of(nesting, [deep[0], deep[7], deep[-1], other]), [0, 7, n - 1, 0])
+    np.testing.assert_array_equal(nesting_mod.depth_of(nesting, [deep[0], deep[7], deep[-1], other]), [0, 7, n - 1, 0])
 
 
 def test_distinct_equals_numpy_unique_for_small_and_wide_ranges():
@@ -814,18 +824,19 @@ def test_analyses_on_a_second_thread_equal_one_thread(monkeypatch):
 def test_host_rows_grouped_by_thread_equal_a_stable_sort(by_mask, monkeypatch):
     """Nesting groups host rows by thread a block and a thread at a time (few threads) or by one
     stable sort (many): the same rows in the same order either way."""
-    import torchneck.analysis.ops as ops_mod
+    import torchneck.analysis.nesting as nesting_mod
     from torchneck.trace.table import in_categories
 
-    monkeypatch.setattr(ops_mod, "ROW_BLOCK", 101)
-    monkeypatch.setattr(ops_mod, "THREADS_BY_MASK", by_mask)
+    monkeypatch.setattr(nesting_mod, "ROW_BLOCK", 101)
+    monkeypatch.setattr(nesting_mod, "THREADS_BY_MASK", by_mask)
     table = load_trace(DATA / "nccl_parser_config__nccl_data.json.gz").events
-    host = np.flatnonzero(in_categories(table.cat, ops_mod.HOST_CATEGORIES))
+    host = np.flatnonzero(in_categories(table.cat, nesting_mod.HOST_CATEGORIES))
     want = host[np.argsort(table.thread[host], kind="stable")]
-    got = ops_mod._host_rows_by_thread(table)
+    got = nesting_mod._host_rows_by_thread(table)
     assert len(np.unique(table.thread[host])) >= 2 and len(want) > 1000
     np.testing.assert_array_equal(got, want)
-    assert ops_mod._sorted_by_start(table) and not ops_mod._sorted_by_start(table.select(np.arange(len(table))[::-1]))
+    reversed_table = table.select(np.arange(len(table))[::-1])
+    assert nesting_mod._sorted_by_start(table) and not nesting_mod._sorted_by_start(reversed_table)
 
 
 def test_with_stack_trace_places_ops_and_findings_in_the_users_functions(tmp_path):
@@ -1005,9 +1016,9 @@ def test_the_in_place_sort_gives_the_numpy_sort(tmp_path, monkeypatch):
     """The C sort and permutation (`_order.c`) and numpy's argsort and gathers give the same
     tables: ties on start (longer first, then file order), python rows split off, rows without
     a start dropped, runs out of order as a trace's CPU and GPU parts are."""
-    import torchneck.trace.loader as loader
+    import torchneck.trace.merge as merge
 
-    if loader._order is None:
+    if merge._order is None:
         pytest.skip("built without a C compiler: only the numpy path exists")
     rng = np.random.default_rng(11)
     events = []
@@ -1025,7 +1036,7 @@ def test_the_in_place_sort_gives_the_numpy_sort(tmp_path, monkeypatch):
     p = tmp_path / "ties.json"
     p.write_text(json.dumps({"traceEvents": events}))
     native = load_trace(p, keep_correlation=True)
-    monkeypatch.setattr(loader, "_order", None)
+    monkeypatch.setattr(merge, "_order", None)
     numpy_sorted = load_trace(p, keep_correlation=True)
     _tables_equal(native.events, numpy_sorted.events)
     _tables_equal(native.python, numpy_sorted.python)
@@ -1033,16 +1044,16 @@ def test_the_in_place_sort_gives_the_numpy_sort(tmp_path, monkeypatch):
 
 
 def test_the_c_permutation_refuses_what_is_not_a_permutation():
-    from torchneck.trace import loader
+    from torchneck.trace import merge
 
-    if loader._order is None:
+    if merge._order is None:
         pytest.skip("built without a C compiler")
     col, wide = np.arange(6, dtype=np.int16) * 10, np.arange(6, dtype=np.float64) / 2
-    loader._order.permute((col, wide), np.array([4, 0, 3, 1, 2, 5], dtype=np.int32))
+    merge._order.permute((col, wide), np.array([4, 0, 3, 1, 2, 5], dtype=np.int32))
     assert col.tolist() == [40, 0, 30, 10, 20, 50] and wide.tolist() == [2, 0, 1.5, 0.5, 1, 2.5]
     for bad in ([0, 0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 6], [-1, 1, 2, 3, 4, 5], [1, 0]):
         with pytest.raises(ValueError):  # and nothing moved
-            loader._order.permute((col, wide), np.array(bad, dtype=np.int32))
+            merge._order.permute((col, wide), np.array(bad, dtype=np.int32))
     assert col.tolist() == [40, 0, 30, 10, 20, 50]
 
 
@@ -1050,9 +1061,9 @@ def test_the_c_sort_and_permutation_on_random_runs():
     """`_order.start_order` equals a lexsort on (start, longer first, row) and `permute` equals
     numpy's gather, for every column width, on inputs shaped like traces (sorted runs, ties,
     reversed stretches) and on shuffled ones."""
-    from torchneck.trace import loader
+    from torchneck.trace import merge
 
-    if loader._order is None:
+    if merge._order is None:
         pytest.skip("built without a C compiler")
     rng = np.random.default_rng(5)
     for n in (0, 1, 2, 31, 32, 33, 1000, 40_000):
@@ -1060,16 +1071,16 @@ def test_the_c_sort_and_permutation_on_random_runs():
         for ts in (runs.astype(np.float64), rng.permutation(runs).astype(np.float64), runs[::-1].astype(np.float64)):
             dur = rng.integers(0, 4, size=n).astype(np.float32)
             order = np.arange(n, dtype=np.int32)
-            loader._order.start_order(ts, dur, order)
+            merge._order.start_order(ts, dur, order)
             expected = np.lexsort((np.arange(n), -dur, ts))
             np.testing.assert_array_equal(order, expected)
             rows = np.flatnonzero(rng.random(n) < 0.5)  # a subset, as for python rows
             subset = rows.astype(np.int32)
-            loader._order.start_order(ts, dur, subset)
+            merge._order.start_order(ts, dur, subset)
             np.testing.assert_array_equal(subset, rows[np.lexsort((rows, -dur[rows], ts[rows]))])
             columns = [rng.integers(-100, 100, size=n).astype(dt) for dt in (np.int8, np.int16, np.float32, np.float64)]
             before = [c.copy() for c in columns]
-            loader._order.permute(tuple(columns), order)
+            merge._order.permute(tuple(columns), order)
             for c, b in zip(columns, before):
                 np.testing.assert_array_equal(c, b[order])
 
@@ -1130,3 +1141,34 @@ def test_streamed_median_equals_numpy_median():
         blocks = [values[a:a + 777] for a in range(0, len(values), 777)]
         assert streamed_median(lambda blocks=blocks: iter(blocks)) == float(np.median(values.astype(np.float64)))
     assert streamed_median(lambda: iter([np.empty(0, np.float32)])) == 0.0
+
+
+@pytest.mark.parametrize("name", ["nccl_parser_config__nccl_data.json.gz", "torch112_cpu__with_stack.json.gz"])
+def test_a_spilled_table_analyses_exactly_like_one_in_memory(name, monkeypatch):
+    """Past `spill.SPILL_ROWS` the table, its sort order and the host nesting live in temporary
+    files: the same arrays, the same analysis, also when the watcher lets go of every mapped page
+    at each of its looks (`RELEASE_AT` 0) while the loader and the analyses read and write them.
+    The with_stack trace has python_function rows: the spilled sort's row sets."""
+    from torchneck.pipeline import trace_views
+    from torchneck.trace import spill
+
+    def analysed():
+        trace = load_trace(DATA / name)
+        nesting = host_nesting(trace.events)
+        return trace, nesting, analyze_typed(trace, nesting), trace_views(trace, nesting)
+
+    heap, heap_nesting, heap_analysis, heap_views = analysed()
+    assert not spill.is_mapped(heap.events.ts)
+    monkeypatch.setattr(spill, "SPILL_ROWS", 100)
+    monkeypatch.setattr(spill, "RELEASE_AT", 0)
+    releases = spill.releases()
+    spilled, nesting, analysis, views = analysed()
+    assert spill.is_mapped(spilled.events.ts) and spill.is_mapped(spilled.events.name)
+    assert spill.is_mapped(nesting.parent) and spill.is_mapped(nesting.ops)
+    assert spill.releases() > releases  # pages were let go while it ran
+    for col in ("ts", "dur", "cat", "name", "thread", "device", "stream", "args"):
+        np.testing.assert_array_equal(getattr(spilled.events, col), getattr(heap.events, col))
+    np.testing.assert_array_equal(spilled.python.ts, heap.python.ts)
+    np.testing.assert_array_equal(nesting.parent, heap_nesting.parent)
+    np.testing.assert_array_equal(nesting.op_self_time, heap_nesting.op_self_time)
+    assert analysis == heap_analysis and views == heap_views

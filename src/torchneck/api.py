@@ -16,13 +16,25 @@ from __future__ import annotations
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from .capture.runner import Outcome, Target
 from .capture.window import WindowOptions
 
+if TYPE_CHECKING:
+    from .capture.session import CaptureSession
+    from .model.report import Report as TypedReport
+
 
 class Report(dict):
-    """A report (the dict of report.json) that shows itself: HTML in Jupyter, text in a terminal."""
+    """A report (the dict of report.json) that shows itself: HTML in Jupyter, text in a terminal.
+    `typed` is the same report as torchneck's own `model.report.Report`."""
+
+    def __init__(self, typed: TypedReport) -> None:
+        from .model.base import to_builtins
+
+        super().__init__(to_builtins(typed))
+        self.typed = typed
 
     @property
     def findings(self) -> list[dict]:
@@ -31,12 +43,12 @@ class Report(dict):
     def _repr_html_(self) -> str:
         from .report.html import render_html
 
-        return render_html(self)
+        return render_html(self.typed)
 
     def __str__(self) -> str:
         from .report.console import render_text
 
-        return render_text(self)
+        return render_text(self.typed)
 
     def __repr__(self) -> str:
         n = len(self.get("findings") or [])
@@ -54,7 +66,7 @@ class profile:  # noqa: N801  (a context manager used like a function, as torch.
                                      record_shapes=record_shapes, profile_memory=profile_memory)
         self.out = out
         self.run_dir: Path | None = None
-        self._session = None
+        self._session: CaptureSession | None = None
         self._report: Report | None = None
 
     def __enter__(self) -> profile:
@@ -70,12 +82,13 @@ class profile:  # noqa: N801  (a context manager used like a function, as torch.
         self._session.begin()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         if exc_type is None:
             outcome = Outcome(0, "ok")
         else:
             outcome = Outcome(1, "exception", f"{exc_type.__name__}: {exc}",
                               "".join(traceback.format_exception(exc_type, exc, tb)))
+        assert self._session is not None
         self._session.end(outcome, self._target)
         return False  # the block's exception, if any, goes on
 
@@ -90,9 +103,17 @@ class profile:  # noqa: N801  (a context manager used like a function, as torch.
         return self._report
 
 
-def analyze(*paths: str, rank: int | None = None, workers: int | None = None, scheduler: str | None = None) -> Report:
+def analyze(*paths: str, rank: int | None = None, sort_by: str | None = None, row_limit: int | None = None,
+            group_by_shape: bool = False, group_by_stack: int | None = None, workers: int | None = None,
+            scheduler: str | None = None) -> Report:
     """Diagnose existing profiler traces (files, directories or fsspec URLs), as `torchneck
-    analyze` does; `workers`/`scheduler` as its `--workers`/`--scheduler` (Dask)."""
+    analyze` does. `sort_by`, `row_limit`, `group_by_shape`, `group_by_stack`: the key_averages
+    table's options (`torchneck analyze --sort-by ...`); the table is
+    `report["ranks"][0]["key_averages"]`, and printing the report shows it when one of them is
+    given. `workers`/`scheduler` as its `--workers`/`--scheduler` (Dask)."""
+    from .analysis.key_averages import TableOptions
     from .pipeline import report_from_traces
 
-    return Report(report_from_traces([str(p) for p in paths], rank, workers=workers, scheduler=scheduler))
+    tables = TableOptions.make(sort_by, row_limit, group_by_shape, group_by_stack)
+    return Report(report_from_traces([str(p) for p in paths], rank, tables=tables, workers=workers,
+                                     scheduler=scheduler))

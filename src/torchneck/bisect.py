@@ -129,13 +129,15 @@ def _tail(path: Path, lines: int = 12) -> list[str]:
 
 
 def run_stage(stage: str, target: Target, options: BisectOptions, out_dir: Path, timeout: float | None,
-              env_extra: dict | None = None, name: str | None = None, accuracy: bool | None = None) -> dict:
+              env_extra: dict | None = None, name: str | None = None, accuracy: bool | None = None,
+              extra_options: dict | None = None) -> dict:
     """One stage in a subprocess: its result dict, with `failed` and a one-line `outcome`."""
     name = name or stage
     result_path, log_path = out_dir / f"stage-{name}.json", out_dir / f"stage-{name}.log"
     result_path.unlink(missing_ok=True)
     check = options.accuracy if accuracy is None else accuracy
-    stage_options = {"accuracy": check, "tolerance": options.tolerance, "check_calls": options.check_calls}
+    stage_options = {"accuracy": check, "tolerance": options.tolerance, "check_calls": options.check_calls,
+                     **(extra_options or {})}
     cmd = [sys.executable, "-m", "torchneck.capture.compile_stage", str(result_path), stage,
            json.dumps(stage_options), *target_argv(target)]
     env = {**os.environ, **(env_extra or {})}
@@ -223,11 +225,14 @@ def bisect(target: Target, options: BisectOptions, out_dir: Path, progress=None)
     }
     if options.minify and culprit:
         say("running PyTorch's minifier (this recompiles many times)")
-        doc["minify"] = minify(target, options, out_dir, culprit, backend)
+        custom = any(c.get("custom") for c in calls or [])
+        culprit_stage = next((st for st in stages if st["name"] == culprit), {})
+        doc["minify"] = minify(target, options, out_dir, culprit, backend, custom_backend=custom,
+                               crashed=culprit_stage.get("status") == "crashed")
     return doc
 
 
-def component(culprit: str, backend: str) -> str:
+def component(culprit: str, backend: str | None) -> str:
     if culprit == "original":
         return ("TorchInductor: its code generation or compiled code (every earlier stage works)"
                 if backend == "inductor" else f"the backend '{backend}' (every PyTorch stage before it works)")
@@ -267,34 +272,68 @@ def _failure_summary(stages: list[dict], culprit: str | None) -> dict | None:
             "mismatch": mismatches[0] if mismatches else None, "where": where}
 
 
-def minify(target: Target, options: BisectOptions, out_dir: Path, culprit: str, backend: str) -> dict:
-    """PyTorch's minifier for the culprit: a launcher written by a run with TORCHDYNAMO_REPRO_*,
-    then the launcher itself, which shrinks the graph and writes repro.py in `out_dir/minify`."""
-    if culprit in ("no_compile", "eager"):
-        return {"ok": False, "reason": "the minifier shrinks compiled graphs; this failure happens "
-                                       "before or while dynamo captures one, so it has nothing to shrink"}
+MINIFY_CANNOT = {
+    "no_compile": "the script fails with torch.compile disabled too: there is no compiled graph to shrink",
+    "eager": "the failure happens before or while dynamo captures a graph (backend 'eager' fails too), so "
+             "there is no graph to shrink; TORCHDYNAMO_VERBOSE=1 and the user line above point at the construct",
+}
+"""Failure classes PyTorch's minifiers cannot shrink, and why."""
+
+
+def minify(target: Target, options: BisectOptions, out_dir: Path, culprit: str, backend: str | None,
+           custom_backend: bool = False, crashed: bool = False) -> dict:
+    """PyTorch's minifier for the culprit: a run with TORCHDYNAMO_REPRO_* writes a launcher
+    (`minifier_launcher.py`), the launcher shrinks the graph and writes repro.py in
+    `out_dir/minify`. A backend defined in the script itself is looked up by name by the
+    launcher, so for it the launcher runs inside the failing run's process (see
+    compile_stage.minify_in_process); other launchers run in their own process."""
+    if culprit in MINIFY_CANNOT:
+        return {"ok": False, "reason": "cannot minify: " + MINIFY_CANNOT[culprit]}
     after = "aot" if culprit == "original" and backend == "inductor" else "dynamo"
+    if crashed and after == "dynamo":
+        return {"ok": False, "reason": "cannot minify: the backend kills the process (a crash, not an exception); "
+                                       "the minifier after dynamo runs the backend in its own process and dies "
+                                       "with it before it can shrink anything. Reproduce with backend='eager' and "
+                                       "debug the backend on the graph in the stage log"}
     work = out_dir / "minify"
     work.mkdir(exist_ok=True)
     env = {"TORCHDYNAMO_REPRO_AFTER": after, "TORCHDYNAMO_REPRO_LEVEL": "4" if options.accuracy else "2",
            "TORCH_COMPILE_DEBUG_DIR": str(work.resolve())}
     stage = culprit if culprit in FORCED_STAGES else "original"
+    in_process = custom_backend and culprit == "original"
     dump = run_stage(stage, target, options, out_dir, options.minify_timeout, env_extra=env,
-                     name="minify-dump", accuracy=False)
+                     name="minify-dump", accuracy=False,
+                     extra_options={"minify_dir": str(work.resolve())} if in_process else None)
     launchers = sorted(work.rglob("minifier_launcher.py"), key=lambda p: p.stat().st_mtime)
-    info = {"repro_after": after, "repro_level": int(env["TORCHDYNAMO_REPRO_LEVEL"]), "dump_stage": dump["outcome"]}
+    info = {"repro_after": after, "repro_level": int(env["TORCHDYNAMO_REPRO_LEVEL"]), "dump_stage": dump["outcome"],
+            "in_process": in_process}
     if not launchers:
-        return {**info, "ok": False, "reason": "the failing run wrote no minifier_launcher.py "
-                                               f"(see {dump['log']})"}
+        why = ("the failing run wrote no minifier_launcher.py: " + (
+            "the compiled graph computes the same numbers as eager on the inputs dynamo captured (the "
+            "mismatch needs later inputs or state)" if options.accuracy else
+            "compiling and running the captured graph once did not fail (the failure needs later calls or "
+            "state the graph does not capture)") + f" (see {dump['log']})")
+        return {**info, "ok": False, "reason": "cannot minify: " + why}
     launcher = launchers[-1]
-    log = out_dir / "minify.log"
-    code, wall = _run([sys.executable, str(launcher)], log, options.minify_timeout, cwd=work)
     repro = work / "repro.py"
-    info.update(launcher=str(launcher), log=str(log), wall_s=wall)
+    code: int | None
+    if in_process:
+        ran = dump.get("minify") or {}
+        info.update(launcher=str(launcher), log=dump["log"], wall_s=dump["wall_s"])
+        code = 0 if ran.get("ran") else 1
+        tail = [ran.get("error")] if ran.get("error") else _tail(Path(dump["log"]), 1)
+    else:
+        log = out_dir / "minify.log"
+        code, wall = _run([sys.executable, str(launcher)], log, options.minify_timeout, cwd=work)
+        info.update(launcher=str(launcher), log=str(log), wall_s=wall)
+        tail = _tail(log, 1)
     if repro.exists():
-        nodes = sorted(work.glob("checkpoints/minified_*_nodes.py"), key=lambda p: p.stat().st_mtime)
-        return {**info, "ok": True, "repro": str(repro), "minified": str(nodes[-1]) if nodes else None}
-    tail = _tail(log, 1)
+        nodes = sorted(work.glob("**/checkpoints/minified_*_nodes.py"), key=lambda p: p.stat().st_mtime)
+        out = {**info, "ok": True, "repro": str(repro), "minified": str(nodes[-1]) if nodes else None}
+        if in_process:
+            out["note"] = (f"repro.py names the backend '{backend}', defined in your script: before running it, "
+                           f"import that function and register it (torch._dynamo.register_backend({backend}))")
+        return out
     why = "timed out" if code is None else f"exit code {code}" + (f": {tail[0]}" if tail else "")
     return {**info, "ok": False, "reason": f"the minifier wrote no repro.py ({why}); "
                                            f"run it yourself: python {launcher}"}

@@ -7,9 +7,13 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .errors import TorchneckError
+
+if TYPE_CHECKING:
+    from .model.report import Report
 
 RUN_EPILOG = """\
 Everything after the script (or -m module) is passed to it unchanged, its own --help included.
@@ -74,15 +78,36 @@ def _add_fail_on(p: argparse.ArgumentParser) -> None:
                    help="exit 1 when a finding of this severity or worse exists (high|medium|low; for CI gates)")
 
 
+def _add_table_options(p: argparse.ArgumentParser) -> None:
+    """The profiler recipe's `key_averages(...).table(...)` options: the terminal shows the table
+    when one is given (report.json and the HTML always hold it)."""
+    g = p.add_argument_group("key_averages table (as torch.profiler's prof.key_averages(...).table(...))")
+    g.add_argument("--sort-by", metavar="KEY",
+                   help="sort the table by this column: self_cpu_time_total (default), cpu_time_total, "
+                        "self_cuda_time_total, cuda_time_total, self_cpu_memory_usage, cpu_memory_usage, "
+                        "self_cuda_memory_usage, cuda_memory_usage, count, cpu_time, cuda_time")
+    g.add_argument("--row-limit", type=int, metavar="N", help="rows to show (default 25; -1 for all)")
+    g.add_argument("--group-by-shape", action="store_true",
+                   help="one row per op and input shapes (group_by_input_shape=True; needs record_shapes)")
+    g.add_argument("--group-by-stack", type=int, metavar="N",
+                   help="one row per op and its N innermost Python frames (group_by_stack_n=N; needs with_stack)")
+
+
+def _table_options(ns: argparse.Namespace):
+    from .analysis.key_averages import TableOptions
+
+    return TableOptions.make(ns.sort_by, ns.row_limit, ns.group_by_shape, ns.group_by_stack)
+
+
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
 
-def failed_gate(report: dict, fail_on: str | None) -> bool:
+def failed_gate(report: Report, fail_on: str | None) -> bool:
     """True when `--fail-on` is set and a finding is at least that severe."""
     if not fail_on:
         return False
     limit = SEVERITY_RANK[fail_on]
-    return any(SEVERITY_RANK.get(f["severity"], 3) <= limit for f in report.get("findings") or [])
+    return any(SEVERITY_RANK.get(f.severity, 3) <= limit for f in report.findings)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--quiet", action="store_true", help="print no terminal report")
     an.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report here")
     _add_fail_on(an)
+    _add_table_options(an)
     many = an.add_argument_group("many ranks (Dask distributed: pip install 'torchneck[cluster]')")
     many.add_argument("--workers", type=int, metavar="N",
                       help="analyse the ranks on N local worker processes (an embedded Dask LocalCluster; "
@@ -151,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="(re)write RUN_DIR/report.html and say where it is, instead of the terminal report")
     rep.add_argument("--quiet", action="store_true", help="print no terminal report")
     _add_fail_on(rep)
+    _add_table_options(rep)
     dif = sub.add_parser("diff", help="compare two runs: step time, findings, ops, Python lines",
                          description="Compare two runs (run directories, report.json files or traces; "
                                      "`last` and `last~1` are the newest runs in ./torchneck-runs).")
@@ -170,14 +197,29 @@ def _stderr_console():
     return Console(stderr=True, highlight=False)
 
 
-def _emit(report: dict, json_target: str | None, quiet: bool) -> None:
+def write_output(target: str, text: str | bytes) -> None:
+    """Write a report file given on the command line, creating its folder when missing; a path
+    that cannot be written (a file where a folder should be, no permission) is one line."""
+    path = Path(target)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise TorchneckError(f"{target}: cannot write the report there ({exc.strerror or exc})") from None
+
+
+def _emit(report: Report, json_target: str | None, quiet: bool) -> None:
+    from .model.base import to_json
     from .report.console import ConsoleRenderer
 
     if json_target == "-":
-        sys.stdout.write(json.dumps(report, indent=1) + "\n")
+        sys.stdout.write(to_json(report, indent=1).decode() + "\n")
     else:
         if json_target:
-            Path(json_target).write_text(json.dumps(report, indent=1))
+            write_output(json_target, to_json(report, indent=1))
         if not quiet:
             ConsoleRenderer().render(report)
 
@@ -198,13 +240,15 @@ COMPILE_KINDS = ("graph_break", "recompile", "compile_time", "internal")
 def cmd_compile(ns: argparse.Namespace) -> int:
     """`run`, with the report narrowed to torch.compile; `--cold` adds a cache-less second run."""
     report, run_dir, code = _capture_and_analyse(ns)
-    if report is None:
+    if report is None or run_dir is None:
         return code
-    if ns.cold:
-        report["compile"]["cold"] = _cold_compile(ns, run_dir)
-    report["kind"] = "compile"
-    report["findings"] = [f for f in report["findings"] if f["kind"] in COMPILE_KINDS]
-    (run_dir / "report-compile.json").write_text(json.dumps(report, indent=1))
+    from .model.base import to_json
+
+    if ns.cold and report.compile is not None:
+        report.compile["cold"] = _cold_compile(ns, run_dir)
+    report.kind = "compile"
+    report.findings = [f for f in report.findings if f.kind in COMPILE_KINDS]
+    (run_dir / "report-compile.json").write_bytes(to_json(report, indent=1))
     _emit(report, ns.json, ns.quiet)
     _stderr_console().print(f"torchneck: run directory {run_dir}")
     if failed_gate(report, ns.fail_on) and not code:
@@ -248,7 +292,7 @@ def _target(ns: argparse.Namespace):
     raise TorchneckError(f"nothing to run: give a script (torchneck {ns.command} script.py) or -m module")
 
 
-def _capture_and_analyse(ns: argparse.Namespace) -> tuple[dict | None, Path | None, int]:
+def _capture_and_analyse(ns: argparse.Namespace) -> tuple[Report | None, Path | None, int]:
     """Run the target under capture, write the raw evidence, then analyse it: (report, run dir,
     exit code). The report is None when the analysis failed (the evidence is kept)."""
     from .capture.window import WindowOptions
@@ -287,7 +331,7 @@ def _capture_and_analyse(ns: argparse.Namespace) -> tuple[dict | None, Path | No
     return report, result.run_dir, outcome.exit_code
 
 
-def _launch_and_analyse(ns: argparse.Namespace, target, options) -> tuple[dict | None, Path | None, int]:
+def _launch_and_analyse(ns: argparse.Namespace, target, options) -> tuple[Report | None, Path | None, int]:
     """`run --nproc-per-node N`: the job under torchrun, then one merged analysis of its ranks."""
     from .capture.launch import TorchrunOptions, launch_job
     from .capture.runner import check_target
@@ -310,34 +354,36 @@ def _launch_and_analyse(ns: argparse.Namespace, target, options) -> tuple[dict |
     return report, run_dir, code
 
 
-def write_job_report(run_dir: Path) -> dict:
+def write_job_report(run_dir: Path) -> Report:
     from .jobs import report_from_job_dir
     from .pipeline import write_reports
 
     return write_reports(run_dir, report_from_job_dir(run_dir))
 
 
-def build_run_report(run_dir: Path) -> dict:
-    """report.json/.txt/.html of a run directory: one process, or a multi-rank job."""
+def build_run_report(run_dir: Path, tables=None) -> Report:
+    """report.json/.txt/.html of a run directory: one process, or a multi-rank job (`tables`:
+    the key_averages table's options, for one process)."""
     from .jobs import is_job_dir
     from .pipeline import write_run_report
 
     if is_job_dir(run_dir):
         return write_job_report(run_dir)
-    return write_run_report(run_dir)
+    return write_run_report(run_dir, tables)
 
 
-def _write_html(report: dict, target: str | None) -> None:
+def _write_html(report: Report, target: str | None) -> None:
     if target:
         from .report.html import render_html
 
-        Path(target).write_text(render_html(report), encoding="utf-8")
+        write_output(target, render_html(report))
         _stderr_console().print(f"torchneck: HTML report {target}")
 
 
 def cmd_analyze(ns: argparse.Namespace) -> int:
     from .pipeline import report_from_traces
 
+    tables = _table_options(ns)
     big = any(Path(p).is_file() and Path(p).stat().st_size > 50 << 20 for p in ns.paths)
     if big and not ns.quiet and ns.json != "-":
         from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
@@ -349,17 +395,18 @@ def cmd_analyze(ns: argparse.Namespace) -> int:
             def progress(done: int, size: int) -> None:
                 bar.update(task, completed=done)
 
-            report = report_from_traces(ns.paths, ns.rank, progress, workers=ns.workers, scheduler=ns.scheduler)
+            report = report_from_traces(ns.paths, ns.rank, progress, tables, workers=ns.workers,
+                                        scheduler=ns.scheduler)
     elif not ns.quiet and ns.json != "-":
-        report = _analyze_with_rank_progress(ns)
+        report = _analyze_with_rank_progress(ns, tables)
     else:
-        report = report_from_traces(ns.paths, ns.rank, workers=ns.workers, scheduler=ns.scheduler)
+        report = report_from_traces(ns.paths, ns.rank, tables=tables, workers=ns.workers, scheduler=ns.scheduler)
     _emit(report, ns.json, ns.quiet)
     _write_html(report, ns.html)
     return 1 if failed_gate(report, ns.fail_on) else 0
 
 
-def _analyze_with_rank_progress(ns: argparse.Namespace) -> dict:
+def _analyze_with_rank_progress(ns: argparse.Namespace, tables) -> Report:
     """`analyze` of several ranks with a progress bar over them on a terminal (started once the
     ranks are listed and their engine is up)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -368,7 +415,7 @@ def _analyze_with_rank_progress(ns: argparse.Namespace) -> dict:
 
     err = _stderr_console()
     if not err.is_terminal:
-        return report_from_traces(ns.paths, ns.rank, workers=ns.workers, scheduler=ns.scheduler)
+        return report_from_traces(ns.paths, ns.rank, tables=tables, workers=ns.workers, scheduler=ns.scheduler)
     bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), console=err, transient=True)
     task = bar.add_task("ranks", total=None)
@@ -381,7 +428,7 @@ def _analyze_with_rank_progress(ns: argparse.Namespace) -> dict:
         bar.update(task, completed=done, total=total)
 
     try:
-        return report_from_traces(ns.paths, ns.rank, workers=ns.workers, scheduler=ns.scheduler,
+        return report_from_traces(ns.paths, ns.rank, tables=tables, workers=ns.workers, scheduler=ns.scheduler,
                                   rank_progress=ranks_done, engine_notice=engine)
     finally:
         bar.stop()
@@ -389,7 +436,7 @@ def _analyze_with_rank_progress(ns: argparse.Namespace) -> dict:
 
 def cmd_report(ns: argparse.Namespace) -> int:
     run_dir = Path(ns.run_dir)
-    report = build_run_report(run_dir)
+    report = build_run_report(run_dir, _table_options(ns))
     _emit(report, ns.json, ns.quiet or ns.html)
     if ns.html:
         _stderr_console().print(f"torchneck: HTML report {run_dir / 'report.html'}")
@@ -400,7 +447,8 @@ def cmd_bisect(ns: argparse.Namespace) -> int:
     from .bisect import BisectOptions, bisect
     from .capture.runner import check_target
     from .capture.session import make_run_dir
-    from .pipeline import report_envelope
+    from .model.base import to_json
+    from .model.report import Report
 
     target = _target(ns)
     check_target(target)
@@ -411,8 +459,8 @@ def cmd_bisect(ns: argparse.Namespace) -> int:
                             timeout=ns.timeout, minify=ns.minify, minify_timeout=ns.minify_timeout)
     err = _stderr_console()
     result = bisect(target, options, out, progress=None if ns.quiet else (lambda m: err.print(f"torchneck: {m}")))
-    report = report_envelope("bisect", result["verdict"], [], bisect=result)
-    (out / "bisect.json").write_text(json.dumps(report, indent=1))
+    report = Report(kind="bisect", verdict=result["verdict"], bisect=result)
+    (out / "bisect.json").write_bytes(to_json(report, indent=1))
     _emit(report, ns.json, ns.quiet)
     err.print(f"torchneck: bisection files in {out}")
     return 1 if result["culprit"] else 0
@@ -425,7 +473,7 @@ def cmd_diff(ns: argparse.Namespace) -> int:
     report = diff_reports(load_report(a_path), load_report(b_path), str(a_path), str(b_path))
     _emit(report, ns.json, ns.quiet)
     _write_html(report, ns.html)
-    change = report["diff"]["step"]["change_pct"]
+    change = report.diff.step.change_pct if report.diff else None
     if ns.fail_on_regression is not None and change is not None and change > ns.fail_on_regression:
         _stderr_console().print(f"torchneck: step time regressed {change:.1f}% (> {ns.fail_on_regression:g}%)")
         return 1

@@ -1,9 +1,9 @@
 /*
- * torchneck.analysis._nest: the call-stack walk of `ops._nest_by_stack`, in C, over a whole table.
+ * torchneck.analysis._nest: the call-stack walk of `nesting._nest_by_stack`, in C, over a whole table.
  *
  * Why: host events nest per thread like a call stack, and the walk that finds each event's
  * parent and self time is one pass with a small stack -- in Python ~1 us an event, so
- * ops.host_nesting does it vectorised with numpy instead (sorts and binary searches, ~0.2 us an
+ * nesting.host_nesting does it vectorised with numpy instead (sorts and binary searches, ~0.2 us an
  * event and a few tens of MB of temporaries). Here it is the walk itself, writing straight into
  * the caller's output arrays: ~10 ns an event and no temporaries. Optional, like the scanner:
  * without a compiler host_nesting keeps its numpy path, whose results are the same (tests).
@@ -265,7 +265,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_nest", "The host call-stack walk, natively (see ops.host_nesting; optional).", -1,
+    PyModuleDef_HEAD_INIT, "_nest", "The host call-stack walk, natively (see nesting.host_nesting; optional).", -1,
     methods, NULL, NULL, NULL, NULL,
 };
 

@@ -13,27 +13,34 @@ import os
 import re
 
 from ..sites import is_user_file
+from .compile_guards import frame_context, guard_failure_in_words, readable_guards
 
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
 _BREAK_AT = re.compile(r"^Graph break in user code at (.+):(\d+)\s*$")
 _TB_LINE = re.compile(r'^\s*File "(.+)", line (\d+), in (.+)$')
 _GUARD_ENTRY = re.compile(r"^(\d+)/(\d+): (.*)$")
-_SIZE = re.compile(r"^tensor '(.+)' (size|stride) mismatch at index (\d+)\. expected (\S+), actual (\S+)")
-_TENSOR_PROP = re.compile(r"^tensor '(.+)' (dtype|device|requires_grad|dispatch key set) mismatch\.?\s*(.*)$")
-_EQUALS = re.compile(r"^(.+?) == (.+)$")
+
+GRAPHS_KEPT = 200
+"""Compiled graphs listed one by one in the report (in compile order); the rest are counted."""
 
 
-def compile_summary(log: dict | None) -> dict:
+def compile_summary(log: dict | None, torch_version: str | None = None) -> dict:
     """Everything the compile findings need, from a decoded compile.json.
 
     - `frames`: per user function that dynamo compiled (resume functions after a graph break
       are folded into the function they resume), its compilations, graphs, recompilations and
       compile seconds by stage;
-    - `graph_breaks`: one entry per distinct (file, line, reason), with how often dynamo hit it;
+    - `graphs`: per compiled graph (one dynamo compile id `frame/compile`): the function and
+      line, op count, the break that ended it, why it was recompiled, its guards in words,
+      compile seconds by stage, cache hit or miss, the generated code kept under `graphs/`;
+    - `graph_breaks`: one entry per distinct (file, line, reason), with how often dynamo hit it,
+      and what it caused: the compile seconds and recompilations of the code resumed after it;
     - `recompiles`: per function, how many recompilations and the failed guards in plain words;
-    - `limit_hits`: functions that hit `recompile_limit` and run eagerly from then on;
+    - `limit_hits`: functions that hit the recompile limit and run eagerly from then on;
     - `time_s`: compile seconds split into dynamo (tracing), aot (AOT autograd), inductor
       (lowering) and codegen, computed from the nested cumulative figures torch reports.
+
+    `torch_version` (the run's) picks the config names the fix texts use.
     """
     if not log:
         return {"present": False, "available": False}
@@ -44,9 +51,12 @@ def compile_summary(log: dict | None) -> dict:
     frames: dict[tuple, dict] = {}
     totals = {"dynamo": 0.0, "aot": 0.0, "inductor": 0.0, "codegen": 0.0}
     frame_key: dict[str, tuple] = {}  # dynamo frame id -> user function key
+    frame_name: dict[str, tuple] = {}  # dynamo frame id -> (co_name, file, first line)
     known: list[tuple] = []
     starts = {(str(r.get("frame_id")), str(r.get("frame_compile_id"))): r.get("stack", [])
               for r in records if r.get("type") == "dynamo_start"}
+    bwd = _backward_stages(records)
+    graphs: dict[str, dict] = {}
     for m in metrics:
         ids = str(m.get("compile_id", "0/0")).split("/")  # "frame/compile": compile > 0 is a recompile
         key = _function_key(m, known, starts.get((ids[0], ids[-1]), []))
@@ -54,6 +64,8 @@ def compile_summary(log: dict | None) -> dict:
             continue
         key = frame_key.get(ids[0], key)  # a frame id keeps the function of its first compilation
         frame_key[ids[0]] = key
+        frame_name.setdefault(ids[0], (m.get("co_name") or "", m.get("co_filename") or "",
+                                       int(m.get("co_firstlineno") or 0)))
         d = frames.setdefault(key, {"file": key[0], "line": key[1], "function": key[2], "label": key[3],
                                     "compilations": 0,
                                     "graphs": 0, "recompilations": 0, "compile_s": 0.0, "recompile_s": 0.0,
@@ -65,33 +77,166 @@ def compile_summary(log: dict | None) -> dict:
         if (m.get("graph_op_count") or 0) > 0:
             d["graphs"] += 1
         stages = _stages(m)
+        for k, v in bwd.get("/".join(ids), {}).items():
+            stages[k] += v  # the backward graph, compiled at the first backward
         for k, v in stages.items():
             d["stages_s"][k] += v
             totals[k] += v
         d["compile_s"] += sum(stages.values())
-        if len(ids) == 2 and ids[1].isdigit() and int(ids[1]) > 0:
+        recompile = len(ids) == 2 and ids[1].isdigit() and int(ids[1]) > 0
+        if recompile:
             d["recompilations"] += 1
             d["recompile_s"] += sum(stages.values())
         if m.get("fail_type"):
             d["failures"].append({"type": m["fail_type"], "reason": _first_line(m.get("fail_reason") or "")})
-    breaks = _graph_breaks([r for r in records if r.get("type") == "dynamo_graph_break_reason"])
-    recompiles = _recompiles([r for r in records if r.get("type") == "recompile_reasons"], frame_key, frames)
+        graphs["/".join(ids)] = _graph_entry(m, ids, stages, key, recompile)
+    break_records = [r for r in records if r.get("type") == "dynamo_graph_break_reason"]
+    breaks = _graph_breaks(break_records)
+    contexts = _frame_contexts(records, frame_name, breaks)
+    _fill_graphs(graphs, records, break_records, contexts, torch_version)
+    recompiles = _recompiles([r for r in records if r.get("type") == "recompile_reasons"], frame_key, frames,
+                             contexts, torch_version)
+    _charge_breaks(breaks, graphs, frame_name)
     limits = [_limit_hit(w["message"]) for w in log.get("warnings", [])]
-    cache = {}
+    cache: dict[str, int] = {}
     for r in records:
         if r.get("type") == "cache":
             cache[r["name"]] = cache.get(r["name"], 0) + 1
+    graph_list = list(graphs.values())
     return {
         "present": True,
         "available": True,
         "frames": sorted(frames.values(), key=lambda d: -d["compile_s"]),
+        "graphs": graph_list[:GRAPHS_KEPT],
+        "graphs_not_listed": max(len(graph_list) - GRAPHS_KEPT, 0),
         "graph_breaks": breaks,
         "recompiles": recompiles,
         "limit_hits": [x for x in limits if x],
         "time_s": totals | {"total": sum(totals.values())},
         "cache": cache,
         "records_dropped": log.get("dropped", 0),
+        "graph_files_dropped": log.get("graph_files_dropped", 0),
     }
+
+
+def _backward_stages(records: list[dict]) -> dict[str, dict]:
+    """Per compile id, the seconds compiling its backward graph lazily (`bwd_compilation_metrics`:
+    inductor's lowering and codegen of the backward, outside the forward's figures)."""
+    out: dict[str, dict] = {}
+    for r in records:
+        if r.get("type") != "bwd_compilation_metrics" or not r.get("compile_id"):
+            continue
+        inductor = r.get("inductor_compile_time_s") or 0.0
+        codegen = r.get("code_gen_time_s") or 0.0
+        d = out.setdefault(str(r["compile_id"]), {"dynamo": 0.0, "aot": 0.0, "inductor": 0.0, "codegen": 0.0})
+        d["inductor"] += max(inductor - codegen, 0.0)
+        d["codegen"] += codegen
+    return out
+
+
+def _graph_entry(m: dict, ids: list[str], stages: dict, key: tuple, recompile: bool) -> dict:
+    resumed = _RESUME.match(m.get("co_name") or "")
+    return {
+        "id": "/".join(ids), "function": key[2], "file": key[0], "line": key[1], "label": key[3],
+        "resumes_after_line": int(resumed.group(2)) if resumed else None,
+        "op_count": m.get("graph_op_count"), "recompile": recompile, "recompile_reason": None,
+        "ended_by_break": None, "guards": None, "time_s": stages | {"total": sum(stages.values())},
+        "cache": _cache_of_metrics(m), "files": {}, "kernels": [], "fallbacks": {}, "fx_keys": [],
+        "failed": _first_line(m.get("fail_reason") or "") or None if m.get("fail_type") else None,
+    }
+
+
+def _cache_of_metrics(m: dict) -> str | None:
+    """hit / miss / partial from the metrics' cache counters (torch >= 2.6 has them); None when
+    torch says nothing (backend without inductor's caches)."""
+    hits = sum(m.get(k) or 0 for k in ("inductor_fx_local_cache_hit_count", "inductor_fx_remote_cache_hit_count",
+                                         "aotautograd_local_cache_hit_count"))
+    misses = sum(m.get(k) or 0 for k in ("inductor_fx_local_cache_miss_count", "inductor_fx_remote_cache_miss_count",
+                                           "aotautograd_local_cache_miss_count"))
+    if not hits and not misses:
+        return None
+    return "hit" if not misses else "miss" if not hits else "partial"
+
+
+def _frame_contexts(records: list[dict], frame_name: dict, breaks: list[dict]) -> dict:
+    """Per dynamo frame id, what the guard texts need: the user function's parameters, or for
+    a resume function, the break it continues after and the values it receives."""
+    resumes = {r["name"]: r for r in records if r.get("type") == "resume_code"}
+    code_at = {(b["function"], b["line"]): b.get("code", "") for b in breaks}
+    out = {}
+    for fid, (name, file, line) in frame_name.items():
+        m = _RESUME.match(name)
+        code = code_at.get((m.group(1), int(m.group(2))), "") if m else ""
+        out[fid] = frame_context(name, file, line, resumes.get(name), code)
+    return out
+
+
+def _fill_graphs(graphs: dict, records: list[dict], break_records: list[dict], contexts: dict,
+                 torch_version: str | None) -> None:
+    """Guards, generated files, kernels, cache artifacts, the break that ended each graph and
+    why it was recompiled, matched on the records' compile ids."""
+    def gid(r: dict) -> str:
+        return f"{r.get('frame_id')}/{r.get('frame_compile_id')}"
+
+    for r in records:
+        g = graphs.get(gid(r))
+        if g is None:
+            continue
+        kind = r.get("type")
+        if kind == "guards":
+            g["guards"] = {"count": r.get("count", 0), "source": r.get("source"),
+                           **readable_guards(r.get("guards") or [], contexts.get(str(r.get("frame_id"))))}
+        elif kind == "graph_file":
+            name = _FILE_KEYS.get(str(r.get("kind")), str(r.get("kind")))
+            part = r.get("part")
+            if part and part not in ("forward", "inference"):
+                name = f"{name}_{part}"
+            if r.get("path"):
+                g["files"][name] = r["path"]
+            for k in r.get("kernels") or []:
+                if k["name"] not in g["kernels"]:
+                    g["kernels"].append(k["name"])
+            for op, n in (r.get("fallbacks") or {}).items():
+                g["fallbacks"][op] = g["fallbacks"].get(op, 0) + n
+        elif kind == "cache":
+            if g["cache"] is None:
+                g["cache"] = ("hit" if r["name"].endswith("_hit") else "bypass" if r["name"].endswith("_bypass")
+                              else "miss")
+            if r["name"].startswith("fx_graph_cache") and r.get("key") and r["key"] not in g["fx_keys"]:
+                g["fx_keys"].append(r["key"])
+        elif kind == "recompile_reasons":
+            guards = _recompile_guards(r.get("payload", ""))
+            if guards:
+                words = guard_failure_in_words(guards[0], contexts.get(str(r.get("frame_id"))), torch_version)
+                g["recompile_reason"] = {"guard": guards[0], "what": words["what"], "cause": words["cause"]}
+    for r in break_records:
+        g = graphs.get(gid(r))
+        b = parse_graph_break(r.get("payload", ""))
+        if g is not None and b is not None:
+            g["ended_by_break"] = {k: b[k] for k in ("file", "line", "function", "reason", "code")}
+
+
+_FILE_KEYS = {
+    "dynamo_output_graph": "dynamo_graph", "aot_forward_graph": "aot_forward_graph",
+    "aot_backward_graph": "aot_backward_graph", "aot_inference_graph": "aot_inference_graph",
+    "inductor_post_grad_graph": "post_grad_graph", "inductor_output_code": "output_code",
+    "dynamo_cpp_guards_str": "guards",
+}
+
+
+def _charge_breaks(breaks: list[dict], graphs: dict, frame_name: dict) -> None:
+    """What each graph break costs in compiling: every graph of the function resumed after it
+    (`torch_dynamo_resume_in_<function>_at_<line>`) is compiled because of it, with all of its
+    recompilations (a value that crosses a break is a constant of the next graph: a new value
+    recompiles it). Without the break that code would be part of one graph: an upper bound."""
+    for b in breaks:
+        resumed = {fid for fid, (name, _file, _line) in frame_name.items()
+                   if (m := _RESUME.match(name)) and m.group(1) == b["function"] and int(m.group(2)) == b["line"]}
+        mine = [g for gid_, g in graphs.items() if gid_.split("/")[0] in resumed]
+        b["compile_s_caused"] = sum(g["time_s"]["total"] for g in mine)
+        b["recompiles_caused"] = sum(1 for g in mine if g["recompile"])
+        b["graphs_caused"] = [g["id"] for g in mine]
+        b["resumed_frames"] = sorted(int(f) for f in resumed if f.isdigit())
 
 
 def _function_key(m: dict, known: list[tuple], stack: list[dict]) -> tuple | None:
@@ -200,36 +345,9 @@ def _graph_breaks(records: list[dict]) -> list[dict]:
     return sorted(seen.values(), key=lambda b: (b["file"], b["line"]))
 
 
-def guard_in_words(guard: str) -> dict:
-    """A failed guard as a person would say it, with the usual fix."""
-    g = guard.split("#", 1)[0].strip()
-    m = _SIZE.match(g)
-    if m:
-        name, what, dim, old, new = m.groups()
-        return {"what": f"{what} of tensor '{name}' changed in dim {dim} ({old} -> {new})",
-                "cause": "shape", "fix": f"torch._dynamo.mark_dynamic({name}, {dim}) before the call, "
-                "torch.compile(dynamic=True), or pad inputs to a few fixed sizes",
-                "group": f"{what} of tensor '{name}' changed in dim {dim}", "values": [old, new]}
-    m = _TENSOR_PROP.match(g)
-    if m:
-        name, prop, detail = m.groups()
-        return {"what": f"{prop} of tensor '{name}' changed ({detail.strip()})".replace(" ()", ""),
-                "cause": prop.replace(" ", "_"), "fix": f"keep '{name}' at one {prop} across calls"}
-    if g.startswith("GLOBAL_STATE changed"):
-        state = g.split(":", 1)[1].strip() if ":" in g else "global state"
-        return {"what": f"global state changed: {state}", "cause": "global_state",
-                "fix": "call the compiled function under one grad / autocast mode (or compile one per mode)"}
-    if "___check_obj_id" in g or "ID_MATCH" in g:
-        return {"what": "a different Python object was passed (identity guard)", "cause": "object_id",
-                "fix": "pass the same module / object each call, or make the value a tensor input"}
-    m = _EQUALS.match(g)
-    if m:
-        name, value = m.group(1).strip(), m.group(2).strip()
-        return {"what": f"Python value {name} changed (a graph was specialised for {name} == {value})",
-                "cause": "python_value",
-                "fix": f"pass {name} as a tensor, or let dynamo treat it as dynamic (do not force "
-                       "dynamic=False; torch.compile(dynamic=True))"}
-    return {"what": g, "cause": "other", "fix": "see the guard; TORCH_LOGS=recompiles shows all of them"}
+def guard_in_words(guard: str, torch_version: str | None = None) -> dict:
+    """A failed guard as a person would say it, with the usual fix (no frame context)."""
+    return guard_failure_in_words(guard, None, torch_version)
 
 
 def _recompile_guards(payload: str) -> list[str]:
@@ -251,7 +369,8 @@ def _recompile_guards(payload: str) -> list[str]:
     return out
 
 
-def _recompiles(records: list[dict], frame_key: dict, frames: dict) -> list[dict]:
+def _recompiles(records: list[dict], frame_key: dict, frames: dict, contexts: dict | None = None,
+                torch_version: str | None = None) -> list[dict]:
     by_fn: dict[tuple, dict] = {}
     for r in records:
         key = frame_key.get(str(r.get("frame_id")))
@@ -263,11 +382,14 @@ def _recompiles(records: list[dict], frame_key: dict, frames: dict) -> list[dict
                                    "reasons": {}})
         d["count"] += 1
         guard = guards[0]  # the newest cache entry's failure: why this one recompiled
-        words = guard_in_words(guard)
+        ctx = (contexts or {}).get(str(r.get("frame_id")))
+        words = guard_failure_in_words(guard, ctx, torch_version)
         group, values = words.pop("group", None), words.pop("values", None)
         k = words["cause"] + ":" + (group or guard.split("==")[0].strip())
         entry = d["reasons"].setdefault(k, words | {"guard": guard, "count": 0, "guards": []})
         entry["count"] += 1
+        if ctx is not None and ctx.resumes_after_line:
+            entry["after_break_at_line"] = ctx.resumes_after_line
         if group:  # one dimension that keeps changing: list its sizes in the order seen
             seen = entry.setdefault("sizes", [])
             for v in values:
@@ -321,6 +443,7 @@ def wall_split(compile_log: dict, trace_compiled: dict | None, run_wall_s: float
             "graphs_s": sum(m["graph_us"] for m in mine) / 1e6 if split else None,
             "eager_s": sum(m["eager_us"] for m in mine) / 1e6 if split else None,
         }
+    link_origins(compile_log, trace_compiled)
     in_regions = trace_compiled["time_in_regions_us"] / 1e6
     graphs = trace_compiled.get("graph_call_us")
     eager = trace_compiled.get("eager_in_regions_us")
@@ -332,3 +455,20 @@ def wall_split(compile_log: dict, trace_compiled: dict | None, run_wall_s: float
         "outside_compiled_s": max(window_s - in_regions, 0.0),
     }
     return out
+
+
+def link_origins(compile_log: dict, trace_compiled: dict) -> None:
+    """Name the compiled graph (dynamo compile id) each op and kernel of the trace came from:
+    a graph call's FX cache key is the key the compile log recorded for that graph; a kernel's
+    name is one the graph's output code defines (names repeat across graphs: all are listed)."""
+    origins = trace_compiled.get("origins") or {}
+    by_key = {k: g["id"] for g in compile_log.get("graphs", []) for k in g.get("fx_keys") or []}
+    by_kernel: dict[str, list[str]] = {}
+    for g in compile_log.get("graphs", []):
+        for k in g.get("kernels") or []:
+            by_kernel.setdefault(k, []).append(g["id"])
+    for kind in ("ops", "kernels"):
+        for name, d in (origins.get(kind) or {}).items():
+            ids = [by_key[k] for k in d.get("graph_calls", []) if k in by_key]
+            ids += [i for i in by_kernel.get(name, []) if i not in ids] if kind == "kernels" else []
+            d["graphs"] = ids

@@ -9,16 +9,23 @@ import numpy as np
 from ..trace.table import Cat, EventTable, in_categories
 from .groups import distinct
 from .intervals import union_length
-from .ops import Nesting, Rows, rows_matching
+from .nesting import Nesting, Rows
+from .ops import rows_matching
 
 _REGION = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)")
 _GRAPH_CALL = re.compile(r"^## Call CompiledFxGraph|^CompiledFunction$|^CompiledFunctionBackward$")
+_FX_CALL = re.compile(r"^## Call CompiledFxGraph (\w+)")
+GENERATED_KERNEL = re.compile(r"^(triton_|cpp_fused_|cpp_|halide_|cutlass_|cuda_fused_)")
+"""Names inductor gives the kernels it generates (Triton on GPUs, C++ on CPUs, and its other
+code generators); any other kernel or op run inside a compiled graph is an ATen fallback."""
+ORIGIN_ROWS = 100
+"""Ops and kernels listed per origin table (most time first)."""
 _COMPILE_SPAN = re.compile(r"^(dynamo|entire_frame_compile|_compile\.compile_inner|compile_attempt_\d+|backend_compile"
                            r"|OutputGraph\.call_user_compiler)( \(dynamo_timed\))?$")
 """dynamo's own `dynamo_timed` spans: a region that compiles (first call, recompile) holds one."""
 
 
-def compiled_summary(table: EventTable, nesting: Nesting, rows: Rows, lo: float, hi: float) -> dict:
+def compiled_summary(table: EventTable, nesting: Nesting | None, rows: Rows, lo: float, hi: float) -> dict:
     """Compiled frames within `rows`.
 
     `Torch-Compiled Region: F/C` marks frame F compiled for the C-th time (C > 0: a recompile).
@@ -32,6 +39,8 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: Rows, lo: float,
     leave no graph-call span (`eager`) make the split unknowable: `eager_us` is then None.
     """
     none = np.empty(0, dtype=np.int32)
+    if nesting is None:  # no host call nesting (no CPU events): no region can be placed
+        return {"present": False}
     region_ids = table.names_matching(lambda s: bool(_REGION.match(s)))
     if not region_ids.any():  # no compiled region in the trace: no pass over the window's rows
         return {"present": False}
@@ -44,6 +53,8 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: Rows, lo: float,
     nested = 0
     for r in reg.tolist():
         m = _REGION.match(table.strings[table.name[r]])
+        if m is None:  # pragma: no cover - the rows were chosen by this pattern
+            continue
         f, c = int(m.group(1)), int(m.group(2))
         d = frames.setdefault(f, {"frame": f, "calls": 0, "compile_ids": set(), "time_us": 0.0,
                                   "nested_calls": 0, "nested_us": 0.0, "graph_us": 0.0,
@@ -92,6 +103,7 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: Rows, lo: float,
         inside = (j >= 0) & (run_end[np.maximum(j, 0)] > table.ts[top_ops])
         eager_us = float(table.dur[top_ops[~inside]].sum())
     graph_calls = int(len(graph_rows))
+    origins = _origins(table, nesting, rows, graph_rows)
     out_frames = []
     for d in sorted(frames.values(), key=lambda d: -d["time_us"]):
         ids = sorted(d.pop("compile_ids"))
@@ -109,7 +121,76 @@ def compiled_summary(table: EventTable, nesting: Nesting, rows: Rows, lo: float,
         "graph_call_us": float(sum(d["graph_us"] for d in frames.values())) if split else None,
         "eager_in_regions_us": float(sum(d["eager_us"] for d in frames.values())) if split else None,
         "compiling_in_regions_us": float(sum(d["compile_us"] for d in frames.values())),
+        "origins": origins,
     }
+
+
+def _origins(table: EventTable, nesting: Nesting, rows: Rows, graph_rows: np.ndarray) -> dict:
+    """Which ops and GPU kernels a compiled graph ran: a CPU op inside a compiled-graph call
+    (`## Call CompiledFxGraph <key>`, or `CompiledFunction[Backward]` for backends that leave no
+    inner span) is an ATen fallback (inductor generates no CPU op for its own kernels); a GPU
+    kernel launched from inside one is inductor-generated when its name is one inductor gives
+    (`triton_*`, `cpp_fused_*`), an ATen fallback (cuBLAS, cuDNN...) otherwise. Per name: the
+    origin, calls, time and the graph calls (FX graph cache keys) it ran in."""
+    out: dict = {"ops": {}, "kernels": {}}
+    names = table.strings
+    if not len(graph_rows):
+        return out
+    fx = np.array([bool(_FX_CALL.match(names[table.name[r]])) for r in graph_rows.tolist()])
+    spans = graph_rows[fx] if fx.any() else graph_rows  # the innermost graph calls
+    order = np.argsort(table.ts[spans], kind="stable")
+    spans = spans[order]
+    starts, ends = table.ts[spans], table.ts[spans] + table.dur[spans]
+    threads = table.thread[spans]
+    key_of = []
+    for r in spans.tolist():
+        m = _FX_CALL.match(names[table.name[r]])
+        key_of.append(m.group(1) if m else names[table.name[r]])
+
+    def span_of(ts: np.ndarray, thread: np.ndarray) -> np.ndarray:
+        """Index into `spans` of the graph call (same thread) open at each instant, or -1."""
+        found = np.full(len(ts), -1, dtype=np.int64)
+        for th in np.unique(threads).tolist():
+            on = np.flatnonzero(threads == th)
+            mine = thread == th
+            j = np.searchsorted(starts[on], ts[mine], side="right") - 1
+            ok = (j >= 0) & (ends[on][np.maximum(j, 0)] >= ts[mine])
+            found[np.flatnonzero(mine)[ok]] = on[j[ok]]
+        return found
+
+    def add(table_out: dict, name: str, origin: str, key: str, n: int, us: float) -> None:
+        d = table_out.setdefault(name, {"origin": origin, "count": 0, "time_us": 0.0, "graph_calls": []})
+        d["count"] += n
+        d["time_us"] += us
+        if key not in d["graph_calls"] and len(d["graph_calls"]) < 8:
+            d["graph_calls"].append(key)
+
+    span_threads = distinct(threads)
+    ops = rows_matching(rows, lambda b: (table.cat[b] == Cat.CPU_OP) & np.isin(table.thread[b], span_threads))
+    if len(ops):
+        at = span_of(table.ts[ops], table.thread[ops])
+        inside = at >= 0
+        self_us = nesting.self_time(ops[inside]).astype(np.float64)
+        for r, k, us in zip(ops[inside].tolist(), at[inside].tolist(), self_us.tolist()):
+            add(out["ops"], names[table.name[r]], "aten_fallback", key_of[k], 1, us)
+    kernels = rows_matching(rows, lambda b: table.cat[b] == Cat.KERNEL)
+    if len(kernels):
+        launcher = np.asarray(table.launcher[kernels]).astype(np.int64)
+        has = launcher >= 0
+        at = np.full(len(kernels), -1, dtype=np.int64)
+        if has.any():
+            at[has] = span_of(table.ts[launcher[has]], table.thread[launcher[has]])
+        for r, k in zip(kernels.tolist(), at.tolist()):
+            name = names[table.name[r]]
+            generated = bool(GENERATED_KERNEL.match(name))
+            if k < 0 and not generated:
+                continue
+            add(out["kernels"], name, "inductor" if generated else "aten_fallback",
+                key_of[k] if k >= 0 else "", 1, float(table.dur[r]))
+    for key in ("ops", "kernels"):
+        top = sorted(out[key].items(), key=lambda kv: -kv[1]["time_us"])[:ORIGIN_ROWS]
+        out[key] = dict(top)
+    return out
 
 
 def _enclosing(row: int, nesting: Nesting, wanted) -> int:

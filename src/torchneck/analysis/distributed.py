@@ -9,6 +9,7 @@ the job reducer (`cluster.reduce`, which says how stragglers are found).
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +17,11 @@ from ..trace.table import Cat, EventTable, in_categories
 from .groups import distinct
 from .intervals import overlapping_rows, union_length
 from .steps import Step, is_communication
+
+if TYPE_CHECKING:
+    from ..cluster.summary import RankSummary
+    from ..model.analysis import RankAnalysis
+    from ..model.findings import Finding
 
 _TYPES = (
     ("all_reduce", r"all_?reduce"), ("reduce_scatter", r"reduce_?scatter"), ("all_gather", r"all_?gather"),
@@ -88,12 +94,13 @@ def collectives(table: EventTable, steps: list[Step]) -> dict:
             "steps": len(steps), "by_type": sorted(by_type, key=lambda d: -d["time_us"])}
 
 
-def rank_summary(rank: int, analysis: dict | None, findings: list[dict] | None = None, **extra):
-    """What the merge needs of one rank's trace analysis (`summary.analyze_trace`): a
-    `cluster.summary.RankSummary`, a few KB whatever the trace's size."""
+def rank_summary(rank: int, analysis: RankAnalysis | None, findings: list[Finding] | None = None,
+                 **extra: Any) -> RankSummary:
+    """What the merge needs of one rank's trace analysis (`summary.analyze_trace`) and findings:
+    a `cluster.summary.RankSummary`, a few KB whatever the trace's size."""
     from ..cluster.tasks import summary_of
 
-    path = extra.pop("path", None) or (analysis or {}).get("trace", {}).get("path") or ""
+    path = extra.pop("path", None) or (analysis.trace.path if analysis else "")
     return summary_of(analysis, findings or [], rank=rank, path=str(path), **extra)
 
 

@@ -9,6 +9,17 @@ import re
 
 import numpy as np
 
+from ..model.analysis import (
+    Device,
+    Gpu,
+    IdleBreakdown,
+    KernelFamily,
+    KernelRow,
+    LaunchStats,
+    MemcpyDirection,
+    StreamBusy,
+    Temporal,
+)
 from ..trace.table import GPU_CATEGORIES, Cat, EventTable, in_categories
 from .groups import distinct, totals_by_id
 from .intervals import ROW_BLOCK, UnionLength, ascending, merge, overlapping_rows
@@ -41,11 +52,11 @@ def kernel_family(name: str) -> str:
     return "other"
 
 
-def gpu_summary(table: EventTable, lo: float, hi: float) -> dict:
+def gpu_summary(table: EventTable, lo: float, hi: float) -> Gpu:
     """Everything GPU-side within [lo, hi]. `present` is False for traces without GPU activity."""
     rows = _in_start_order(table, _gpu_rows_overlapping(table, lo, hi))
     if not len(rows):
-        return {"present": False}
+        return Gpu(present=False)
     span = hi - lo
     devices = []
     for dev in distinct(table.device[rows]).tolist():
@@ -55,32 +66,27 @@ def gpu_summary(table: EventTable, lo: float, hi: float) -> dict:
         devices.append(_device_summary(table, drows, lo, hi, span, dev))
         del drows
     kernels = rows[table.cat[rows] == Cat.KERNEL]
-    families: dict[str, dict] = {}
+    families: dict[str, KernelFamily] = {}
     # Classify each distinct kernel name once, then sum per name with bincount.
     by_name = totals_by_id(table.name[kernels], table.dur[kernels].astype(np.float64))
     names, count_per_name, time_per_name = by_name
     for name_id, t_us, n in zip(names.tolist(), time_per_name.tolist(), count_per_name.tolist()):
         fam = kernel_family(table.strings[name_id])
-        f = families.setdefault(fam, {"family": fam, "count": 0, "time_us": 0.0})
-        f["count"] += int(n)
-        f["time_us"] += t_us
+        f = families.setdefault(fam, KernelFamily(family=fam, count=0, time_us=0.0))
+        f.count += int(n)
+        f.time_us += t_us
     memcpy_rows = rows[table.cat[rows] == Cat.GPU_MEMCPY]
     if len(memcpy_rows):
-        families["memcpy"] = {"family": "memcpy", "count": int(len(memcpy_rows)),
-                              "time_us": float(table.dur[memcpy_rows].astype(np.float64).sum())}
+        families["memcpy"] = KernelFamily(family="memcpy", count=int(len(memcpy_rows)),
+                                          time_us=float(table.dur[memcpy_rows].astype(np.float64).sum()))
     memset_rows = rows[table.cat[rows] == Cat.GPU_MEMSET]
     if len(memset_rows):
-        families["memset"] = {"family": "memset", "count": int(len(memset_rows)),
-                              "time_us": float(table.dur[memset_rows].sum())}
-    return {
-        "present": True,
-        "window_us": span,
-        "devices": devices,
-        "kernel_families": sorted(families.values(), key=lambda f: -f["time_us"]),
-        "top_kernels": _top_kernels(table, by_name),
-        "launch": launch_statistics(table, kernels),
-        "memcpy": memcpy_summary(table, memcpy_rows),
-    }
+        families["memset"] = KernelFamily(family="memset", count=int(len(memset_rows)),
+                                          time_us=float(table.dur[memset_rows].sum()))
+    return Gpu(present=True, window_us=span, devices=devices,
+               kernel_families=sorted(families.values(), key=lambda f: -f.time_us),
+               top_kernels=_top_kernels(table, by_name), launch=launch_statistics(table, kernels),
+               memcpy=memcpy_summary(table, memcpy_rows))
 
 
 def _in_start_order(table: EventTable, rows: np.ndarray) -> np.ndarray:
@@ -98,7 +104,7 @@ def _blocks_with_next(rows: np.ndarray):
 
 
 def _device_summary(table: EventTable, rows: np.ndarray, lo: float, hi: float, span: float,
-                    dev: int) -> dict:
+                    dev: int) -> Device:
     """One device's busy time, HTA's temporal breakdown (compute, then communication not
     overlapping compute, then memory), per-stream busy time and idle causes. `rows` are in start
     order; every union is summed over `ROW_BLOCK` of them at a time (`UnionLength`), so the
@@ -126,22 +132,19 @@ def _device_summary(table: EventTable, rows: np.ndarray, lo: float, hi: float, s
     communication = kernel_any.total - compute.total
     memory = busy.total - kernel_any.total
     overlap = compute.total + comm_any.total - kernel_any.total
-    return {
-        "device": int(dev),
-        "busy_us": busy.total,
-        "busy_pct": 100 * busy.total / span if span else 0.0,
-        "idle_us": span - busy.total,
-        "temporal": {"compute_us": compute.total, "communication_us": communication,
-                     "memory_us": memory, "idle_us": span - busy.total},
-        "comm_overlap_pct": 100 * overlap / comm_any.total if comm_any.total else 0.0,
-        "idle_breakdown": idle_breakdown(table, rows, lo, hi),
-        "streams": sorted(({"stream": int(st), "events": stream_events[st], "busy_us": u.total,
-                            "busy_pct": 100 * u.total / span if span else 0.0} for st, u in streams.items()),
-                          key=lambda d: -d["busy_us"]),
-    }
+    return Device(
+        device=int(dev), busy_us=busy.total, busy_pct=100 * busy.total / span if span else 0.0,
+        idle_us=span - busy.total,
+        temporal=Temporal(compute_us=compute.total, communication_us=communication, memory_us=memory,
+                          idle_us=span - busy.total),
+        comm_overlap_pct=100 * overlap / comm_any.total if comm_any.total else 0.0,
+        idle_breakdown=idle_breakdown(table, rows, lo, hi),
+        streams=sorted((StreamBusy(stream=int(st), events=stream_events[st], busy_us=u.total,
+                                   busy_pct=100 * u.total / span if span else 0.0) for st, u in streams.items()),
+                       key=lambda d: -d.busy_us))
 
 
-def idle_breakdown(table: EventTable, rows: np.ndarray, lo: float, hi: float) -> dict:
+def idle_breakdown(table: EventTable, rows: np.ndarray, lo: float, hi: float) -> IdleBreakdown:
     """Idle time of one device within [lo, hi], split by cause as HTA does:
 
     - host_wait: the work after the gap was launched (its runtime call started) only after the
@@ -155,7 +158,7 @@ def idle_breakdown(table: EventTable, rows: np.ndarray, lo: float, hi: float) ->
     rows at a time, the running end carried over.
     """
     if not len(rows):
-        return {"host_wait_us": 0.0, "kernel_wait_us": 0.0, "other_us": 0.0, "edges_us": hi - lo}
+        return IdleBreakdown(edges_us=hi - lo)
     rows = _in_start_order(table, rows)
     host_wait = kernel_wait = other = 0.0
     first_start = float(np.clip(table.ts[rows[0]], lo, hi))
@@ -181,12 +184,8 @@ def idle_breakdown(table: EventTable, rows: np.ndarray, lo: float, hi: float) ->
         host_wait += float(gap[hw].sum())
         kernel_wait += float(gap[kw].sum())
         other += float(gap[~hw & ~kw].sum())
-    return {
-        "host_wait_us": host_wait,
-        "kernel_wait_us": kernel_wait,
-        "other_us": other,
-        "edges_us": float((first_start - lo) + (hi - covered_to)),
-    }
+    return IdleBreakdown(host_wait_us=host_wait, kernel_wait_us=kernel_wait, other_us=other,
+                         edges_us=float((first_start - lo) + (hi - covered_to)))
 
 
 def end_of_launched_work(table: EventTable, lo: float, hi: float) -> float:
@@ -218,7 +217,7 @@ def _gpu_rows_overlapping(table: EventTable, lo: float, hi: float) -> np.ndarray
                             mask=lambda block: in_categories(table.cat[block], GPU_CATEGORIES))
 
 
-def launch_statistics(table: EventTable, kernels: np.ndarray) -> dict:
+def launch_statistics(table: EventTable, kernels: np.ndarray) -> LaunchStats:
     """Kernel launches: how long the CPU spends launching vs how long kernels run.
 
     launch_delay: kernel start minus the start of the runtime call that launched it (queueing);
@@ -228,49 +227,46 @@ def launch_statistics(table: EventTable, kernels: np.ndarray) -> dict:
     `short_share` is the fraction of kernels shorter than `SHORT_KERNEL_US`.
     """
     if not len(kernels):
-        return {"kernels": 0}
+        return LaunchStats()
     kdur = table.dur[kernels].astype(np.float64)
     short = int((kdur < SHORT_KERNEL_US).sum())
-    out = {
-        "kernels": int(len(kernels)),
-        "kernel_mean_us": float(kdur.mean()),
-        "kernel_median_us": float(np.median(kdur, overwrite_input=True)),
-        "short_kernels": short,
-        "short_share": short / len(kernels),
-    }
+    out = LaunchStats(kernels=int(len(kernels)), kernel_mean_us=float(kdur.mean()),
+                      kernel_median_us=float(np.median(kdur, overwrite_input=True)), short_kernels=short,
+                      short_share=short / len(kernels))
     del kdur
     launch_rows = launching_rows(table, kernels)
     linked = launch_rows >= 0
-    out["linked_launches"] = int(linked.sum())
+    out.linked_launches = int(linked.sum())
     if linked.any():
         lr = launch_rows[linked]
         del launch_rows
         delay = table.ts[kernels[linked]] - table.ts[lr]
         del linked
-        out["launch_delay_median_us"] = float(np.median(delay, overwrite_input=True))  # reorders only
-        out["launch_delay_p90_us"] = float(np.percentile(delay, 90, overwrite_input=True))
+        out.launch_delay_median_us = float(np.median(delay, overwrite_input=True))  # reorders only
+        out.launch_delay_p90_us = float(np.percentile(delay, 90, overwrite_input=True))
         del delay
         calls = distinct(lr)
-        out["cpu_launch_mean_us"] = float(table.dur[calls].astype(np.float64).mean())
-        out["launch_calls"] = int(len(calls))
-        out["kernels_per_launch"] = float(len(lr) / len(calls))
+        out.cpu_launch_mean_us = float(table.dur[calls].astype(np.float64).mean())
+        out.launch_calls = int(len(calls))
+        out.kernels_per_launch = float(len(lr) / len(calls))
     return out
 
 
-def _top_kernels(table: EventTable, by_name: tuple[np.ndarray, np.ndarray, np.ndarray], top: int = 20) -> list[dict]:
+def _top_kernels(table: EventTable, by_name: tuple[np.ndarray, np.ndarray, np.ndarray],
+                 top: int = 20) -> list[KernelRow]:
     """The kernels with the most time, from (name ids, counts, µs) per kernel name."""
     uniq, count, total = by_name
     out = []
     for g in np.argsort(-total, kind="stable")[:top].tolist():
         name = table.strings[uniq[g]]
-        out.append({"name": name, "family": kernel_family(name), "count": int(count[g]),
-                    "time_us": float(total[g]), "mean_us": float(total[g] / count[g])})
+        out.append(KernelRow(name=name, family=kernel_family(name), count=int(count[g]), time_us=float(total[g]),
+                             mean_us=float(total[g] / count[g])))
     return out
 
 
-def memcpy_summary(table: EventTable, rows: np.ndarray) -> dict:
+def memcpy_summary(table: EventTable, rows: np.ndarray) -> dict[str, MemcpyDirection]:
     """Copies by direction (HtoD, DtoH, DtoD, ...) from the memcpy kernel names."""
-    out: dict[str, dict] = {}
+    out: dict[str, MemcpyDirection] = {}
     names, inverse = np.unique(table.name[rows], return_inverse=True)
     time_us = np.bincount(inverse, weights=table.dur[rows].astype(np.float64), minlength=len(names))
     nbytes = np.bincount(inverse, weights=table.nbytes[rows].astype(np.float64), minlength=len(names))
@@ -281,10 +277,10 @@ def memcpy_summary(table: EventTable, rows: np.ndarray) -> dict:
         kind = m.group(1) if m else "other"
         if "Pageable" in name or "pageable" in name:
             kind += " (pageable)"
-        d = out.setdefault(kind, {"count": 0, "time_us": 0.0, "bytes": 0})
-        d["count"] += int(count[g])
-        d["time_us"] += float(time_us[g])
-        d["bytes"] += int(nbytes[g])
+        d = out.setdefault(kind, MemcpyDirection())
+        d.count += int(count[g])
+        d.time_us += float(time_us[g])
+        d.bytes += int(nbytes[g])
     return out
 
 

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..model.analysis import Allocator, Memory, MemoryDevice
 from ..sites import parse_site
 from ..trace.table import Cat, EventTable, MemoryTable
 from .groups import distinct
-from .ops import Nesting, innermost_open
+from .nesting import Nesting, innermost_open
 
 DEVICE_TYPES = {0: "cpu", 1: "cuda"}
 
 
 def memory_summary(table: EventTable, memory: MemoryTable, lo: float, hi: float, nesting: Nesting,
-                   top: int = 10, sites: np.ndarray | None = None) -> dict:
+                   top: int = 10, sites: np.ndarray | None = None) -> Memory:
     """Peak allocated per device and the ops that allocated most within [lo, hi].
 
     An allocation is charged to the innermost CPU op on the same thread whose span contains it,
@@ -21,7 +22,7 @@ def memory_summary(table: EventTable, memory: MemoryTable, lo: float, hi: float,
     to the user's line that called that op.
     """
     if not len(memory):
-        return {"recorded": False}
+        return Memory(recorded=False)
     win = (memory.ts >= lo) & (memory.ts < hi)
     devices = []
     keys = sorted(set(zip(memory.device_type.tolist(), memory.device_id.tolist())))
@@ -32,15 +33,14 @@ def memory_summary(table: EventTable, memory: MemoryTable, lo: float, hi: float,
         alloc = memory.total_allocated[m]
         device_type = DEVICE_TYPES.get(dtype, str(dtype))
         reserved = memory.total_reserved[m]
-        devices.append({
-            "device": f"{device_type}:{did}" if did >= 0 else device_type,
-            "peak_allocated_bytes": int(alloc.max()) if (alloc >= 0).any() else None,
-            "peak_reserved_bytes": int(reserved.max()) if (reserved >= 0).any() else None,
-            "allocations": int((memory.nbytes[m] > 0).sum()),
-            "allocated_bytes": int(memory.nbytes[m][memory.nbytes[m] > 0].sum()),
-        })
-    return {"recorded": True, "devices": devices,
-            "top_allocators": _top_allocators(table, memory, win, top, sites, nesting)}
+        devices.append(MemoryDevice(
+            device=f"{device_type}:{did}" if did >= 0 else device_type,
+            peak_allocated_bytes=int(alloc.max()) if (alloc >= 0).any() else None,
+            peak_reserved_bytes=int(reserved.max()) if (reserved >= 0).any() else None,
+            allocations=int((memory.nbytes[m] > 0).sum()),
+            allocated_bytes=int(memory.nbytes[m][memory.nbytes[m] > 0].sum())))
+    return Memory(recorded=True, devices=devices,
+                  top_allocators=_top_allocators(table, memory, win, top, sites, nesting))
 
 
 def _enclosing_op(table: EventTable, nesting: Nesting, rows: np.ndarray) -> np.ndarray:
@@ -53,7 +53,7 @@ def _enclosing_op(table: EventTable, nesting: Nesting, rows: np.ndarray) -> np.n
 
 
 def _top_allocators(table: EventTable, memory: MemoryTable, win: np.ndarray, top: int,
-                    sites: np.ndarray | None, nesting: Nesting) -> list[dict]:
+                    sites: np.ndarray | None, nesting: Nesting) -> list[Allocator]:
     allocs = np.flatnonzero(win & (memory.nbytes > 0))
     if not len(allocs):
         return []
@@ -83,5 +83,6 @@ def _top_allocators(table: EventTable, memory: MemoryTable, win: np.ndarray, top
             d["allocations"] += 1
             d["bytes"] += int(memory.nbytes[i])
     # Ties in bytes ordered by what they are, not by internal thread or string ids.
-    return sorted(out.values(), key=lambda d: (-d["bytes"], -d["allocations"], d["op"], d.get("file") or "",
-                                               d.get("line") or 0))[:top]
+    ranked = sorted(out.values(), key=lambda d: (-d["bytes"], -d["allocations"], d["op"], d.get("file") or "",
+                                                 d.get("line") or 0))[:top]
+    return [Allocator(**d) for d in ranked]

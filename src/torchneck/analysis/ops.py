@@ -1,339 +1,153 @@
-"""Host-side operators: nesting, self time, hot ops, shapes, dispatch overhead, dtypes."""
+"""Host-side operators: hot ops, shapes, dispatch overhead, dtypes (their nesting: `nesting.py`)."""
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 import numpy as np
 
+from ..model.analysis import Annotation, CodeSite, ConvBiasBn, Dispatch, Float64Ops, OpRow
 from ..sites import LINE_PREFIX
-from ..trace.table import Cat, EventTable, in_categories, search_sorted
-from .groups import grouped_totals, positions_in
+from ..trace.table import Cat, EventTable
+from .groups import grouped_totals
 from .intervals import ROW_BLOCK, ascending
+from .nesting import Nesting, Rows
 
-try:  # the optional C walk (setup.py); without it the numpy path gives the same nesting
-    from . import _nest
-except ImportError:  # pragma: no cover - built without a C compiler
-    _nest = None
-if os.environ.get("TORCHNECK_PURE_PYTHON"):
-    _nest = None
-
-HOST_CATEGORIES = (Cat.CPU_OP, Cat.USER_ANNOTATION, Cat.RUNTIME, Cat.DRIVER, Cat.SYNC)
-
+TINY_OP_FLOOR_MULTIPLE = 4.0
+"""An op is tiny, dominated by per-op overhead (Python, dispatcher, allocator), when its wall time
+is within 4x of the cheapest ops of the same trace: those are nothing but that overhead (~5-15 µs
+on a fast idle CPU, several times more on a slow or loaded one), so the limit follows the machine
+the trace was recorded on instead of a fixed number of µs."""
+TINY_OP_FLOOR_QUANTILE = 0.10
+"""The per-op overhead of a trace: the 10th percentile of its top-level ops' durations (the
+cheapest tenth: views, small element-wise ops)."""
 TINY_OP_US = 20.0
-"""An op shorter than this (wall, with its children) is dominated by per-op dispatch overhead:
-eager PyTorch spends ~5-15 µs of Python + dispatcher + allocator per op on a fast CPU, so an op
-this short does little work beyond that."""
+"""The tiny-op limit when a trace has too few ops to measure its floor, and the least it is
+(a floor of 1 µs, a view on a fast machine, would call every real op big)."""
+TINY_OP_MIN_FLOOR_OPS = 100
+"""Top-level ops needed to read the floor from a trace."""
+TINY_RUN_GAP_MULTIPLE = 5.0
+"""Two top-level ops belong to one loop when the gap between them (the Python that issues the
+next one) is under 5x the tiny-op limit (and `TINY_RUN_MIN_GAP_US`): a loop issuing ops, not
+two unrelated ops."""
+TINY_RUN_MIN_GAP_US = 100.0
+"""The least gap allowed inside a loop (a descheduled thread or a garbage collection pauses a
+loop for tens of µs without ending it)."""
+TINY_RUN_MIN_OPS = 50
+"""A loop of at least 50 ops back to back; shorter sequences are the bookkeeping ops (views,
+reshapes) between real work."""
+TINY_RUN_SMALL_SHARE = 0.7
+"""A loop is one of tiny ops when 70 % of its ops are small (an occasional bigger op, or a small
+op delayed by the machine, does not end it)."""
+SMALL_NUMEL = 2048
+"""An op whose tensors hold at most 2048 elements does a few µs of arithmetic at most: its time
+is per-op overhead (Python, dispatcher, allocator) whatever the machine or its load."""
+METADATA_OPS = frozenset({
+    "aten::select", "aten::slice", "aten::view", "aten::_unsafe_view", "aten::as_strided", "aten::unsqueeze",
+    "aten::squeeze", "aten::expand", "aten::t", "aten::transpose", "aten::permute", "aten::narrow", "aten::unbind",
+    "aten::split", "aten::chunk", "aten::alias", "aten::detach", "aten::numpy_T", "aten::split_with_sizes",
+    "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg",
+})
+"""Ops that only make a new view of a tensor (indexing one element out of a big tensor is a
+`select`): no arithmetic whatever the tensor's size, all per-op overhead."""
 
 
-@dataclass
-class Nesting:
-    """Per row of the table, the directly enclosing host event (or -1); per CPU op, its self
-    time in µs. Self time is kept for the ops alone, the only rows any analysis weighs by it:
-    a float for every event was 28 MB at 3 GB. `ops` also serves the analyses as the CPU-op
-    rows of a window (`ops_in`), a view rather than a copy."""
+class TinyRuns:
+    """Loops of ops on one thread, fed in start order a block at a time: sequences of top-level
+    ops with only small gaps between them. A sequence of at least `TINY_RUN_MIN_OPS` ops, mostly
+    small ones (`TINY_RUN_SMALL_SHARE`), counts with its whole wall time, the gaps included (the
+    Python that issues each op is per-op overhead as much as the op's dispatch is)."""
 
-    parent: np.ndarray  # int32, per row
-    ops: np.ndarray  # int32 (int64 past 2**31 rows): the CPU-op rows, ascending
-    op_self_time: np.ndarray  # float32, per entry of `ops` (sums are taken in float64)
+    def __init__(self, gap_us: float) -> None:
+        self.gap_us = gap_us
+        self.covered_us = 0.0
+        self.ops = 0
+        self._open: tuple[float, float, int, int] | None = None  # (start, end, ops, small ops) in progress
 
-    def ops_in(self, rows: Rows) -> np.ndarray:
-        """The CPU ops among `rows`, ascending: a view of `ops` for a range of rows."""
-        if isinstance(rows, slice):
-            a, b = search_sorted(self.ops, [rows.start or 0, rows.stop if rows.stop is not None else 2**62])
-            return self.ops[a:b]
-        rows = np.asarray(rows)
-        return rows[positions_in(self.ops, rows) >= 0]
+    def add(self, start: np.ndarray, end: np.ndarray, small: np.ndarray) -> None:
+        if not len(start):
+            return
+        prev_end = np.empty(len(start))
+        prev_end[1:] = np.maximum.accumulate(end)[:-1]
+        prev_end[0] = self._open[1] if self._open is not None else -np.inf
+        joins = start - prev_end < self.gap_us
+        # One id per sequence, a sequence starting where an op does not join the one before;
+        # sequence 0 may be the one in progress from the block before.
+        seq = np.cumsum(~joins) - (0 if joins[0] else 1)
+        n = int(seq[-1]) + 1
+        first = np.full(n, np.inf)
+        np.minimum.at(first, seq, start)
+        last = np.full(n, -np.inf)
+        np.maximum.at(last, seq, end)
+        count = np.bincount(seq, minlength=n)
+        n_small = np.bincount(seq, weights=small.astype(np.float64), minlength=n).astype(np.int64)
+        if self._open is not None and joins[0]:  # the sequence in progress goes on in this block
+            first[0] = self._open[0]
+            last[0] = max(last[0], self._open[1])
+            count[0] += self._open[2]
+            n_small[0] += self._open[3]
+        elif self._open is not None:
+            self._close()
+        self._open = (float(first[-1]), float(last[-1]), int(count[-1]), int(n_small[-1]))
+        self._count(first[:-1], last[:-1], count[:-1], n_small[:-1])
 
-    def self_time(self, rows: np.ndarray) -> np.ndarray:
-        """Self time (float32 µs) of each of `rows`, CPU ops (other rows read 0). Where `rows`
-        is a run of `ops` itself (what `ops_in` gives, and its blocks), a slice of the times;
-        else found by binary search."""
-        rows = np.asarray(rows)
-        ops = self.ops
-        if rows.ndim == 1 and len(rows) and rows.dtype == ops.dtype and rows.strides == ops.strides \
-                and np.may_share_memory(rows, ops):
-            start, rem = divmod(rows.__array_interface__["data"][0] - ops.__array_interface__["data"][0],
-                                ops.itemsize)
-            if not rem and 0 <= start and start + len(rows) <= len(ops):
-                return self.op_self_time[start:start + len(rows)]
-        at = positions_in(ops, rows)
-        return np.where(at >= 0, self.op_self_time[np.maximum(at, 0)], np.float32(0))
+    def _count(self, first, last, count, n_small) -> None:
+        keep = (count >= TINY_RUN_MIN_OPS) & (n_small >= TINY_RUN_SMALL_SHARE * count)
+        self.covered_us += float((last[keep] - first[keep]).sum())
+        self.ops += int(count[keep].sum())
 
+    def _close(self) -> None:
+        if self._open is not None:
+            start, end, count, n_small = self._open
+            self._count(np.array([start]), np.array([end]), np.array([count]), np.array([n_small]))
+        self._open = None
 
-def innermost_open(candidates: np.ndarray, starts: np.ndarray, t: np.ndarray,
-                   end_of: Callable[[np.ndarray], np.ndarray],
-                   up: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """For each instant in `t`, the innermost of nested spans open at it, or -1. `candidates`
-    are the spans' ids in start order (`starts`, parallel and ascending): the latest starting at
-    or before the instant is tried first and, while it ended before the instant (`end_of`),
-    its enclosing span (`up`, -1 at the top) instead; spans nest like a call stack, so the
-    first one still open is the innermost. All instants climb together, one level a step."""
-    j = np.searchsorted(starts, t, side="right") - 1
-    found = np.where(j >= 0, candidates[np.maximum(j, 0)], -1)
-    while True:
-        closed = found >= 0
-        closed[closed] = end_of(found[closed]) < t[closed]
-        if not closed.any():
-            return found
-        found[closed] = up(found[closed])
-
-
-def depth_of(nesting: Nesting, rows: np.ndarray) -> np.ndarray:
-    """How many host events enclose each of `rows` (0: top level). Not kept per row of the
-    table (2 bytes an event) since only a few thousand drawn rows need it: climbed here, all
-    of them one level at a time."""
-    depth = np.zeros(len(rows), dtype=np.int32)
-    up = nesting.parent[np.asarray(rows, dtype=np.intp)]
-    while True:
-        climbing = np.flatnonzero(up >= 0)
-        if not len(climbing):
-            return depth
-        depth[climbing] += 1
-        up[climbing] = nesting.parent[up[climbing]]
+    def finish(self) -> tuple[float, int]:
+        self._close()
+        return self.covered_us, self.ops
 
 
-def host_nesting(table: EventTable) -> Nesting:
-    """Parent of host events (ops, annotations, runtime calls), per thread, and the CPU ops'
-    self time.
-
-    Events on one thread nest like a call stack; an event's self time is its duration minus
-    its direct children's. Non-host rows get parent -1.
-    The answer is the call-stack walk's (`_nest_by_stack`): done in C over all threads at once
-    when the extension is built (`_nest.c`; in row order with a stack per thread on a table in
-    start order, as loaded), else vectorised where events nest properly
-    (`_nest_thread`), one block of a thread at a time (`_thread_blocks`). Both give the same
-    arrays (tests/test_trace.py).
-    """
-    n = len(table)
-    parent = np.full(n, -1, dtype=np.int32)
-    in_order = _sorted_by_start(table)
-    if in_order:
-        found = _native_table_walk(table, parent)
-        if found is not None:
-            return found
-    self_time = table.dur.astype(np.float32)
-    if in_order:  # the loader's order: grouping by thread keeps it per thread
-        rows = _host_rows_by_thread(table)
-    else:
-        host = np.flatnonzero(in_categories(table.cat, HOST_CATEGORIES)).astype(np.int32)
-        rows = host[np.lexsort((-table.dur[host], table.ts[host], table.thread[host]))]
-        del host
-    if not len(rows):
-        return _with_op_self_times(table, parent, self_time)
-    thread_sorted = table.thread[rows]
-    bounds = np.concatenate(([0], np.flatnonzero(np.diff(thread_sorted)) + 1, [len(rows)])).astype(np.int64)
-    del thread_sorted
-    if _native_walk(table, rows, bounds, parent, self_time):
-        return _with_op_self_times(table, parent, self_time)
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        for seg, ts, end in _thread_blocks(table, rows[a:b]):
-            dur = table.dur[seg].astype(np.float64)
-            par_pos, _, child = _nest_thread(ts, dur, end)
-            has = par_pos >= 0
-            parent[seg[has]] = seg[par_pos[has]]
-            self_time[seg] = np.maximum(dur - child, 0.0)
-    return _with_op_self_times(table, parent, self_time)
-
-
-def _with_op_self_times(table: EventTable, parent: np.ndarray, self_time: np.ndarray) -> Nesting:
-    """The `Nesting` of a walk that wrote every row's self time: the CPU ops' kept."""
-    ops = np.flatnonzero(table.cat == Cat.CPU_OP).astype(np.int32 if len(table) < 2**31 else np.int64)
-    return Nesting(parent, ops, self_time[ops])
-
-
-THREADS_BY_MASK = 16
-"""Up to this many host threads, host rows are grouped by thread a block and a thread at a time
-(int32 rows only); with more, by one stable sort (an int64 order as long as the host rows)."""
-
-
-def _host_rows_by_thread(table: EventTable) -> np.ndarray:
-    """Host rows (int32 when they fit), grouped by thread in thread order, in table order within
-    a thread: `host[np.argsort(table.thread[host], kind="stable")]` without its temporaries."""
-    n = len(table)
-    blocks = range(0, n, ROW_BLOCK)
-    counts = np.zeros(len(table.threads.pid), dtype=np.int64)
-    for a in blocks:
-        host = in_categories(table.cat[a:a + ROW_BLOCK], HOST_CATEGORIES)
-        counts += np.bincount(table.thread[a:a + ROW_BLOCK][host], minlength=len(counts))[:len(counts)]
-    threads = np.flatnonzero(counts).tolist()
-    index = np.int32 if n < np.iinfo(np.int32).max else np.int64
-    if len(threads) > THREADS_BY_MASK or int(table.thread.max(initial=-1)) >= len(counts):
-        host = np.flatnonzero(in_categories(table.cat, HOST_CATEGORIES)).astype(index)
-        return host[np.argsort(table.thread[host], kind="stable")]
-    # Each thread's rows go straight to their place in the output (its counts say where), so
-    # no list of parts is held beside their concatenation (25 MB each at 3 GB).
-    out = np.empty(int(counts.sum()), dtype=index)
-    at = dict(zip(threads, np.concatenate(([0], np.cumsum(counts[threads])[:-1])).tolist()))
-    for a in blocks:
-        host = in_categories(table.cat[a:a + ROW_BLOCK], HOST_CATEGORIES)
-        thread = table.thread[a:a + ROW_BLOCK]
-        for th in threads:
-            found = np.flatnonzero(host & (thread == th))
-            out[at[th]:at[th] + len(found)] = found + a
-            at[th] += len(found)
+def max_numel_of_shapes(table: EventTable, shape_ids: np.ndarray) -> np.ndarray:
+    """For string ids of recorded input shapes (`[[16, 64], [64], []]`), the largest tensor's
+    element count; -1 where no shapes were recorded or they cannot be read. Each distinct id is
+    parsed once."""
+    out = np.full(len(shape_ids), -1, dtype=np.int64)
+    ids = np.asarray(shape_ids)
+    for sid in np.unique(ids[ids >= 0]).tolist():
+        try:
+            shapes = json.loads(table.strings[sid])
+        except ValueError:
+            continue
+        sizes = [int(np.prod(s)) for s in shapes if isinstance(s, list) and all(isinstance(d, int) for d in s)]
+        out[ids == sid] = max(sizes, default=0)
     return out
 
 
-_HOST_BY_CAT_BYTE = np.zeros(256, dtype=np.uint8)
-_HOST_BY_CAT_BYTE[[int(c) for c in HOST_CATEGORIES]] = 1
-
-
-def _native_table_walk(table: EventTable, parent: np.ndarray) -> Nesting | None:
-    """The call-stack walk in C over a table in start order, a stack per thread (`_nest.c`
-    `walk_table`): no host rows grouped by thread are built for it (25 MB at 3 GB), and self
-    time is written for the CPU ops alone. None (`parent` untouched) when it is not built or
-    the columns are not the loader's types."""
-    if _nest is None or not hasattr(_nest, "walk_table") or table.ts.dtype != np.float64 \
-            or table.dur.dtype != np.float32 or table.cat.dtype != np.int8 \
-            or table.thread.dtype.itemsize not in (1, 2, 4) or table.thread.dtype.kind != "i" \
-            or len(table) >= np.iinfo(np.int32).max:
-        return None
-    n_ops = sum(int(np.count_nonzero(table.cat[a:a + ROW_BLOCK] == Cat.CPU_OP))
-                for a in range(0, len(table), ROW_BLOCK))
-    ops = np.empty(n_ops, dtype=np.int32)
-    op_self_time = np.empty(n_ops, dtype=np.float32)
-    _nest.walk_table(np.ascontiguousarray(table.ts), np.ascontiguousarray(table.dur),
-                     np.ascontiguousarray(table.cat), np.ascontiguousarray(table.thread), _HOST_BY_CAT_BYTE,
-                     int(Cat.CPU_OP), parent, ops, op_self_time)
-    return Nesting(parent, ops, op_self_time)
-
-
-def _native_walk(table: EventTable, rows: np.ndarray, bounds: np.ndarray, parent: np.ndarray,
-                 self_time: np.ndarray) -> bool:
-    """The call-stack walk in C (`_nest.c`), straight into the output arrays; False (outputs
-    untouched for the numpy path) when it is not built or the columns are not the loader's
-    types."""
-    if _nest is None or table.ts.dtype != np.float64 or table.dur.dtype != np.float32 \
-            or len(table) >= np.iinfo(np.int32).max:
-        return False
-    _nest.walk(np.ascontiguousarray(table.ts), np.ascontiguousarray(table.dur), rows.astype(np.int32, copy=False),
-               bounds, parent, self_time)
-    return True
-
-
-NESTING_BLOCK = 1 << 16
-"""Events nested at once: the vectorised pass holds ~15 arrays of this length, so blocks keep
-its memory at a few MB on traces of any size."""
-
-
-def _thread_blocks(table: EventTable, thread_rows: np.ndarray):
-    """Cut one thread's rows (sorted by start) into blocks of about `NESTING_BLOCK` at points
-    where every earlier event has ended (the call stack is empty), so each block nests on its
-    own; yields (rows, starts, ends) of each. Only a block's worth of the thread is read at once,
-    unless no such point comes for longer (one event open across it: the block grows)."""
-    m, pos = len(thread_rows), 0
-    while pos < m:
-        size = NESTING_BLOCK
-        while True:
-            hi = min(pos + size, m)
-            seg = thread_rows[pos:hi]
-            ts = table.ts[seg]
-            end = ts + table.dur[seg]
-            if hi == m:
-                cut = hi - pos
-                break
-            free = np.flatnonzero(ts[1:] >= np.maximum.accumulate(end)[:-1])
-            if len(free):
-                cut = int(free[-1]) + 1
-                break
-            size *= 2
-        yield seg[:cut], ts[:cut], end[:cut]
-        pos += cut
-
-
-def _sorted_by_start(table: EventTable) -> bool:
-    """True when rows are ordered by start, longer first on ties (as `load_trace` leaves them)."""
-    ts, dur = table.ts, table.dur
-    for a in range(0, max(len(ts) - 1, 0), ROW_BLOCK):  # a block (and the row after it) at a time
-        t, d = ts[a:a + ROW_BLOCK + 1], dur[a:a + ROW_BLOCK + 1]
-        if not np.all((t[1:] > t[:-1]) | ((t[1:] == t[:-1]) & (d[1:] <= d[:-1]))):
-            return False
-    return True
-
-
-def _nest_thread(ts: np.ndarray, dur: np.ndarray, end: np.ndarray):
-    """One thread's events, sorted by (start, longest first) -> (parent position or -1, depth,
-    children's total duration per event), as the call-stack walk gives them.
-
-    Vectorised: an event's depth is the number of earlier events still open at its start
-    (end > start), its parent the last earlier event one level up. That is the walk's answer
-    wherever every event lies inside its parent. Top-level stretches (depth-0 event up to the
-    next one) are independent, so a stretch where some event sticks out of its parent (clock
-    rounding, compile-time spans) is redone by the walk alone."""
-    n = len(ts)
-    pos = np.arange(n)
-    closed = np.searchsorted(np.sort(end), ts, side="right")  # events with end <= ts[i] ...
-    zero = end <= ts  # zero-length as computed: at 1.7e15 µs (epoch clocks) a 0.1 µs event ends where it starts
-    if zero.any():
-        # ... less those at or after i in order: zero-length events starting at ts[i], the only
-        # later ones that can end by then (they sort last among equal starts).
-        first_of_group = np.empty(n, dtype=bool)
-        first_of_group[0] = True
-        np.not_equal(ts[1:], ts[:-1], out=first_of_group[1:])
-        group_last = (np.append(np.flatnonzero(first_of_group)[1:], n) - 1)[np.cumsum(first_of_group) - 1]
-        zeros_upto = np.cumsum(zero)
-        closed -= zeros_upto[group_last] - zeros_upto + zero
-    depth = pos - closed
-    del closed
-    par_pos = np.full(n, -1, dtype=np.int64)
-    bad = depth < 0
-    nested = np.flatnonzero(depth > 0)
-    if len(nested):
-        stride = np.int64(n + 1)
-        by_level = np.sort(depth.astype(np.int64) * stride + pos)
-        wanted = (depth[nested] - 1).astype(np.int64) * stride + nested
-        at = np.maximum(np.searchsorted(by_level, wanted, side="left") - 1, 0)
-        cand = by_level[at]
-        p = cand % stride
-        wrong = ((cand // stride) != depth[nested] - 1) | (end[p] <= ts[nested]) | (end[nested] > end[p])
-        bad[nested[wrong]] = True
-        par_pos[nested] = p
-    depth = depth.astype(np.int32)
-    if bad.any():
-        stretch = np.cumsum(depth <= 0) - 1
-        starts = np.flatnonzero(depth <= 0)
-        stops = np.append(starts[1:], n)
-        for k in np.unique(stretch[bad]).tolist():
-            a, b = int(starts[k]), int(stops[k])
-            p_walk, d_walk, _ = _nest_by_stack(ts[a:b], dur[a:b], end[a:b])
-            par_pos[a:b] = np.where(p_walk >= 0, p_walk + a, -1)
-            depth[a:b] = d_walk
-    has = par_pos >= 0
-    child = np.bincount(par_pos[has], weights=dur[has], minlength=n)
-    return par_pos, depth, child
-
-
-def _nest_by_stack(ts: np.ndarray, dur: np.ndarray, end: np.ndarray):
-    """The reference: walk one thread's sorted events with a call stack, popping events that
-    ended by the next one's start."""
-    ts_l, end_l, dur_l = ts.tolist(), end.tolist(), dur.tolist()
-    n = len(ts_l)
-    par = [-1] * n
-    dep = [0] * n
-    child = [0.0] * n
-    stack: list[int] = []
-    for i in range(n):
-        s = ts_l[i]
-        while stack and end_l[stack[-1]] <= s:
-            stack.pop()
-        if stack:
-            p = stack[-1]
-            par[i] = p
-            dep[i] = dep[p] + 1
-            child[p] += dur_l[i]
-        stack.append(i)
-    return np.array(par, dtype=np.int64), np.array(dep, dtype=np.int32), np.array(child)
-
-
-Rows = np.ndarray | slice
-"""Rows of a table: an index array, or a slice of the start-sorted table. The events starting
-in a window are one range of it, and a slice reads each column as a view where an index array
-would gather a copy: at 7 M events, the window's row list alone was 29 MB, each gather of a
-column through it up to as much again."""
+def top_level_numel(table: EventTable, nesting: Nesting, top: np.ndarray, ops: np.ndarray) -> np.ndarray:
+    """For top-level ops `top`, the largest input tensor (elements) of the op or any op under it
+    (an autograd `evaluate_function` has no shapes; its backward op does); -1 when none of them
+    recorded shapes. `ops`: the CPU ops to look under them, `top` included."""
+    numel = max_numel_of_shapes(table, np.asarray(table.shapes[ops]))
+    has = numel >= 0
+    rows, numel = ops[has], numel[has]
+    out = np.full(len(top), -1, dtype=np.int64)
+    if not len(rows):
+        return out
+    order = np.argsort(top, kind="stable")
+    sorted_top = top[order]
+    at = rows.astype(np.int64)
+    for _ in range(64):  # climb to the top-level ancestor, one level at a time (ops nest a few deep)
+        k = np.minimum(np.searchsorted(sorted_top, at), len(top) - 1)
+        done = sorted_top[k] == at
+        np.maximum.at(out, order[k[done]], numel[done])
+        at, numel = at[~done], numel[~done]
+        if not len(at):
+            break
+        up = nesting.parent[at]
+        alive = up >= 0
+        at, numel = up[alive].astype(np.int64), numel[alive]
+    return out
 
 
 def rows_where(rows: Rows, mask: np.ndarray) -> np.ndarray:
@@ -412,11 +226,8 @@ def rows_starting_in(table: EventTable, lo: float, hi: float) -> Rows:
 
 
 def op_table(table: EventTable, nesting: Nesting, rows: np.ndarray, by_shape: bool = False,
-             top: int = 30) -> list[dict]:
-    """Ops among `rows` grouped by name (and input shapes), most self time first.
-
-    Each entry: name, shapes (if by_shape), count, self_us, total_us, mean_us.
-    """
+             top: int = 30) -> list[OpRow]:
+    """Ops among `rows` grouped by name (and input shapes, with `by_shape`), most self time first."""
     rows = cpu_ops_among(table, rows)
     if not len(rows):
         return []
@@ -433,55 +244,79 @@ def op_table(table: EventTable, nesting: Nesting, rows: np.ndarray, by_shape: bo
     out = []
     for g in best.tolist():
         r = int(first_row[g])
-        entry = {
-            "name": table.strings[table.name[r]],
-            "count": int(count[g]),
-            "self_us": float(self_us[g]),
-            "total_us": float(total_us[g]),
-            "mean_us": float(total_us[g] / count[g]),
-        }
-        if by_shape:
-            entry["shapes"] = table.strings[table.shapes[r]] if table.shapes[r] >= 0 else ""
-        out.append(entry)
+        shapes = (table.strings[table.shapes[r]] if table.shapes[r] >= 0 else "") if by_shape else None
+        out.append(OpRow(name=table.strings[table.name[r]], count=int(count[g]), self_us=float(self_us[g]),
+                         total_us=float(total_us[g]), mean_us=float(total_us[g] / count[g]), shapes=shapes))
     return out
 
 
 def dispatch_overhead(table: EventTable, nesting: Nesting, rows: np.ndarray, span_us: float,
-                      steps: int) -> dict:
+                      steps: int) -> Dispatch:
     """How much of the host time goes to many tiny ops.
 
     Top-level ops are CPU ops whose parent is not another CPU op (the ops the user's code called).
-    `tiny_share` is the wall time of top-level ops shorter than `TINY_OP_US`, over `span_us`.
+    `tiny_share` is the wall time of top-level ops shorter than `tiny_limit_us` (see
+    `TINY_OP_FLOOR_MULTIPLE`), over `span_us`.
     """
     cpu = cpu_ops_among(table, rows)
     if not len(cpu):
-        return {"top_level_ops": 0, "ops_per_step": 0.0, "tiny_ops": 0, "tiny_us": 0.0,
-                "tiny_share": 0.0, "median_op_us": 0.0}
+        return Dispatch()
 
-    def top_level_durations():
-        """The top-level ops' durations (float32, as in the table), a block of ops at a time."""
+    def top_level_rows():
+        """The top-level ops, in start order, a block of ops at a time."""
         for a in range(0, len(cpu), ROW_BLOCK):
             c = cpu[a:a + ROW_BLOCK]
             par = nesting.parent[c]
             has_parent = par >= 0
             parent_is_op = np.zeros(len(c), dtype=bool)
             parent_is_op[has_parent] = table.cat[par[has_parent]] == Cat.CPU_OP
-            yield table.dur[c[~parent_is_op]]
+            yield c[~parent_is_op]
 
-    n, tiny_ops, tiny_us = 0, 0, 0.0
-    for dur in top_level_durations():
-        tiny = dur[dur < TINY_OP_US]
-        n += len(dur)
-        tiny_ops += len(tiny)
-        tiny_us += float(tiny.sum(dtype=np.float64))
-    return {
-        "top_level_ops": int(n),
-        "ops_per_step": float(n / max(steps, 1)),
-        "tiny_ops": tiny_ops,
-        "tiny_us": tiny_us,
-        "tiny_share": tiny_us / span_us if span_us > 0 else 0.0,
-        "median_op_us": streamed_median(top_level_durations),
-    }
+    def top_level_durations():
+        """The top-level ops' durations (float32, as in the table), a block of ops at a time."""
+        for top in top_level_rows():
+            yield table.dur[top]
+
+    quantiles = streamed_quantiles(top_level_durations, (TINY_OP_FLOOR_QUANTILE, 0.5))
+    floor, median = quantiles if quantiles else (0.0, 0.0)
+    n = sum(len(d) for d in top_level_durations())
+    limit = max(TINY_OP_US, TINY_OP_FLOOR_MULTIPLE * floor) if n >= TINY_OP_MIN_FLOOR_OPS else TINY_OP_US
+    tiny_ops, tiny_us = 0, 0.0
+    runs: dict[int, TinyRuns] = {}
+    gap = max(TINY_RUN_MIN_GAP_US, TINY_RUN_GAP_MULTIPLE * limit)
+    metadata = table.names_matching(lambda s: s in METADATA_OPS)
+    for a in range(0, len(cpu), ROW_BLOCK):
+        block = cpu[a:a + ROW_BLOCK]
+        par = nesting.parent[block]
+        has_parent = par >= 0
+        parent_is_op = np.zeros(len(block), dtype=bool)
+        parent_is_op[has_parent] = table.cat[par[has_parent]] == Cat.CPU_OP
+        top = block[~parent_is_op]
+        if not len(top):
+            continue
+        dur = table.dur[top]
+        is_tiny = dur < limit
+        tiny_ops += int(is_tiny.sum())
+        tiny_us += float(dur[is_tiny].sum(dtype=np.float64))
+        # Small by the tensors it works on where shapes were recorded (an op delayed by a busy
+        # machine is still small), by its duration otherwise. Ops whose children start in the
+        # next block are looked for in this one only: their numel may come out smaller; rare.
+        numel = top_level_numel(table, nesting, top, block)
+        small = np.where(numel >= 0, numel <= SMALL_NUMEL, is_tiny) | metadata[table.name[top]]
+        thread = table.thread[top]
+        for th in np.unique(thread).tolist():
+            on = thread == th
+            start = table.ts[top[on]].astype(np.float64)
+            runs.setdefault(th, TinyRuns(gap)).add(start, start + dur[on], small[on])
+    run_us, run_ops = 0.0, 0
+    for r in runs.values():
+        covered, ops_in_runs = r.finish()
+        run_us += covered
+        run_ops += ops_in_runs
+    return Dispatch(top_level_ops=int(n), ops_per_step=float(n / max(steps, 1)), tiny_ops=tiny_ops, tiny_us=tiny_us,
+                    tiny_share=tiny_us / span_us if span_us > 0 else 0.0, median_op_us=median,
+                    floor_op_us=floor, tiny_limit_us=float(limit), tiny_run_us=run_us, tiny_run_ops=run_ops,
+                    tiny_run_share=run_us / span_us if span_us > 0 else 0.0)
 
 
 MEDIAN_BINS_SHIFT = 16
@@ -490,12 +325,20 @@ MEDIAN_BINS_SHIFT = 16
 
 
 def streamed_median(blocks: Callable[[], Iterable[np.ndarray]]) -> float:
-    """`np.median` (in float64, of non-negative float32 values) of the values that `blocks()`
-    yields, without holding them all: a first pass counts them into bins by their bit pattern
-    (ordered like the values, as they are not negative), a second keeps only the one or two
-    bins the middle ranks fall in, and those are partitioned. The top-level ops of a 3 GB CPU
-    trace are 20 MB of float32; the bins are 512 KB."""
+    """`np.median` of the values `blocks()` yields (see `streamed_quantiles`)."""
+    found = streamed_quantiles(blocks, (0.5,))
+    return found[0] if found else 0.0
+
+
+def streamed_quantiles(blocks: Callable[[], Iterable[np.ndarray]], qs: tuple[float, ...]) -> list[float]:
+    """`np.quantile(values, q)` (linear interpolation, in float64, of non-negative float32
+    values) for each q, of the values `blocks()` yields, without holding them all ([] when there
+    are none): a first pass counts them into bins by their bit pattern (ordered like the values,
+    as they are not negative), a second keeps only the bins the wanted ranks fall in, and those
+    are partitioned. The top-level ops of a 3 GB CPU trace are 20 MB of float32; the bins are
+    512 KB."""
     counts = np.zeros(1 << (32 - MEDIAN_BINS_SHIFT), dtype=np.int64)
+
     def float32_blocks():
         for values in blocks():  # + 0.0 makes a -0.0 (sign bit set) a 0.0
             yield np.asarray(values, dtype=np.float32) + np.float32(0.0)
@@ -504,27 +347,33 @@ def streamed_median(blocks: Callable[[], Iterable[np.ndarray]]) -> float:
         counts += np.bincount(values.view(np.uint32) >> MEDIAN_BINS_SHIFT, minlength=len(counts))
     n = int(counts.sum())
     if not n:
-        return 0.0
+        return []
     up_to = np.cumsum(counts)
-    ranks = ((n - 1) // 2, n // 2)
+    positions = [q * (n - 1) for q in qs]
+    ranks = sorted({k for pos in positions for k in (int(np.floor(pos)), int(np.ceil(pos)))})
     bins = sorted({int(np.searchsorted(up_to, k, side="right")) for k in ranks})
     kept: dict[int, list[np.ndarray]] = {b: [] for b in bins}
     for values in float32_blocks():
         bin_of = values.view(np.uint32) >> MEDIAN_BINS_SHIFT
         for b in bins:
             kept[b].append(values[bin_of == b])
-    middle = []
+    joined = {b: np.concatenate(kept[b]) for b in bins}
+    value: dict[int, float] = {}
     for k in ranks:
         b = int(np.searchsorted(up_to, k, side="right"))
-        inside = np.concatenate(kept[b])
+        inside = joined[b]
         at = k - (int(up_to[b - 1]) if b else 0)
         inside.partition(at)
-        middle.append(float(inside[at]))
-    return (middle[0] + middle[1]) / 2
+        value[k] = float(inside[at])
+    out = []
+    for pos in positions:
+        lo, hi = int(np.floor(pos)), int(np.ceil(pos))
+        out.append(value[lo] + (value[hi] - value[lo]) * (pos - lo))
+    return out
 
 
 def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int = 10,
-                place: Callable[[np.ndarray], list[dict]] | None = None) -> dict:
+                place: Callable[[np.ndarray], list[CodeSite]] | None = None) -> Float64Ops:
     """CPU ops with a float64 *tensor* input (needs record_shapes): self time and the top ops;
     with `place`, also `where`: `place(rows)` of those ops (the user's code that ran them).
 
@@ -538,13 +387,10 @@ def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int 
         and _double_tensor_input(table.strings[types], table.strings[shapes] if shapes >= 0 else ""))
     recorded, hit = ops_by_arg_pairs(table, rows, typed, double_tensor)
     if not recorded:
-        return {"recorded": False, "self_us": 0.0, "ops": []}
-    ops = op_table(table, nesting, hit, by_shape=True, top=top) if len(hit) else []
-    out = {"recorded": True, "self_us": float(nesting.self_time(hit).sum(dtype=np.float64)), "count": int(len(hit)),
-           "ops": ops}
-    if place is not None:
-        out["where"] = place(hit) if len(hit) else []
-    return out
+        return Float64Ops(recorded=False)
+    return Float64Ops(recorded=True, self_us=float(nesting.self_time(hit).sum(dtype=np.float64)), count=int(len(hit)),
+                      ops=op_table(table, nesting, hit, by_shape=True, top=top) if len(hit) else [],
+                      where=place(hit) if place is not None and len(hit) else [])
 
 
 def _double_tensor_input(types_json: str, shapes_json: str) -> bool:
@@ -589,7 +435,7 @@ _BOOKKEEPING_OPS = ("aten::add_",)
 """Ops that may sit between a conv and its BatchNorm: `num_batches_tracked += 1` in training."""
 
 
-def conv_bias_before_batch_norm(table: EventTable, nesting: Nesting, rows: np.ndarray) -> dict:
+def conv_bias_before_batch_norm(table: EventTable, nesting: Nesting, rows: np.ndarray) -> ConvBiasBn:
     """Convolutions with a bias whose very next op (same thread, same caller) is a batch norm
     over as many channels (needs record_shapes).
 
@@ -600,7 +446,7 @@ def conv_bias_before_batch_norm(table: EventTable, nesting: Nesting, rows: np.nd
     conv_name = table.names_matching(lambda s: s in _CONV_OPS)
     bn_name = table.names_matching(lambda s: s in _BATCH_NORM_OPS)
     if not len(cpu) or not conv_name.any() or not bn_name.any():
-        return {"recorded": bool(len(cpu)), "pairs": 0, "conv_us": 0.0}
+        return ConvBiasBn(recorded=bool(len(cpu)))
     caller = callers(table, nesting, cpu)
     order = np.lexsort((table.ts[cpu], caller, table.thread[cpu]))
     seq, caller = cpu[order], caller[order]
@@ -636,10 +482,10 @@ def conv_bias_before_batch_norm(table: EventTable, nesting: Nesting, rows: np.nd
         if c[1][0] == b[0][1]:  # the conv's output channels are what the norm normalises
             hits.append(conv)
     hits = np.asarray(hits, dtype=np.int64)
-    return {"recorded": True, "pairs": int(len(hits)), "conv_us": float(table.dur[hits].sum()) if len(hits) else 0.0}
+    return ConvBiasBn(recorded=True, pairs=int(len(hits)), conv_us=float(table.dur[hits].sum()) if len(hits) else 0.0)
 
 
-def annotations(table: EventTable, rows: Rows, top: int = 20) -> list[dict]:
+def annotation_table(table: EventTable, rows: Rows, top: int = 20) -> list[Annotation]:
     """User annotations (`record_function` blocks, module names) other than steps, by total time."""
     ann = rows_matching(rows, lambda block: table.cat[block] == Cat.USER_ANNOTATION)
     if not len(ann):
@@ -653,7 +499,7 @@ def annotations(table: EventTable, rows: Rows, top: int = 20) -> list[dict]:
         name = table.strings[uniq[g]]
         if name.startswith(("ProfilerStep#", LINE_PREFIX)):
             continue
-        out.append({"name": name, "count": int(count[g]), "total_us": float(total[g])})
+        out.append(Annotation(name=name, count=int(count[g]), total_us=float(total[g])))
         if len(out) >= top:
             break
     return out

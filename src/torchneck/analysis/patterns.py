@@ -8,10 +8,12 @@ import json
 
 import numpy as np
 
+from ..model.analysis import FilledThenCopied, HalfMatmulUnaligned, ShapeExample
 from ..trace.table import Cat, EventTable, search_sorted
 from .groups import positions_in
 from .intervals import ascending
-from .ops import Nesting, callers, cpu_ops_among, ops_by_arg_pairs, row_blocks, rows_matching
+from .nesting import Nesting
+from .ops import callers, cpu_ops_among, ops_by_arg_pairs, row_blocks, rows_matching
 
 HALF_MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm")
 TENSOR_CORE_MULTIPLE = 8
@@ -51,7 +53,7 @@ def _launched_kernel_us(table: EventTable, ops: np.ndarray) -> float:
     return total
 
 
-def unaligned_half_matmuls(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int = 5) -> dict:
+def unaligned_half_matmuls(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int = 5) -> HalfMatmulUnaligned:
     """`aten::mm`/`bmm`/`addmm` with float16/bfloat16 inputs whose last two dimensions are not all
     multiples of 8 (torch's `MatMulDimInFP16Pattern`; needs record_shapes). `kernel_us`: the
     GPU time of their kernels; `shapes`: the most frequent input shapes."""
@@ -61,7 +63,7 @@ def unaligned_half_matmuls(table: EventTable, nesting: Nesting, rows: np.ndarray
     shaped_half = table.arg_pairs_matching(lambda shapes, types: shapes >= 0 and types >= 0 and bool(half[types]))
     recorded, ops = ops_by_arg_pairs(table, rows, shaped, shaped_half, names)
     if not recorded or not names.any() or not half.any():
-        return {"recorded": recorded, "count": 0, "kernel_us": 0.0, "shapes": []}
+        return HalfMatmulUnaligned(recorded=recorded)
     cache: dict = {}
     hits, by_shape = [], {}
     for r in ops.tolist():
@@ -72,12 +74,12 @@ def unaligned_half_matmuls(table: EventTable, nesting: Nesting, rows: np.ndarray
             key = (table.strings[table.name[r]], json.dumps(matrices))
             by_shape[key] = by_shape.get(key, 0) + 1
     hits = np.asarray(hits, dtype=np.int64)
-    return {"recorded": True, "count": int(len(hits)), "kernel_us": _launched_kernel_us(table, hits),
-            "shapes": [{"op": op, "shapes": json.loads(s), "count": n}
-                       for (op, s), n in sorted(by_shape.items(), key=lambda kv: -kv[1])[:top]]}
+    return HalfMatmulUnaligned(recorded=True, count=int(len(hits)), kernel_us=_launched_kernel_us(table, hits),
+                               shapes=[ShapeExample(op=op, shapes=json.loads(s), count=n)
+                                       for (op, s), n in sorted(by_shape.items(), key=lambda kv: -kv[1])[:top]])
 
 
-def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndarray) -> dict:
+def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndarray) -> FilledThenCopied:
     """A CPU tensor filled (`fill_`, `zero_`, `normal_`, `uniform_`: torch.zeros, torch.randn...)
     and immediately copied to the GPU (`aten::to` with a memcpy underneath), as
     `torch.zeros(n).to("cuda")` does (torch's `ExtraCUDACopyPattern`): creating it on the GPU
@@ -87,13 +89,13 @@ def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndar
     cpu = cpu_ops_among(table, rows)
     to_name = table.names_matching(lambda s: s == "aten::to")
     if not len(cpu) or not to_name.any():
-        return {"count": 0, "copy_us": 0.0}
+        return FilledThenCopied()
     fill_name = table.names_matching(lambda s: s in _FILL_OPS)
     memcpy_name = table.names_matching(lambda s: s in _COPY_TO_GPU_RUNTIME)
     runtime = rows_matching(slice(0, len(table)), lambda b: (table.cat[b] == Cat.RUNTIME) & memcpy_name[table.name[b]])
     copies = rows_matching(cpu, lambda block: to_name[table.name[block]])
     if not len(copies) or not len(runtime):
-        return {"count": 0, "copy_us": 0.0}
+        return FilledThenCopied()
     # Each aten::to with a memcpy runtime call nested inside it (its thread's call stack) moves
     # data to a GPU: walk up from those runtime calls. Sets of rows are sorted arrays looked up
     # by binary search, not masks as long as the table (7 MB each at 3 GB).
@@ -106,7 +108,7 @@ def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndar
     moving = np.unique(np.concatenate(found)) if found else np.empty(0, np.int64)
     del found, up
     if not len(moving):
-        return {"count": 0, "copy_us": 0.0}
+        return FilledThenCopied()
     # The op right before it at the same caller: the last host op that ended before it started.
     # Only ops under the callers of these copies can be one (a few, usually): order just those.
     wanted = np.unique(callers(table, nesting, moving))
@@ -129,7 +131,7 @@ def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndar
     # torch.zeros -> aten::zeros -> aten::zero_: the fill is the previous op or its last descendant
     last = _last_started_within(table, cpu, prev)
     hits = op[fill_name[table.name[prev]] | fill_name[table.name[last]]]
-    return {"count": int(len(hits)), "copy_us": float(table.dur[hits].sum()) if len(hits) else 0.0}
+    return FilledThenCopied(count=int(len(hits)), copy_us=float(table.dur[hits].sum()) if len(hits) else 0.0)
 
 
 def _last_started_within(table: EventTable, host_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -6,12 +6,8 @@ import numpy as np
 
 from ..trace.table import Cat, Trace
 from .intervals import merge
-from .ops import (
-    Nesting,
-    has_line_marks,
-    host_nesting,
-    rows_starting_in,
-)
+from .nesting import Nesting, host_nesting
+from .ops import has_line_marks, rows_starting_in
 from .python_stacks import Samples, hotspots, user_line_at
 from .steps import find_steps
 from .trace_stacks import describe_site, has_call_stacks, trace_site_keys

@@ -5,23 +5,38 @@ from __future__ import annotations
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import msgspec
 import numpy as np
 
+from ..model.analysis import (
+    Comm,
+    Compiled,
+    KeyAverages,
+    Label,
+    MainThread,
+    Ops,
+    RankAnalysis,
+    StepItem,
+    Steps,
+    TraceInfo,
+)
+from ..model.base import to_builtins
 from ..trace.table import Trace
 from .compiled import compiled_summary
 from .distributed import collectives
 from .gpu import end_of_launched_work, gpu_summary
 from .groups import totals_by_id
+from .key_averages import TableOptions, key_averages
+from .labels import label_table
 from .memory import memory_summary
+from .nesting import Nesting, host_nesting
 from .ops import (
-    Nesting,
-    annotations,
+    annotation_table,
     conv_bias_before_batch_norm,
     dispatch_overhead,
     enclosing_sites,
     float64_ops,
     has_line_marks,
-    host_nesting,
     op_table,
     rows_starting_in,
 )
@@ -31,13 +46,16 @@ from .syncs import host_syncs
 from .trace_stacks import user_code_of
 
 
-def analyze_trace(trace: Trace, nesting: Nesting | None = None) -> dict:
+def analyze_trace(trace: Trace, nesting: Nesting | None = None,
+                  tables: TableOptions | None = None) -> RankAnalysis:
     """All analyses of one trace (one rank). Times are µs; the window is the steps' span.
-    `nesting` may be passed when the caller already computed it for this table."""
-    return analyze_with_nesting(trace, nesting)[0]
+    `nesting` may be passed when the caller already computed it for this table; `tables`: the
+    key_averages table's options (`--sort-by`, ...)."""
+    return analyze_with_nesting(trace, nesting, tables)[0]
 
 
-def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None) -> tuple[dict, Nesting]:
+def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None,
+                         tables: TableOptions | None = None) -> tuple[RankAnalysis, Nesting]:
     """`analyze_trace`, and the host nesting it used, for callers that need it afterwards (the
     views, ops per source line): computed here, when not given, while the GPU analyses run."""
     t = trace.events
@@ -57,71 +75,61 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None) -> tuple[
         rows = rows_starting_in(t, lo, cpu_hi)  # the events of the profiled steps
         if nested is not None:
             nesting = nested.result()
+        assert nesting is not None
+        averages = background.submit(key_averages, trace, nesting, tables)  # the whole trace, as torch's
         cpu_ops = nesting.ops_in(rows)  # what the op analyses read of them (a view, not a copy)
-        ops = {
-            "by_name": op_table(t, nesting, cpu_ops),
-            "by_shape": op_table(t, nesting, cpu_ops, by_shape=True, top=20),
-            "dispatch": dispatch_overhead(t, nesting, cpu_ops, span, len(steps)),
-            "annotations": annotations(t, rows),
-            "float64": float64_ops(t, nesting, cpu_ops, place=lambda hit: user_code_of(trace, nesting, hit)),
-            "conv_bias_bn": conv_bias_before_batch_norm(t, nesting, cpu_ops),
-            "half_matmul_unaligned": unaligned_half_matmuls(t, nesting, cpu_ops),
-            "filled_then_copied": filled_then_copied_to_gpu(t, nesting, cpu_ops),
-            "main_thread": _busiest_cpu_thread(t, cpu_ops),
-        }
+        ops = Ops(
+            by_name=op_table(t, nesting, cpu_ops),
+            by_shape=op_table(t, nesting, cpu_ops, by_shape=True, top=20),
+            dispatch=dispatch_overhead(t, nesting, cpu_ops, span, len(steps)),
+            annotations=annotation_table(t, rows),
+            float64=float64_ops(t, nesting, cpu_ops, place=lambda hit: user_code_of(trace, nesting, hit)),
+            conv_bias_bn=conv_bias_before_batch_norm(t, nesting, cpu_ops),
+            half_matmul_unaligned=unaligned_half_matmuls(t, nesting, cpu_ops),
+            filled_then_copied=filled_then_copied_to_gpu(t, nesting, cpu_ops),
+            main_thread=_busiest_cpu_thread(t, cpu_ops),
+        )
         del cpu_ops
         syncs = host_syncs(t, nesting, rows, place=lambda ops, waits: user_code_of(trace, nesting, ops, waits))
         memory = memory_summary(t, trace.memory, lo, hi, nesting,
                                 sites=enclosing_sites(t, nesting) if has_line_marks(t) else None)
         compiled = compiled_summary(t, nesting, rows, lo, cpu_hi)
+        labels = label_table(trace, nesting, rows, span)
         gpu, breakdown, comm = gpu.result(), breakdown.result(), comm.result()
+        averaged = averages.result()
     durations = np.array([s.duration for s in steps])
     totals = {k: float(sum(b[k] for b in breakdown)) for k in BREAKDOWN_CATEGORIES}
-    analysis = {
-        "trace": {
-            "path": trace.meta.path,
-            "rank": trace.meta.rank,
-            "world_size": trace.meta.world_size,
-            "events": len(t),
-            "python_events": len(trace.python),
-            "memory_events": len(trace.memory),
-            "devices": [d.get("name") for d in trace.meta.devices],
-            "device_memory_bytes": {str(d.get("id", i)): d["totalGlobalMem"] for i, d in enumerate(trace.meta.devices)
-                                    if isinstance(d.get("totalGlobalMem"), int)},
-            "warnings": list(trace.meta.warnings),
-            "bytes": trace.meta.uncompressed_bytes,
-        },
-        "steps": {
-            "source": steps[0].source,
-            "count": len(steps),
-            "window_us": span,
-            "gpu_tail_us": hi - cpu_hi,
-            "mean_us": float(durations.mean()),
-            "median_us": float(np.median(durations)),
-            "min_us": float(durations.min()),
-            "max_us": float(durations.max()),
-            "items": [
-                {"index": s.index, "start_us": s.start, "duration_us": s.duration, "breakdown_us": b}
-                for s, b in zip(steps, breakdown)
-            ],
-            "breakdown_total_us": totals,
-        },
-        "ops": ops,
-        "gpu": gpu,
-        "syncs": syncs,
-        "memory": memory,
-        "compiled": compiled,
-        "comm": comm,
-    }
+    analysis = RankAnalysis(
+        trace=TraceInfo(
+            path=trace.meta.path, rank=trace.meta.rank, world_size=trace.meta.world_size, events=len(t),
+            python_events=len(trace.python), memory_events=len(trace.memory),
+            devices=[d.get("name") for d in trace.meta.devices],
+            device_memory_bytes={str(d.get("id", i)): d["totalGlobalMem"] for i, d in enumerate(trace.meta.devices)
+                                 if isinstance(d.get("totalGlobalMem"), int)},
+            warnings=list(trace.meta.warnings), bytes=trace.meta.uncompressed_bytes),
+        steps=Steps(
+            source=steps[0].source, count=len(steps), window_us=span, gpu_tail_us=hi - cpu_hi,
+            mean_us=float(durations.mean()), median_us=float(np.median(durations)),
+            min_us=float(durations.min()), max_us=float(durations.max()),
+            items=[StepItem(index=s.index, start_us=s.start, duration_us=s.duration, breakdown_us=b)
+                   for s, b in zip(steps, breakdown)],
+            breakdown_total_us=totals),
+        ops=ops, gpu=gpu, syncs=syncs, memory=memory,
+        # Still dicts from their modules (analysis/compiled.py, analysis/distributed.py): typed here.
+        compiled=compiled if isinstance(compiled, Compiled) else msgspec.convert(compiled, Compiled),
+        comm=comm if isinstance(comm, Comm) else msgspec.convert(comm, Comm),
+        labels=msgspec.convert(to_builtins(labels), list[Label]),
+        key_averages=msgspec.convert(averaged, KeyAverages) if averaged is not None else None,
+    )
     return analysis, nesting
 
 
-def _busiest_cpu_thread(t, cpu_ops) -> dict:
+def _busiest_cpu_thread(t, cpu_ops) -> MainThread:
     if not len(cpu_ops):
-        return {}
+        return MainThread()
     threads, counts, _ = totals_by_id(t.thread[cpu_ops])
     th = int(threads[np.argmax(counts)])
-    return {"pid": t.threads.pid[th], "tid": t.threads.tid[th], "ops": int(counts.max())}
+    return MainThread(pid=t.threads.pid[th], tid=t.threads.tid[th], ops=int(counts.max()))
 
 
 class _Background:

@@ -7,8 +7,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..model.analysis import CodeSite, ScalarOp, SyncCause, Syncs
 from ..trace.table import Cat, EventTable, in_categories
-from .ops import Nesting, Rows, row_blocks, rows_where
+from .nesting import Nesting, Rows
+from .ops import row_blocks, rows_where
 
 _SYNC_CALLS = re.compile(r"(cuda|hip)(Stream|Device|Event)Synchronize|cuStreamSynchronize|"
                          r"cuCtxSynchronize|cuEventSynchronize")
@@ -21,7 +23,7 @@ compiled graph."""
 
 
 def host_syncs(table: EventTable, nesting: Nesting, rows: Rows,
-               place: Callable[[np.ndarray, np.ndarray], list[dict]] | None = None) -> dict:
+               place: Callable[[np.ndarray, np.ndarray], list[CodeSite]] | None = None) -> Syncs:
     """Sync calls, device-to-host copies and scalar-producing ops among `rows`.
 
     Each sync is charged to the outermost CPU op on its thread that contains it (the op the
@@ -43,33 +45,29 @@ def host_syncs(table: EventTable, nesting: Nesting, rows: Rows,
     sync_rows, scalar_rows, dtoh_rows = (np.concatenate(parts) if parts else np.empty(0, dtype=np.int32)
                                          for parts in (sync_parts, scalar_parts, dtoh_parts))
     del sync_parts, scalar_parts, dtoh_parts
-    by_cause: dict[str, dict] = {}
+    by_cause: dict[str, SyncCause] = {}
     causes = outermost_ops(table, nesting, sync_rows)
     for r, cause in zip(sync_rows.tolist(), causes.tolist()):
         key = names[table.name[cause]] if cause >= 0 else names[table.name[r]]
-        d = by_cause.setdefault(key, {"op": key, "count": 0, "wait_us": 0.0})
-        d["count"] += 1
-        d["wait_us"] += float(table.dur[r])
-    scalar: dict[str, dict] = {}
+        c = by_cause.setdefault(key, SyncCause(op=key, count=0, wait_us=0.0))
+        c.count += 1
+        c.wait_us += float(table.dur[r])
+    scalar: dict[str, ScalarOp] = {}
     for r in scalar_rows.tolist():
         if nesting.parent[r] >= 0 and table.cat[nesting.parent[r]] == Cat.CPU_OP and \
                 scalar_ids[table.name[nesting.parent[r]]]:
             continue  # aten::_local_scalar_dense inside aten::item: count once
         key = names[table.name[r]]
-        d = scalar.setdefault(key, {"op": key, "count": 0, "time_us": 0.0})
-        d["count"] += 1
-        d["time_us"] += float(table.dur[r])
-    out = {
-        "sync_calls": int(len(sync_rows)),
-        "sync_wait_us": float(table.dur[sync_rows].sum()),
-        "by_cause": sorted(by_cause.values(), key=lambda d: -d["wait_us"]),
-        "scalar_ops": sorted(scalar.values(), key=lambda d: -d["time_us"]),
-        "dtoh_copies": int(len(dtoh_rows)),
-        "dtoh_us": float(table.dur[dtoh_rows].sum()),
-    }
-    if place is not None:
-        out["where"] = place(np.where(causes >= 0, causes, sync_rows), table.dur[sync_rows]) if len(sync_rows) else []
-    return out
+        s = scalar.setdefault(key, ScalarOp(op=key, count=0, time_us=0.0))
+        s.count += 1
+        s.time_us += float(table.dur[r])
+    where = []
+    if place is not None and len(sync_rows):
+        where = place(np.where(causes >= 0, causes, sync_rows), table.dur[sync_rows])
+    return Syncs(sync_calls=int(len(sync_rows)), sync_wait_us=float(table.dur[sync_rows].sum()),
+                 by_cause=sorted(by_cause.values(), key=lambda c: -c.wait_us),
+                 scalar_ops=sorted(scalar.values(), key=lambda s: -s.time_us),
+                 dtoh_copies=int(len(dtoh_rows)), dtoh_us=float(table.dur[dtoh_rows].sum()), where=where)
 
 
 def outermost_ops(table: EventTable, nesting: Nesting, rows: np.ndarray) -> np.ndarray:

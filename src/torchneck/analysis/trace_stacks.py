@@ -28,9 +28,11 @@ from importlib.machinery import PathFinder
 
 import numpy as np
 
+from ..model.analysis import CodeSite
 from ..sites import is_user_file, parse_site
 from ..trace.table import Cat, EventTable, Trace
-from .ops import Nesting, enclosing_sites, has_line_marks, host_nesting, innermost_open
+from .nesting import Nesting, host_nesting, innermost_open
+from .ops import enclosing_sites, has_line_marks
 
 FRAME_NAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<function>.+)$")
 """`python_function` event names: `<file>(<line>): <function>`."""
@@ -219,7 +221,7 @@ def describe_site(name: str) -> dict | None:
 
 
 def user_code_of(trace: Trace, nesting: Nesting, rows: np.ndarray, weights: np.ndarray | None = None,
-                 top: int = 3) -> list[dict]:
+                 top: int = 3) -> list[CodeSite]:
     """Where in the user's code the ops `rows` ran, most time first: `{file, line, function,
     time_us, count, source}` (`trace_site_keys`). `time_us` sums `weights` (default: the ops'
     self time). [] when the trace places none. For findings about particular rows (float64
@@ -237,6 +239,6 @@ def user_code_of(trace: Trace, nesting: Nesting, rows: np.ndarray, weights: np.n
     count = np.bincount(inverse)
     out = []
     for g in np.argsort(-time_us, kind="stable")[:top].tolist():
-        where = describe_site(trace.events.strings[int(uniq[g])])
-        out.append({**where, "time_us": float(time_us[g]), "count": int(count[g])})
+        where = describe_site(trace.events.strings[int(uniq[g])]) or {}
+        out.append(CodeSite(**where, time_us=float(time_us[g]), count=int(count[g])))
     return out

@@ -10,7 +10,7 @@ import numpy as np
 from ..sites import is_user_file
 from ..trace.table import Cat, MemoryTable, Trace, in_categories
 from .intervals import overlapping_rows
-from .ops import Nesting, depth_of
+from .nesting import Nesting, depth_of
 from .python_stacks import Samples
 from .steps import Step
 

@@ -47,8 +47,8 @@ MISMATCHES_KEPT = 20
 _USER_CODE_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
-def _frame(file: str, line: int, function: str) -> dict:
-    return {"file": file, "line": int(line), "function": function}
+def _frame(file: str, line: int | str | None, function: str) -> dict:
+    return {"file": file, "line": int(line or 0), "function": function}
 
 
 def _user_frames_of_traceback(exc: BaseException) -> list[dict]:
@@ -293,12 +293,15 @@ def _user_backend(kwargs: dict):
 class ForcedCompile:
     """Replaces `torch.compile`: records each call and forces the stage's backend."""
 
-    def __init__(self, stage: str, accuracy: bool, tolerance: float, calls: int) -> None:
+    def __init__(self, stage: str, accuracy: bool, tolerance: float, calls: int,
+                 module_results: bool = False) -> None:
         import torch
 
         self.stage = stage
+        self.module_results = module_results  # minifying: the script's backends must return modules
         self.real_compile = torch.compile
         self.calls: list[dict] = []
+        self.custom_backends: dict[str, object] = {}  # name -> the script's own backend callable
         self.checkers: list[AccuracyChecker] = []
         self.accuracy, self.tolerance, self.check_calls = accuracy, tolerance, calls
 
@@ -322,8 +325,16 @@ class ForcedCompile:
         caller = sys._getframe(1)
         while caller is not None and not is_user_file(caller.f_code.co_filename):
             caller = caller.f_back  # nn.Module.compile calls torch.compile from torch itself
+        backend = kwargs.get("backend", "inductor")
+        if not isinstance(backend, str) and callable(backend):
+            if self.module_results:
+                kwargs["backend"] = self.custom_backends.setdefault(_backend_name(backend),
+                                                                    returning_module(backend))
+            else:
+                self.custom_backends.setdefault(_backend_name(backend), backend)
         self.calls.append({
-            "backend": _backend_name(kwargs.get("backend", "inductor")), "mode": kwargs.get("mode"),
+            "backend": _backend_name(backend), "mode": kwargs.get("mode"),
+            "custom": not isinstance(backend, str),
             "fullgraph": bool(kwargs.get("fullgraph", False)),
             "site": _frame(caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name) if caller else None,
         })
@@ -359,6 +370,30 @@ class ForcedCompile:
                 "mismatches": [m for p in parts for m in p["mismatches"]][:MISMATCHES_KEPT]}
 
 
+def returning_module(backend):
+    """The script's backend, its compiled result wrapped in an `nn.Module` when it is a plain
+    function (`return gm.forward`): dynamo's minifiers call `named_parameters()` on what a
+    backend returns while comparing results, and skip the graph when they cannot ("likely an
+    unrelated issue"). Same name, same results."""
+    import torch
+
+    class CompiledCallable(torch.nn.Module):
+        def __init__(self, fn) -> None:
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, *args):
+            return self.fn(*args)
+
+    def wrapped(gm, example_inputs, **kwargs):
+        out = backend(gm, example_inputs, **kwargs)
+        return out if isinstance(out, torch.nn.Module) or not callable(out) else CompiledCallable(out)
+
+    wrapped.__name__ = _backend_name(backend)
+    wrapped.__qualname__ = wrapped.__name__
+    return wrapped
+
+
 def _failed_frame(records: list[dict]) -> dict | None:
     """The compiled frame whose compilation failed, from torch's `compilation_metrics` records."""
     for r in reversed(records):
@@ -373,6 +408,41 @@ def _failed_frame(records: list[dict]) -> dict | None:
 
 def _graph_count(records: list[dict]) -> int:
     return sum(1 for r in records if r.get("type") == "compilation_metrics" and not r.get("fail_type"))
+
+
+def minify_in_process(work: Path, backends: dict) -> dict:
+    """Run the minifier launcher dynamo wrote under `work` in this process, where the script's
+    own backend exists: the launcher looks the backend up by name in dynamo's registry, which a
+    fresh process (running the launcher as PyTorch's guide says) does not have for a function
+    defined in the script. The backends are registered under their names first; the minifier
+    writes repro.py into `work` (its current directory)."""
+    import os
+    import runpy
+
+    import torch._dynamo
+    from torch._dynamo.backends import registry
+
+    launchers = sorted(work.rglob("minifier_launcher.py"), key=lambda p: p.stat().st_mtime)
+    if not launchers:
+        return {"ran": False, "launcher": None, "error": "the failing run wrote no minifier_launcher.py"}
+    for name, fn in backends.items():
+        if name not in registry._COMPILER_FNS:
+            registry.register_backend(fn, name=name)
+    torch._dynamo.reset()
+    torch._dynamo.config.repro_after = None  # the launcher clears the variables; the config read them already
+    cwd, argv = os.getcwd(), sys.argv
+    os.chdir(work)
+    sys.argv = [str(launchers[-1])]  # run_repro parses the command line: no arguments, its defaults
+    error = None
+    try:
+        runpy.run_path(str(launchers[-1]), run_name="__main__")
+    except BaseException as exc:  # the minifier ends with the last failing graph's error, or SystemExit
+        if not (isinstance(exc, SystemExit) and not exc.code):
+            error = f"{type(exc).__name__}: {_first_line(str(exc))}"
+    finally:
+        os.chdir(cwd)
+        sys.argv = argv
+    return {"ran": True, "launcher": str(launchers[-1]), "error": error}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -396,15 +466,19 @@ def main(argv: list[str] | None = None) -> int:
     log = CompileCapture()
     log.start()
     forced = ForcedCompile(stage, bool(options.get("accuracy")), float(options.get("tolerance", 1e-3)),
-                           int(options.get("check_calls", 2)))
+                           int(options.get("check_calls", 2)), module_results=bool(options.get("minify_dir")))
     forced.install()
     caught: list[BaseException] = []
     t0 = time.perf_counter()
     outcome = run_target(target, code, None, on_exception=caught.append)
     wall = time.perf_counter() - t0
     log.stop()
+    minify = None
+    if options.get("minify_dir") and outcome.status != "ok":
+        minify = minify_in_process(Path(options["minify_dir"]), forced.custom_backends)
     result = {
         "stage": stage, "status": outcome.status, "exit_code": outcome.exit_code, "error": outcome.error,
+        "minify": minify,
         "wall_s": wall, "exception": describe_exception(caught[0]) if caught else None,
         "failed_frame": _failed_frame(log.log.records), "graphs": _graph_count(log.log.records),
         "compile_calls": forced.calls, "accuracy": forced.accuracy_json(),

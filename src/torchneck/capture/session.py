@@ -71,7 +71,7 @@ class CaptureSession:
         (self.run_dir / "env.json").write_text(json.dumps(env, indent=1))
         self.window = ProfiledWindow(self.options, self.trace_path)
         self.sampler = StackSampler()
-        self.compile_capture = CompileCapture(on_compile_start=self.window.compile_started)
+        self.compile_capture = CompileCapture(on_compile_start=self.window.compile_started, run_dir=self.run_dir)
         self.compile_capture.start()
         self.call_sites = CallSites()
         self.call_sites.install()

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from ..model.base import to_builtins
+from ..model.findings import Finding
 from .summary import CollectiveGroup, RankFailure, RankSummary
 
 STRAGGLER_MIN_SHARE = 0.05
@@ -202,7 +204,7 @@ def _row(s: RankSummary, step_excess: float, lateness: float, overlap: float) ->
         "overlap_pct": _num(overlap),
         "gpu_busy_pct": float(np.mean([d.busy_pct for d in s.devices])) if s.devices else None,
         "host_wait_us": sum(d.host_wait_us for d in s.devices) if s.devices else None,
-        "findings": sorted({f["kind"] for f in s.findings if f.get("severity") != "info"}),
+        "findings": sorted({f.kind for f in s.findings if f.severity != "info"}),
     }
 
 
@@ -227,12 +229,12 @@ def _headline(ranks: list[RankSummary], top: int, by_wait: bool, comm: np.ndarra
     return head
 
 
-def likely_cause(findings: list[dict]) -> dict | None:
-    """A rank's own most costly finding that is not about waiting: what makes it late."""
+def likely_cause(findings: list[Finding]) -> dict | None:
+    """A rank's own most costly finding that is not about waiting: what makes it late (a
+    rank's findings come ranked by their saving)."""
     for f in findings:
-        if f.get("severity") != "info" and f["kind"] not in ("communication", "straggler"):
-            return {"kind": f["kind"], "title": f["title"], "where": f.get("where") or [],
-                    "time_lost_s": f["time_lost_s"]}
+        if f.severity != "info" and f.kind not in ("communication", "straggler"):
+            return {"kind": f.kind, "title": f.title, "where": to_builtins(f.where), "time_lost_s": f.time_lost_s}
     return None
 
 
@@ -296,29 +298,6 @@ def _collective_groups(ranks: list[RankSummary]) -> list[dict]:
     for row in out:
         row.pop("_total")
     return out[:TOP_GROUPS]
-
-
-def merge_findings(per_rank: dict[int, list[dict]]) -> list[dict]:
-    """Every rank's findings, one per (kind, place): the costliest rank's, tagged with its rank
-    and listing every rank that had it (`evidence.ranks`)."""
-    best: dict[tuple, dict] = {}
-    seen: dict[tuple, list[int]] = {}
-    for rank in sorted(per_rank):
-        for f in per_rank[rank]:
-            key = _finding_key(f)
-            seen.setdefault(key, []).append(rank)
-            if key not in best or f["time_lost_s"] > best[key]["time_lost_s"]:
-                best[key] = dict(f, rank=rank)
-    out = []
-    for key, f in best.items():
-        f["evidence"] = dict(f.get("evidence") or {}, ranks=seen[key])
-        out.append(f)
-    return out
-
-
-def _finding_key(f: dict) -> tuple:
-    w = f.get("where") or []
-    return (f["kind"], w[0]["file"], w[0]["line"]) if w else (f["kind"], tuple(f.get("ops") or ()))
 
 
 def failure_row(f: RankFailure) -> dict:

@@ -12,6 +12,10 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ..model.analysis import RankAnalysis
+from ..model.findings import Finding
+from ..model.report import OpLine
+
 
 class StepStats(msgspec.Struct, kw_only=True):
     """The rank's profiled steps (`analysis.steps`): how long, and where the time went."""
@@ -96,6 +100,14 @@ class TaskTimes(msgspec.Struct, kw_only=True):
     sizes_s: float = 0.0  # reading the collectives' message sizes
 
 
+class FullRank(msgspec.Struct, kw_only=True):
+    """The whole of a rank's analysis, for the report's main rank(s): its tables and pictures."""
+
+    analysis: RankAnalysis
+    views: dict[str, Any] = {}
+    ops_by_line: list[OpLine] = []
+
+
 class RankSummary(msgspec.Struct, kw_only=True, tag="summary"):
     """One rank, as the merge needs it."""
 
@@ -112,10 +124,10 @@ class RankSummary(msgspec.Struct, kw_only=True, tag="summary"):
     devices: list[DeviceTime] = []
     ops: list[OpTime] = []  # the top ops by self time
     kernels: list[KernelTime] = []  # the top kernels by time
-    findings: list[dict[str, Any]] = []  # the rank's own findings (candidates for the job's list)
+    findings: list[Finding] = []  # the rank's own findings (candidates for the job's list)
     warnings: list[str] = []
     times: TaskTimes = msgspec.field(default_factory=TaskTimes)
-    full: dict[str, Any] | None = None  # the whole analysis, views and ops by line: the main rank(s) only
+    full: FullRank | None = None  # the main rank(s) only
 
 
 class RankFailure(msgspec.Struct, kw_only=True, tag="failure"):

@@ -15,14 +15,18 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ..analysis.key_averages import TableOptions
 from ..errors import TraceError
-from ..trace.loader import rank_from_path
+from ..model.analysis import RankAnalysis
+from ..model.findings import Finding
+from ..trace.metadata import rank_from_path
 from .remote import host_of, local_copy
 from .summary import (
     CollectiveGroup,
     CollectiveType,
     Comm,
     DeviceTime,
+    FullRank,
     KernelTime,
     OpTime,
     RankFailure,
@@ -53,6 +57,7 @@ class RankItem(msgspec.Struct, frozen=True):
 class TaskOptions(msgspec.Struct, frozen=True):
     rank: int | None = None  # only this rank (`analyze --rank`): the others are `Skipped`
     one_lane: bool = False  # one thread per task: the worker's other cores run other tasks
+    tables: TableOptions | None = None  # the key_averages table's options (`analyze --sort-by ...`)
 
 
 def summarise_batch(items: list[RankItem], options: TaskOptions) -> bytes:
@@ -73,8 +78,10 @@ def summarise_rank(item: RankItem, options: TaskOptions) -> RankResult:
 def _summarise_local(item: RankItem, options: TaskOptions, local, times: TaskTimes) -> RankResult:
     from ..analysis.run import ops_by_user_line
     from ..analysis.summary import analyze_with_nesting
-    from ..diagnose.rules import Evidence, diagnose
-    from ..pipeline import trace_views
+    from ..diagnose.engine import diagnose
+    from ..diagnose.facts import Facts
+    from ..model.base import to_builtins
+    from ..pipeline import op_lines, trace_views
     from ..trace.loader import load_trace
     from .sizes import collective_sizes
 
@@ -90,28 +97,27 @@ def _summarise_local(item: RankItem, options: TaskOptions, local, times: TaskTim
         return Skipped(path=item.path, rank=rank)
     t = time.perf_counter()
     try:
-        analysis, nesting = analyze_with_nesting(trace)
+        analysis, nesting = analyze_with_nesting(trace, tables=options.tables)
         if str(local) != item.path:  # a remote file's local copy: the report names the URL
-            tr = analysis["trace"]
-            tr["path"] = item.path
-            tr["warnings"] = [w.replace(str(local), item.path) for w in tr["warnings"]]
-        ops_lines = ops_by_user_line(trace, None, None, nesting)  # with_stack traces: by function
-        findings = diagnose(Evidence(analysis=analysis, ops_by_line=ops_lines))
+            tr = analysis.trace
+            tr.path, tr.warnings = item.path, [w.replace(str(local), item.path) for w in tr.warnings]
+        ops_lines = op_lines(ops_by_user_line(trace, None, None, nesting))  # with_stack traces: by function
+        findings = diagnose(Facts(analysis=analysis, ops_by_line=[to_builtins(e) for e in ops_lines]))
         for f in findings:
             f.rank = rank
         full = None
         if item.full:
-            full = {"analysis": analysis, "views": trace_views(trace, nesting), "ops_by_line": ops_lines}
+            full = FullRank(analysis=analysis, views=trace_views(trace, nesting), ops_by_line=ops_lines)
         times.analyse_s = time.perf_counter() - t
         t = time.perf_counter()
-        groups = collective_groups(trace, collective_sizes(local) if analysis["comm"].get("present") else {})
+        groups = collective_groups(trace, collective_sizes(local) if analysis.comm.present else {})
         times.sizes_s = time.perf_counter() - t
     except Exception as exc:  # a bug met on this rank's data: the rank is listed, the job goes on
         if os.environ.get("TORCHNECK_DEBUG"):
             raise
         return RankFailure(path=item.path, rank=rank, status="error",
                            error=f"analysis failed ({type(exc).__name__}: {exc})")
-    return summary_of(analysis, [f.to_dict() for f in findings], rank=rank, path=item.path,
+    return summary_of(analysis, findings, rank=rank, path=item.path,
                       host=item.host or host_of(item.path), groups=groups, full=full, times=times)
 
 
@@ -152,36 +158,33 @@ def collective_groups(trace, sizes: dict) -> list[CollectiveGroup]:
     return sorted(groups.values(), key=lambda g: -sum(g.durations_us))
 
 
-def summary_of(analysis: dict | None, findings: list[dict], *, rank: int | None, path: str,
+def summary_of(analysis: RankAnalysis | None, findings: list[Finding], *, rank: int | None, path: str,
                groups: list[CollectiveGroup] | None = None, **extra: Any) -> RankSummary:
     """A rank's summary from its analysis (`analysis.summary.analyze_trace`) and findings:
     what tasks return, and what a job's per-rank reports are turned into for the merge."""
-    a = analysis or {}
-    st = a.get("steps")
-    steps = None
-    if st:
-        steps = StepStats(source=str(st["source"]), count=st["count"], median_us=st["median_us"],
-                          mean_us=st["mean_us"], min_us=st["min_us"], max_us=st["max_us"],
-                          window_us=st["window_us"], breakdown_us=dict(st["breakdown_total_us"]))
-    c = a.get("comm") or {}
+    if analysis is None:
+        return RankSummary(rank=rank, path=path, findings=findings, **extra)
+    st = analysis.steps
+    steps = StepStats(source=str(st.source), count=st.count, median_us=st.median_us, mean_us=st.mean_us,
+                      min_us=st.min_us, max_us=st.max_us, window_us=st.window_us,
+                      breakdown_us=dict(st.breakdown_total_us))
+    c = analysis.comm
     comm = Comm()
-    if c.get("present"):
-        comm = Comm(present=True, side=c["side"], time_us=c["time_us"], per_step_us=c["per_step_us"],
-                    steps=c["steps"], by_type=[CollectiveType(**t) for t in c["by_type"]], groups=groups or [])
-    gpu = a.get("gpu") or {}
-    devices = []
-    for d in gpu.get("devices") or []:
-        temporal, idle = d.get("temporal") or {}, d.get("idle_breakdown") or {}
-        devices.append(DeviceTime(
-            device=int(d["device"]), busy_pct=d["busy_pct"], idle_us=d["idle_us"],
-            compute_us=temporal.get("compute_us", 0.0), communication_us=temporal.get("communication_us", 0.0),
-            comm_overlap_pct=d.get("comm_overlap_pct") or 0.0, host_wait_us=idle.get("host_wait_us", 0.0),
-            kernel_wait_us=idle.get("kernel_wait_us", 0.0), other_idle_us=idle.get("other_us", 0.0)))
-    ops = [OpTime(name=o["name"], count=o["count"], self_us=o["self_us"], total_us=o["total_us"])
-           for o in ((a.get("ops") or {}).get("by_name") or [])[:TOP_OPS]]
-    kernels = [KernelTime(name=k["name"], family=k["family"], count=k["count"], time_us=k["time_us"])
-               for k in (gpu.get("top_kernels") or [])[:TOP_OPS]]
-    tr = a.get("trace") or {}
-    return RankSummary(rank=rank, path=path, world_size=tr.get("world_size"), events=tr.get("events") or 0,
-                       bytes=tr.get("bytes") or 0, steps=steps, comm=comm, devices=devices, ops=ops,
-                       kernels=kernels, findings=findings, warnings=list(tr.get("warnings") or []), **extra)
+    if c.present:
+        comm = Comm(present=True, side=c.side, time_us=c.time_us, per_step_us=c.per_step_us, steps=c.steps,
+                    by_type=[CollectiveType(type=t.type, count=t.count, time_us=t.time_us, per_step_us=t.per_step_us)
+                             for t in c.by_type], groups=groups or [])
+    gpu = analysis.gpu
+    devices = [DeviceTime(device=int(d.device), busy_pct=d.busy_pct, idle_us=d.idle_us,
+                          compute_us=d.temporal.compute_us, communication_us=d.temporal.communication_us,
+                          comm_overlap_pct=d.comm_overlap_pct or 0.0, host_wait_us=d.idle_breakdown.host_wait_us,
+                          kernel_wait_us=d.idle_breakdown.kernel_wait_us, other_idle_us=d.idle_breakdown.other_us)
+               for d in gpu.devices]
+    ops = [OpTime(name=o.name, count=o.count, self_us=o.self_us, total_us=o.total_us)
+           for o in analysis.ops.by_name[:TOP_OPS]]
+    kernels = [KernelTime(name=k.name, family=k.family, count=k.count, time_us=k.time_us)
+               for k in gpu.top_kernels[:TOP_OPS]]
+    tr = analysis.trace
+    return RankSummary(rank=rank, path=path, world_size=tr.world_size, events=tr.events, bytes=tr.bytes,
+                       steps=steps, comm=comm, devices=devices, ops=ops, kernels=kernels, findings=findings,
+                       warnings=list(tr.warnings), **extra)

@@ -5,7 +5,10 @@ the rank that waits least."""
 from __future__ import annotations
 
 from ..cluster.reduce import rank_ranges
-from .findings import Finding, where_of
+from ..model.findings import Finding
+from .causes import estimate_savings
+from .facts import Facts, where_of
+from .rule import make_finding
 
 DOCS_DDP = "https://pytorch.org/docs/stable/notes/ddp.html"
 
@@ -20,6 +23,9 @@ class Straggler:
     `where`: the straggler's own costliest finding, i.e. what makes it late."""
 
     kind = "straggler"
+    summary = "Ranks the others wait for at the collectives (slow steps, or a slow host)."
+    docs = DOCS_DDP
+    saving_basis = "the other ranks' wait for it per step (collective wait or step-time excess), times the steps"
 
     def check(self, dist: dict, steps: int) -> list[Finding]:
         s = dist.get("straggler")
@@ -48,7 +54,7 @@ class Straggler:
                     f"({100 * s['wait_share']:.0f}% of a step) in collectives for {subject}")
         others = count - (len(slow_hosts[0]["stragglers"]) if subject == "them" else 1)
         more = f"; {others} more rank(s) are slow too" if others > 0 else ""
-        return [Finding(
+        return [make_finding(
             kind=self.kind,
             title=what + more + because,
             time_lost_s=lost, time_lost_pct=100 * s["wait_share"],
@@ -63,7 +69,7 @@ class Straggler:
                     "(nvidia-smi -q -d PERFORMANCE), its network link, other jobs on it." if slow_hosts else "")
                  + " Uneven work per rank (unbalanced shards, variable sequence lengths, rank-0-only logging or "
                    "checkpointing inside the step) has the same effect."),
-            docs=DOCS_DDP, rank=s["rank"])]
+            docs=DOCS_DDP, rank=s["rank"], confidence="estimated", saving_basis=self.saving_basis)]
 
 
 def _cause_fix(kind: str | None) -> str:
@@ -78,9 +84,14 @@ class Communication:
     """Collectives take a large share of the step even on the rank that waits least (the
     straggler): that part is transfer, not waiting, and is not hidden behind compute.
 
-    Time lost: that rank's time in collectives per step, times the profiled steps."""
+    Time lost: that rank's exposed time in collectives per step (the part not overlapped by its
+    GPU's compute, when the trace shows kernels; all of it for host-side collectives), times the
+    profiled steps: the most that overlapping and sending less could save."""
 
     kind = "communication"
+    summary = "Collectives take much of each step even on the rank that waits least."
+    docs = DOCS_DDP
+    saving_basis = "that rank's communication not overlapped by compute per step, times the steps (at most)"
     MIN_SHARE = 0.15
     """Below 15 % of a step, communication is normal for data-parallel training."""
 
@@ -94,32 +105,36 @@ class Communication:
         if share < self.MIN_SHARE:
             return []
         types = ", ".join(f"{t['type']} {t['per_step_us'] / 1e3:.1f} ms" for t in comm["by_type"][:3])
+        own_overlap = least.get("overlap_pct")
+        exposed_us = comm["per_step_us"] * (1 - own_overlap / 100 if own_overlap is not None else 1.0)
         overlap = dist.get("overlap_pct")
         hidden = (f"; {overlap['p50']:.0f}% of it overlaps compute on the median rank"
                   f" (p10 {overlap['p10']:.0f}%, p90 {overlap['p90']:.0f}%)") if overlap else ""
-        return [Finding(
+        return [make_finding(
             kind=self.kind,
             title=(f"Communication takes {100 * share:.0f}% of each step even on rank {least['rank']}, "
                    f"the one that waits least ({types}){hidden}"),
-            time_lost_s=comm["per_step_us"] * steps / 1e6, time_lost_pct=100 * share,
-            evidence={"rank": least["rank"], "per_step_us": comm["per_step_us"], "by_type": comm["by_type"],
+            time_lost_s=exposed_us * steps / 1e6, time_lost_pct=100 * exposed_us / least["median_step_us"],
+            evidence={"rank": least["rank"], "per_step_us": comm["per_step_us"], "exposed_per_step_us": exposed_us,
+                      "by_type": comm["by_type"],
                       "side": comm["side"], "median_step_us": least["median_step_us"], "overlap_pct": overlap,
                       "collectives": dist.get("collectives") or []},
             fix=("Overlap it with compute and send less: DDP overlaps gradient all-reduce with backward by "
                  "buckets (tune bucket_cap_mb; gradient_as_bucket_view=True), accumulate gradients locally "
                  "with model.no_sync() over several micro-batches, compress gradients (DDP comm hooks, e.g. "
                  "fp16/bf16 compression), or use a larger batch per rank."),
-            docs=DOCS_DDP, rank=least["rank"])]
+            docs=DOCS_DDP, rank=least["rank"], confidence="upper_bound", saving_basis=self.saving_basis)]
 
 
 JOB_RULES = (Straggler(), Communication())
 
 
-def diagnose_job(dist: dict, main_report: dict) -> list[dict]:
-    """Findings across ranks, as dicts (the per-rank findings are dicts already)."""
-    analysis = (main_report.get("ranks") or [None])[0]
-    steps = analysis["steps"]["count"] if analysis else 1
-    out = []
+def diagnose_job(dist: dict, steps: int, facts: Facts | None = None) -> list[Finding]:
+    """Findings across ranks; `steps`: the profiled steps of the main rank. Their savings are
+    put on the same horizon as the ranks' own findings (`causes.estimate_savings`): `facts`
+    of the main rank's run (its wall time and start-up) for a job run; the window for traces."""
+    out: list[Finding] = []
     for rule in JOB_RULES:
-        out += [f.to_dict() for f in rule.check(dist, steps)]
+        out += rule.check(dist, steps)
+    estimate_savings(out, facts or Facts())
     return out

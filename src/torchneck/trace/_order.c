@@ -260,7 +260,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_order",
-    "The loader's start-time sort and in-place column permutation (see loader.py; optional).", -1, methods,
+    "The loader's start-time sort and in-place column permutation (see merge.py; optional).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

@@ -10,7 +10,9 @@ anything in them and is used only for slices where a trace in the wild disagrees
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Union
+import functools
+import operator
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -135,6 +137,11 @@ class LooseEvent(msgspec.Struct, gc=False):
     args: LooseArgs | None = None
 
 
-EVENT_LIST_DECODER = msgspec.json.Decoder(list[Union[_EVENT_TYPES]])  # noqa: UP007 (a runtime tuple)
+def _list_of(item: Any) -> Any:
+    """`list[item]` for a type made at run time (the union of the phases' structs)."""
+    return list[item]
+
+
+EVENT_LIST_DECODER = msgspec.json.Decoder(_list_of(functools.reduce(operator.or_, _EVENT_TYPES)))
 LOOSE_EVENT_LIST_DECODER = msgspec.json.Decoder(list[LooseEvent])
 ANY_DECODER = msgspec.json.Decoder()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Literal
 
 import numpy as np
 
@@ -79,7 +80,7 @@ def in_categories(cat: np.ndarray, categories) -> np.ndarray:
     return lookup[cat]
 
 
-def search_sorted(haystack: np.ndarray, needles, side: str = "left") -> np.ndarray:
+def search_sorted(haystack: np.ndarray, needles, side: Literal["left", "right"] = "left") -> np.ndarray:
     """`np.searchsorted` without its hidden copy: numpy compares in the two arrays' common
     type, so int64 row numbers looked up in an int32 array first copy the whole array as int64
     (58 MB for the CPU ops of a 3 GB trace). Integer needles are cast to the haystack's type

@@ -70,41 +70,103 @@
     legend(host, cats.filter((c) => items.some((s) => s.breakdown_us[c] > 0)));
   }
 
-  // -- timeline of the representative step ----------------------------------------------------
+  // -- timeline of the representative step: one labelled lane per CPU thread and GPU stream ----
+  // A time axis, the outer spans of each thread with their names written in (inner levels below,
+  // at most LEVELS deep), each GPU stream's kernels with the idle gaps between them marked, and
+  // the ops named by a finding outlined. Meant to be read at a normal window width.
+  function shortName(name) {
+    return name.replace(/^autograd::engine::evaluate_function: /, "bwd: ").replace(/^aten::/, "")
+      .replace(/^torchneck@([^@]*)@(\d+)@.*$/, "line $2 ($1)").replace(/^void /, "").replace(/<.*$/, "");
+  }
+  function niceStep(span, ticks) {
+    const raw = span / ticks, p = Math.pow(10, Math.floor(Math.log10(raw)));
+    for (const m of [1, 2, 5, 10]) if (m * p >= raw) return m * p;
+    return 10 * p;
+  }
   function timeline() {
     const host = document.getElementById("timeline");
     const tl = views.timeline;
     if (!tl || !tl.lanes || !tl.lanes.length) return empty(host, "No timeline (no trace or no steps).");
-    const W = 1100, LABEL = 150, ROW = 14, MAXDEPTH = 10;
-    const scale = (W - LABEL) / (tl.duration_us || 1);
-    let y = 20;
-    const svg = svgEl("svg", { width: W, role: "img", "aria-label": "timeline" });
-    const caption = svgEl("text", { x: 0, y: 12, "font-size": 11 });
-    caption.textContent = `step ${tl.step}: ${ms(tl.duration_us)}` +
+    const LEVELS = 3, ROW = 18, LABEL = 190, GAP_MIN = 0.02;
+    const W = Math.max(720, Math.min(1400, host.clientWidth || 1100));
+    const span = tl.duration_us || 1, scale = (W - LABEL - 10) / span;
+    const x = (t) => LABEL + Math.max(0, Math.min(span, t)) * scale;
+    const svg = svgEl("svg", { width: W, role: "img", "aria-label": "timeline of a typical step" });
+    let y = 4;
+    const caption = svgEl("text", { x: 0, y: y + 12, "font-size": 12, "font-weight": 600 });
+    caption.textContent = `step ${tl.step}: ${ms(span)}` +
       (tl.events_dropped ? ` (${tl.events_dropped} shortest events not drawn)` : "");
     svg.appendChild(caption);
+    y += 22;
+    const tick = niceStep(span, 8);
+    for (let t = 0; t <= span + 1e-9; t += tick) {
+      svg.appendChild(svgEl("line", { x1: x(t), x2: x(t), y1: y, y2: y + 6, stroke: "#889" }));
+      const lab = svgEl("text", { x: x(t) + 2, y: y + 16, "font-size": 10, fill: "#556" });
+      lab.textContent = tick >= 1000 ? (t / 1e3).toFixed(tick >= 10000 ? 0 : 1) + " ms" : Math.round(t) + " µs";
+      svg.appendChild(lab);
+    }
+    y += 22;
+    const gridTop = y;
     const used = new Set();
-    for (const lane of tl.lanes) {
-      const depth = Math.min(MAXDEPTH, 1 + Math.max(0, ...lane.events.map((e) => e[4])));
-      const label = svgEl("text", { x: 0, y: y + 11, "font-size": 11 });
-      label.textContent = lane.name.length > 22 ? lane.name.slice(0, 21) + "…" : lane.name;
+    const lanes = tl.lanes.slice().sort((a, b) => (a.kind === b.kind ? 0 : a.kind === "cpu" ? -1 : 1));
+    for (const lane of lanes) {
+      const levels = Math.min(LEVELS, 1 + Math.max(0, ...lane.events.map((e) => e[4])));
+      const height = levels * ROW + (lane.kind === "gpu" ? ROW : 0);
+      svg.appendChild(svgEl("rect", { x: 0, y: y - 2, width: W, height: height + 4, fill: "#f7f8fa" }));
+      const label = svgEl("text", { x: 4, y: y + 13, "font-size": 11 }, lane.name);
+      label.textContent = lane.name.length > 28 ? lane.name.slice(0, 27) + "…" : lane.name;
       svg.appendChild(label);
       for (const [t, d, nid, cat, dep] of lane.events) {
-        if (dep >= MAXDEPTH) continue;
+        if (dep >= LEVELS) continue;
         const name = tl.names[nid];
         used.add(cat);
-        const cls = "tl-ev" + (flaggedOps.has(name) ? " flagged" : "");
+        const x0 = x(t), w = Math.max(1, x(t + d) - x0), top = y + dep * ROW;
+        const flagged = flaggedOps.has(name);
         svg.appendChild(svgEl("rect", {
-          x: LABEL + t * scale, y: y + dep * ROW, width: Math.max(0.5, d * scale), height: ROW - 2,
-          fill: COLORS[cat] || "#999", class: cls,
-        }, `${name}\n${cat} · ${(d / 1e3).toFixed(3)} ms at +${(t / 1e3).toFixed(3)} ms`));
+          x: x0, y: top, width: w, height: ROW - 3, rx: 2, fill: COLORS[cat] || "#999",
+          class: "tl-ev" + (flagged ? " flagged" : ""),
+        }, `${name}\n${cat} · ${ms(d)} at +${ms(t)}`));
+        const text = shortName(name);
+        if (w > 36) {
+          const fit = Math.floor((w - 6) / 6.2);
+          const light = ["annotation", "dataloader", "other", "memcpy"].includes(cat);
+          const lab = svgEl("text", { x: x0 + 3, y: top + 11, "font-size": 10, fill: light ? "#222" : "#fff",
+            class: "tl-label" });
+          lab.textContent = text.length > fit ? text.slice(0, Math.max(1, fit - 1)) + "…" : text;
+          svg.appendChild(lab);
+        }
       }
-      y += depth * ROW + 8;
+      if (lane.kind === "gpu") {  // the stream's idle gaps, each at least GAP_MIN of the step
+        const busy = lane.events.filter((e) => e[4] === 0).map((e) => [e[0], e[0] + e[1]]).sort((a, b) => a[0] - b[0]);
+        let end = 0;
+        const gapRow = y + levels * ROW;
+        const gaps = [];
+        for (const [s0, s1] of busy) { if (s0 > end) gaps.push([end, s0]); end = Math.max(end, s1); }
+        if (end < span) gaps.push([end, span]);
+        for (const [g0, g1] of gaps) {
+          if (g1 - g0 < GAP_MIN * span) continue;
+          const gx = x(g0), gw = x(g1) - gx;
+          svg.appendChild(svgEl("rect", { x: gx, y: gapRow + 2, width: gw, height: ROW - 7, class: "tl-idle" },
+            `GPU idle ${ms(g1 - g0)} at +${ms(g0)}`));
+          if (gw > 60) {
+            const lab = svgEl("text", { x: gx + 3, y: gapRow + 11, "font-size": 10, fill: "#a33" });
+            lab.textContent = `idle ${ms(g1 - g0)}`;
+            svg.appendChild(lab);
+          }
+        }
+      }
+      y += height + 10;
+    }
+    for (let t = 0; t <= span + 1e-9; t += tick) {
+      svg.insertBefore(svgEl("line", { x1: x(t), x2: x(t), y1: gridTop, y2: y, stroke: "#e3e6ea" }),
+        svg.childNodes[1]);
     }
     svg.setAttribute("height", y);
     host.appendChild(svg);
     legend(host, [...used]);
-    if (flaggedOps.size) host.appendChild(el("p", { class: "empty" }, "Outlined: ops named by a finding."));
+    host.appendChild(el("p", { class: "empty" },
+      "Outer spans on top, the ops they call below; hover for names and times." +
+      (flaggedOps.size ? " Outlined in red: ops named by a finding. Red bars under a GPU stream: idle gaps." : "")));
   }
 
   // -- flame graph (icicle) of the sampled Python stacks; click a frame to zoom ----------------
@@ -180,9 +242,21 @@
   function tables() {
     const specs = [];
     const ops = rank0 && rank0.ops;
+    // torch.compile: which ops and kernels ran inside a compiled graph (inductor-generated or ATen fallback)
+    const origins = (rank0 && rank0.compiled && rank0.compiled.origins) || {};
+    function origin(map, name) {
+      const o = map && map[name];
+      if (!o) return "";
+      const ids = o.graphs || [];
+      return (o.origin === "inductor" ? "inductor" : "ATen fallback") + (ids.length ? " (graph " + ids.slice(0, 3).join(", ") + ")" : "");
+    }
+    const hasOpOrigins = origins.ops && Object.keys(origins.ops).length > 0;
+    const hasKernelOrigins = origins.kernels && Object.keys(origins.kernels).length > 0;
     if (ops) {
-      specs.push({ id: "ops", title: "Ops by name", rows: ops.by_name || [],
-        cols: [["name", "op"], ["count", "count"], ["self_us", "self µs"], ["total_us", "total µs"], ["mean_us", "mean µs"]] });
+      const opRows = hasOpOrigins ? (ops.by_name || []).map((r) => Object.assign({}, r, { origin: origin(origins.ops, r.name) })) : (ops.by_name || []);
+      specs.push({ id: "ops", title: "Ops by name", rows: opRows,
+        cols: [["name", "op"], ["count", "count"], ["self_us", "self µs"], ["total_us", "total µs"], ["mean_us", "mean µs"]]
+          .concat(hasOpOrigins ? [["origin", "in compiled graph"]] : []) });
       specs.push({ id: "shapes", title: "Ops by shape", rows: ops.by_shape || [],
         cols: [["name", "op"], ["shapes", "input shapes"], ["count", "count"], ["self_us", "self µs"]] });
     }
@@ -191,8 +265,10 @@
         cols: [["op", "op"], ["file", "file"], ["line", "line"], ["function", "function"], ["count", "count"], ["self_us", "self µs"], ["source", "from"]] });
     const gpu = rank0 && rank0.gpu;
     if (gpu && gpu.present && gpu.top_kernels)
-      specs.push({ id: "kernels", title: "Kernels", rows: gpu.top_kernels,
-        cols: [["name", "kernel"], ["family", "family"], ["count", "count"], ["time_us", "time µs"], ["mean_us", "mean µs"]] });
+      specs.push({ id: "kernels", title: "Kernels",
+        rows: hasKernelOrigins ? gpu.top_kernels.map((r) => Object.assign({}, r, { origin: origin(origins.kernels, r.name) })) : gpu.top_kernels,
+        cols: [["name", "kernel"], ["family", "family"], ["count", "count"], ["time_us", "time µs"], ["mean_us", "mean µs"]]
+          .concat(hasKernelOrigins ? [["origin", "origin"]] : []) });
     const py = DATA.python && (DATA.python.window || DATA.python.whole_run);
     if (py && py.lines && py.lines.length)
       specs.push({ id: "python", title: "Python lines", rows: py.lines,

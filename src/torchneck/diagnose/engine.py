@@ -1,0 +1,33 @@
+"""Run every rule over the facts of one rank; causes first, with their symptoms under them."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..model.findings import Finding
+from . import rules  # noqa: F401  (registers the rule families)
+from .causes import estimate_savings, fold_symptoms, rank_findings
+from .facts import Facts
+from .rule import RULES
+
+
+def all_rules() -> list[Any]:
+    """The rules run on each rank (the job's rules across ranks are distributed_rules.JOB_RULES)."""
+    return list(RULES)
+
+
+def diagnose(facts: Facts) -> list[Finding]:
+    """Run every rule, put each finding's saving on the run's horizon, fold symptoms under their
+    causes, rank (causes.py). A broken rule never hides the others."""
+    findings: list[Finding] = []
+    for rule in all_rules():
+        try:
+            findings.extend(rule.check(facts))
+        except Exception as exc:  # pragma: no cover - reported, not fatal
+            if os.environ.get("TORCHNECK_DEBUG"):
+                raise
+            findings.append(Finding(kind="internal", severity="info", title=f"rule {rule.kind} failed: {exc}",
+                                    time_lost_s=0.0, time_lost_pct=0.0, fix="", confidence="unmeasured"))
+    estimate_savings(findings, facts)
+    return rank_findings(fold_symptoms(findings, facts))

@@ -1,0 +1,71 @@
+"""What the rules read: the analysis of the main trace and, for a live run, the run's own evidence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ..model.analysis import RankAnalysis
+from ..model.findings import Where
+
+
+class Facts(msgspec.Struct, kw_only=True):
+    """Everything a rule may look at. `analysis` is None when no trace was recorded; the other
+    parts are empty for `torchneck analyze` (a trace alone has no run, samples or compile log).
+
+    The run's parts are still the dicts their capture modules write (env.json, run.json's
+    phases and call sites, the sampled Python hotspots, the compile log's summary)."""
+
+    analysis: RankAnalysis | None = None
+    env: dict[str, Any] = {}
+    phases: dict[str, Any] | None = None
+    python: dict[str, Any] | None = None
+    ops_by_line: list[dict[str, Any]] = []
+    compile: dict[str, Any] | None = None  # analysis/compile.compile_summary of the run's compile log
+    run_wall_s: float = 0.0
+    call_sites: list[dict[str, Any]] = []  # capture/callsites.py: configuration calls and their lines
+    clock: dict[str, Any] = {}  # run.json's clock: how steps were found, module outputs
+
+    def sites_of(self, what: str) -> list[dict[str, Any]]:
+        """The recorded call sites of one kind ("optimizer", "set_num_threads", ...)."""
+        return [c for c in self.call_sites if c.get("what") == what]
+
+    @property
+    def window_s(self) -> float:
+        """The profiled steady state, the denominator of every per-window share."""
+        if self.analysis:
+            return self.analysis.steps.window_us / 1e6
+        if self.phases:
+            return float(self.phases["phases"]["window_s"])
+        return 0.0
+
+    @property
+    def steps(self) -> int:
+        return self.analysis.steps.count if self.analysis else 0
+
+    def pct(self, seconds: float) -> float:
+        """`seconds` as a percentage of the profiled window."""
+        return 100 * seconds / self.window_s if self.window_s > 0 else 0.0
+
+    def lines_for_ops(self, names: set[str] | None, limit: int = 3) -> list[Where]:
+        """User lines under which these ops (None: all ops together) spent most self time. With
+        all ops, these are the lines where the CPU issues the work, and the kernel launches."""
+        acc: dict[tuple[str, int, str], float] = {}
+        for e in self.ops_by_line:
+            if (names is None or e["op"] in names) and e.get("file"):
+                k = (e["file"], e["line"], e.get("function", ""))
+                acc[k] = acc.get(k, 0.0) + e["self_us"]
+        best = sorted(acc.items(), key=lambda kv: -kv[1])[:limit]
+        return [Where(file=f, line=ln, function=fn) for (f, ln, fn), _ in best]
+
+
+def where_of(items: list[Any]) -> list[Where]:
+    """`Where`s from records or dicts that carry `file`, `line` and `function` (hotspot lines,
+    call sites, compile frames, code sites...)."""
+    out = []
+    for d in items:
+        get = d.get if isinstance(d, dict) else (lambda k, default=None, d=d: getattr(d, k, default))
+        if get("file") and get("line") is not None:
+            out.append(Where(file=get("file"), line=int(get("line")), function=get("function") or ""))
+    return out

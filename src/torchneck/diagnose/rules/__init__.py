@@ -1,0 +1,4 @@
+"""The rule families. Importing this package registers every rule (diagnose/rule.py's `RULES`),
+in this order."""
+
+from . import compile, config, gpu, ops, python, training  # noqa: F401

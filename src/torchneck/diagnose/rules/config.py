@@ -1,0 +1,256 @@
+"""Rules on how the run is configured and what it pays once: settings left on, threads, start-up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...model.base import Record
+from ...model.findings import Finding
+from ..facts import Facts, where_of
+from ..rule import DOCS, Explanation, Rule, register
+
+
+class AnomalyEvidence(Record):
+    anomaly_detection: bool
+
+
+@register
+class AnomalyDetection(Rule[AnomalyEvidence]):
+    """Autograd anomaly detection left on: every backward op is checked for NaNs and records the
+    forward stack trace, several times slower than plain autograd. Its cost cannot be told apart
+    from the ops' in a trace, so it is `high` without a time estimate."""
+
+    kind = "anomaly_detection"
+    summary = "Autograd anomaly detection is on (a debugging mode that slows every backward op)."
+    docs = DOCS["anomaly"]
+    evidence_type = AnomalyEvidence
+    confidence = "unmeasured"
+    saving_basis = "not separable from the ops' time in a trace"
+
+    def check(self, facts: Facts) -> list[Finding]:
+        settings = facts.env.get("settings_at_end") or facts.env.get("settings") or {}
+        if not settings.get("anomaly_detection"):
+            return []
+        return [self.finding(AnomalyEvidence(anomaly_detection=True),
+                             title="Autograd anomaly detection is on (every backward op is checked and traced)",
+                             lost_s=0.0, pct=0.0, severity="high",
+                             where=where_of(facts.sites_of("anomaly_detection")[:3]))]
+
+    def fix(self, evidence: AnomalyEvidence) -> str:
+        return "Remove torch.autograd.set_detect_anomaly(True) / detect_anomaly() outside debugging."
+
+
+class ThreadsEvidence(Record):
+    torch_threads: int
+    cores: int
+    thread_env: dict[str, Any] | None = None
+    probe: dict[str, Any] | None = None
+    """The thread probe's timings (capture/thread_probe.py), when it ran."""
+    op_self_s: float = 0.0
+
+
+@register
+class ThreadOversubscription(Rule[ThreadsEvidence]):
+    """More intra-op threads than usable cores (OMP_NUM_THREADS, torch.set_num_threads).
+
+    Evidence: the thread probe run after the script (capture/thread_probe.py) times a matmul
+    with the script's thread count and with one thread per core on this machine. Time lost: the
+    window's op self time x (1 - 1/slowdown), an estimate that applies the probe's slowdown to
+    every op (ops that do not split over threads lose less). A slowdown under MIN_SLOWDOWN is no
+    measured cost: the finding is then `low` (the setting is still wrong, and costly on another
+    machine or load)."""
+
+    kind = "thread_oversubscription"
+    summary = "More intra-op threads than usable cores: threads fight over the cores."
+    docs = DOCS["threads"]
+    evidence_type = ThreadsEvidence
+    confidence = "measured"
+    saving_basis = "the ops' self time x (1 - 1/slowdown), the slowdown measured by a matmul probe after the run"
+    explains = ("op_hotspot",)
+    MIN_SLOWDOWN = 1.05
+    """Below 5 % the probe cannot tell a cost from this machine's noise."""
+
+    def check(self, facts: Facts) -> list[Finding]:
+        env = facts.env
+        cores = env.get("cpu_affinity") or env.get("cpu_count") or 0
+        at_end = env.get("settings_at_end") or {}
+        threads = max(env.get("torch_threads") or 0, at_end.get("torch_threads") or 0,
+                      *(c.get("threads", 0) for c in facts.sites_of("set_num_threads")))
+        if not cores or threads <= cores:
+            return []
+        where = where_of([c for c in facts.sites_of("set_num_threads") if c.get("threads", 0) > cores][:3])
+        probe = at_end.get("thread_probe")
+        slowdown = (probe or {}).get("slowdown") or 0.0
+        ops_s = sum(o.self_us for o in facts.analysis.ops.by_name) / 1e6 if facts.analysis else 0.0
+        measured = slowdown >= self.MIN_SLOWDOWN
+        lost = ops_s * (1 - 1 / slowdown) if measured else 0.0
+        if measured:
+            title = (f"{threads} intra-op threads on {cores} usable cores: a matmul ran {slowdown:.2f}x "
+                     f"slower than with {cores} threads")
+        elif probe:
+            title = (f"{threads} intra-op threads on {cores} usable cores (no slowdown measured on this "
+                     "machine; it depends on the OpenMP runtime and the load)")
+        else:
+            title = f"{threads} intra-op threads on {cores} usable cores"
+        ev = ThreadsEvidence(torch_threads=threads, cores=cores, thread_env=env.get("thread_env"), probe=probe,
+                             op_self_s=ops_s)
+        return [self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost), where=where,
+                             severity=None if measured else ("low" if probe else "medium"),
+                             confidence=None if measured else "unmeasured")]
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """A dominant op runs slower with the threads fighting over the cores."""
+        return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
+
+    def fix(self, evidence: ThreadsEvidence) -> str:
+        return (f"Set OMP_NUM_THREADS={evidence.cores} (or torch.set_num_threads({evidence.cores})); with several "
+                "processes, divide the cores between them.")
+
+
+class OneTimeEvidence(Record):
+    startup_s: float
+    """Wall time from the script's start to the end of its first step."""
+    own_s: float
+    """Of it, the script's own set-up: not importing modules, not torchneck's hooks."""
+    importing_s: float = 0.0
+    share_of: str = "run_wall"
+    steady_step_s: float | None = None
+    lines: list[dict[str, Any]] = []
+    """Where start-up went: the top sampled lines before the first step."""
+
+
+@register
+class OneTimeCost(Rule[OneTimeEvidence]):
+    """The script's own set-up before its first step (loading data, building the model, first-call
+    initialisation, compilation), importing left out: a library's import time is not the user's
+    to change. Not part of the step time: `info`, for short jobs."""
+
+    kind = "one_time_cost"
+    summary = "Time before the first step: imports, set-up, lazy initialisation (matters for short jobs)."
+    docs = DOCS["profiler"]
+    evidence_type = OneTimeEvidence
+    confidence = "upper_bound"
+    saving_basis = "the set-up's wall time before the first step, imports left out (paid once)"
+    max_severity = "info"
+    MIN_S = 1.0
+    """Set-up under a second is not worth a user's attention."""
+    MIN_LINE_S = 0.2
+    """Lines that took less of the start-up are not listed."""
+
+    def check(self, facts: Facts) -> list[Finding]:
+        if not facts.phases or not facts.python:
+            return []
+        startup = facts.phases["phases"]["startup_s"]
+        sampled = facts.python.get("startup") or {}
+        importing = float(sampled.get("importing_s") or 0.0)
+        own = max(startup - importing - float(sampled.get("torchneck_hooks_s") or 0.0), 0.0)
+        if own < self.MIN_S:
+            return []
+        lines = [ln for ln in sampled.get("lines", []) if ln["total_s"] >= self.MIN_LINE_S][:3]
+        ev = OneTimeEvidence(startup_s=startup, own_s=own, importing_s=importing,
+                             steady_step_s=facts.phases.get("steady_step_s"),
+                             lines=[{k: ln.get(k) for k in ("file", "line", "function", "total_s", "library")}
+                                    for ln in lines])
+        return [self.finding(ev, title=f"{own:.1f} s of set-up before the first step (loading, building, first-call "
+                                       f"initialisation; {importing:.1f} s more importing)",
+                             lost_s=own, pct=100 * own / facts.run_wall_s if facts.run_wall_s > 0 else 0.0,
+                             severity="info", where=where_of(lines))]
+
+    def fix(self, evidence: OneTimeEvidence) -> str:
+        return ("One-time cost, not part of the step time: it matters for short jobs. The lines "
+                "listed are where it goes (imports, lazy initialisation, compilation).")
+
+
+class SlowSettingEvidence(Record):
+    setting: str
+    """The variable or switch: an environment variable, `debug build`, `deterministic algorithms`."""
+    value: str
+    effect: str
+    """What it costs, in words."""
+
+
+SLOW_SETTINGS: dict[str, tuple[str, str, str]] = {
+    # name: (severity, when it applies: "always" | "gpu" | "compile", what to do)
+    "CUDA_LAUNCH_BLOCKING": ("high", "gpu", "Unset CUDA_LAUNCH_BLOCKING: it is for locating CUDA errors, and makes "
+                                            "every kernel launch wait for the GPU."),
+    "PYTORCH_NO_CUDA_MEMORY_CACHING": ("high", "gpu", "Unset PYTORCH_NO_CUDA_MEMORY_CACHING: without the caching "
+                                                      "allocator every allocation calls cudaMalloc and synchronises."),
+    "TORCH_COMPILE_DEBUG": ("medium", "compile", "Unset TORCH_COMPILE_DEBUG: it writes debug files for every "
+                                                 "compilation."),
+    "TORCHINDUCTOR_FORCE_DISABLE_CACHES": ("medium", "compile", "Unset TORCHINDUCTOR_FORCE_DISABLE_CACHES: every run "
+                                                                "compiles every kernel from scratch."),
+    "TORCHDYNAMO_VERBOSE": ("low", "compile", "Unset TORCHDYNAMO_VERBOSE outside debugging."),
+    "TORCH_LOGS": ("low", "always", "Unset TORCH_LOGS outside debugging: logging runs in the hot path of what it "
+                                    "logs (dynamo, inductor, recompiles)."),
+    "TORCH_SHOW_CPP_STACKTRACES": ("low", "always", "Unset TORCH_SHOW_CPP_STACKTRACES outside debugging."),
+    "TORCH_CPP_LOG_LEVEL": ("low", "always", "Unset TORCH_CPP_LOG_LEVEL outside debugging."),
+    "KINETO_LOG_LEVEL": ("low", "always", "Unset KINETO_LOG_LEVEL outside debugging."),
+    "TORCH_DISTRIBUTED_DEBUG": ("medium", "always", "Unset TORCH_DISTRIBUTED_DEBUG: it checks every collective's "
+                                                    "arguments across ranks."),
+    "NCCL_DEBUG": ("low", "gpu", "Set NCCL_DEBUG=WARN (or unset it) outside debugging."),
+}
+"""Environment variables that slow a program down, how much it matters and the fix (the effects
+are capture/env.py's SLOW_ENV_VARS)."""
+
+
+@register
+class SlowSettings(Rule[SlowSettingEvidence]):
+    """A debugging switch left on: a debug build of torch, CUDA_LAUNCH_BLOCKING=1, TORCH_LOGS,
+    TORCH_COMPILE_DEBUG, the caching allocator turned off, deterministic algorithms... Each costs
+    time on every op, launch or compilation it touches; none can be told apart from the ops in a
+    trace, so the severity is the rule's judgement (`high` for those that slow every op or launch),
+    and a switch only counts where it applies (a CUDA switch on a GPU run, a compiler switch on a
+    compiled one). One finding per switch."""
+
+    kind = "slow_setting"
+    summary = "A debugging switch is left on (debug build, CUDA_LAUNCH_BLOCKING, TORCH_LOGS, ...)."
+    docs = DOCS["tuning"]
+    evidence_type = SlowSettingEvidence
+    confidence = "unmeasured"
+    saving_basis = "not separable from the ops' time in a trace"
+
+    def check(self, facts: Facts) -> list[Finding]:
+        env = facts.env
+        settings = env.get("settings_at_end") or env.get("settings") or {}
+        gpu = bool(env.get("gpus")) or bool(facts.analysis and facts.analysis.gpu.present)
+        compiled = bool((facts.compile or {}).get("present")) or bool(
+            facts.analysis and facts.analysis.compiled.present)
+        out = []
+        if env.get("torch_debug_build"):
+            ev = SlowSettingEvidence(setting="debug build", value=str(env.get("torch", "")),
+                                     effect="a debug build of torch runs every op unoptimised, with checks")
+            out.append(self.finding(ev, title=f"torch {env.get('torch', '')} is a debug build", lost_s=0.0,
+                                    pct=0.0, severity="high"))
+        found = dict(settings.get("slow_env") or {})
+        if settings.get("torch_logs"):
+            found["TORCH_LOGS"] = settings["torch_logs"]
+        for name, value in sorted(found.items()):
+            severity, applies, _ = SLOW_SETTINGS.get(name, ("low", "always", ""))
+            if (applies == "gpu" and not gpu) or (applies == "compile" and not compiled):
+                continue
+            ev = SlowSettingEvidence(setting=name, value=str(value), effect=_effect(name))
+            out.append(self.finding(ev, title=f"{name}={value} is set: {_effect(name)}", lost_s=0.0, pct=0.0,
+                                    severity=severity))  # type: ignore[arg-type]
+        if settings.get("deterministic_algorithms"):
+            ev = SlowSettingEvidence(setting="deterministic algorithms", value="True",
+                                     effect="deterministic kernels, slower where a faster one exists")
+            out.append(self.finding(ev, title="torch.use_deterministic_algorithms(True) is on: slower kernels where "
+                                              "a nondeterministic one is faster", lost_s=0.0, pct=0.0,
+                                    severity="low", where=where_of(facts.sites_of("deterministic_algorithms")[:3])))
+        return out
+
+    def fix(self, evidence: SlowSettingEvidence) -> str:
+        if evidence.setting == "debug build":
+            return "Install a release build of torch (pip install torch) for anything but debugging torch itself."
+        if evidence.setting == "deterministic algorithms":
+            return ("Turn deterministic algorithms off (torch.use_deterministic_algorithms(False)) unless bit-exact "
+                    "reruns are required.")
+        return SLOW_SETTINGS.get(evidence.setting, ("", "", f"Unset {evidence.setting} outside debugging."))[2]
+
+
+def _effect(name: str) -> str:
+    from ...capture.env import SLOW_ENV_VARS
+
+    if name == "TORCH_LOGS":
+        return "torch logs every event it was asked to (dynamo, inductor, recompiles)"
+    return SLOW_ENV_VARS.get(name, "a debugging switch")

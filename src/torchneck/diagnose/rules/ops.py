@@ -1,0 +1,240 @@
+"""Rules on the host ops of the steps: one dominant op, thousands of tiny ones, float64 data,
+a convolution bias that BatchNorm cancels."""
+
+from __future__ import annotations
+
+from ...model.analysis import CodeSite as CodeSiteRecord
+from ...model.analysis import ConvBiasBn, Dispatch, OpRow
+from ...model.base import Record
+from ...model.findings import Finding
+from ..facts import Facts, where_of
+from ..rule import DOCS, Explanation, Rule, register
+
+
+class OpHotspotEvidence(Record):
+    self_us: float
+    count: int
+    mean_us: float
+    share: float
+    """The op's self time over the window."""
+    time_lost_is: str
+    avoidable: bool = False
+    """Data movement or creation (copies, conversions, concatenation, fills, indexing): work a change
+    of code usually removes; otherwise the model's own compute, which is context."""
+    shapes: list[str | None] = []
+    """Its most frequent input shapes (when recorded)."""
+
+
+def is_backward_op(name: str) -> bool:
+    """An op autograd runs for the backward pass (its cause is the forward op it differentiates)."""
+    return name.startswith("autograd::") or "Backward" in name or name.endswith("_backward")
+
+
+AVOIDABLE_OPS = frozenset({
+    "aten::copy_", "aten::to", "aten::_to_copy", "aten::clone", "aten::contiguous", "aten::cat", "aten::stack",
+    "aten::index", "aten::index_put_", "aten::nonzero", "aten::masked_select", "aten::zeros", "aten::ones",
+    "aten::empty", "aten::full", "aten::fill_", "aten::zero_", "aten::repeat", "aten::expand_as",
+    "aten::item", "aten::_local_scalar_dense", "aten::tensor", "aten::lift_fresh", "aten::from_numpy",
+    "aten::numpy_T", "aten::pad", "aten::constant_pad_nd", "aten::flip", "aten::roll", "aten::sort",
+    "aten::argsort", "aten::unique", "aten::_unique2",
+})
+"""Ops that move, convert, create or rearrange data rather than compute the model's math: when one
+dominates, a change of code (creating tensors in place, preallocating instead of concatenating,
+keeping one layout) usually removes it."""
+
+
+@register
+class OpHotspot(Rule[OpHotspotEvidence]):
+    """One operator dominates the steady state. When it moves, converts or creates data (a
+    copy, a conversion, torch.cat in a loop) it is work a code change usually removes: `medium`
+    at most (its time is an upper bound of the saving). When it is the model's own compute (a
+    matmul, a convolution), it is where the time goes, not a problem: `info`, context for the
+    rules that name a cause (dtype, tiny ops, threads), which explain it when they apply.
+
+    Time lost: the op's self time, an upper bound (what removing the op entirely would save)."""
+
+    kind = "op_hotspot"
+    summary = "One operator takes a large share of the steps (avoidable data movement, or context)."
+    docs = DOCS["profiler"]
+    evidence_type = OpHotspotEvidence
+    confidence = "upper_bound"
+    saving_basis = "the op's whole self time (the most removing or shrinking it could save)"
+    max_severity = "medium"
+    MIN_SHARE = 0.20
+    """One operator taking a fifth of the steady state is the place to look first."""
+
+    def check(self, facts: Facts) -> list[Finding]:
+        a = facts.analysis
+        if not a or not a.ops.by_name or facts.window_s <= 0:
+            return []
+        top = a.ops.by_name[0]
+        share = top.self_us / 1e6 / facts.window_s
+        if share < self.MIN_SHARE:
+            return []
+        lost = top.self_us / 1e6
+        avoidable = top.name in AVOIDABLE_OPS
+        ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
+                               time_lost_is="upper bound (the op's whole self time)", avoidable=avoidable,
+                               shapes=[s.shapes for s in a.ops.by_shape if s.name == top.name][:3])
+        what = "" if avoidable else " (the model's compute: where the time goes, not a problem by itself)"
+        return [self.finding(ev, title=f"{top.name} takes {100 * share:.0f}% of the profiled time "
+                                       f"({top.count} calls){what}",
+                             lost_s=lost, pct=facts.pct(lost), severity=None if avoidable else "info",
+                             where=facts.lines_for_ops({top.name}), ops=[top.name])]
+
+    def fix(self, evidence: OpHotspotEvidence) -> str:
+        if evidence.avoidable:
+            return ("This op moves or creates data rather than computing: create tensors where and how they "
+                    "are used (device=, dtype=, preallocated instead of torch.cat in a loop), avoid copies and "
+                    "conversions inside the step.")
+        return ("If this op is needed at this size and precision, it is the model's work; otherwise reduce its "
+                "input, batch its calls, or use a cheaper equivalent (the lines shown run it).")
+
+
+@register
+class DispatchOverhead(Rule[Dispatch]):
+    """Loops of tiny ops: back-to-back ops so small (within 4x of the trace's cheapest, pure
+    overhead) that the per-op cost of eager PyTorch (the Python issuing each op, the dispatcher,
+    the allocator: ~5-15 µs an op on a fast CPU) is most of the time. Measured as the wall time
+    of runs of at least 50 such ops with only small gaps between them, those gaps (the Python
+    of the loop) included (`Dispatch.tiny_run_us`).
+
+    Time lost: `FUSED_SAVING` of that time (vectorising, batching or fusing the ops recovers most,
+    not all, of it)."""
+
+    kind = "dispatch_overhead"
+    summary = "Loops of tiny ops: per-op overhead (Python, dispatcher) costs more than the arithmetic."
+    docs = DOCS["tuning"]
+    evidence_type = Dispatch
+    saving_basis = ("70% of the wall time of runs of tiny ops issued back to back, the Python between them "
+                    "included (what vectorising or fusing them recovers)")
+    explains = ("python_hotspot", "op_hotspot", "launch_bound", "gpu_idle")
+    MIN_SHARE = 0.30
+    """When a third of the window goes to loops of tiny ops, per-op overhead costs more than the
+    arithmetic."""
+    MIN_OPS_PER_STEP = 200
+    """Fewer tiny ops per step are too few for their overhead to add up, whatever their size."""
+    FUSED_SAVING = 0.7
+    """Vectorising or fusing recovers most, not all, of the per-op cost."""
+    NAMED_OPS = 5
+    """The top ops by self time named in the finding (and whose lines are shown)."""
+    SMALL_CALL_US = 50.0
+    """A dominant op whose calls average under this is many small calls: the tiny-op pattern."""
+
+    def check(self, facts: Facts) -> list[Finding]:
+        a = facts.analysis
+        if not a:
+            return []
+        d = a.ops.dispatch
+        per_step = d.tiny_run_ops / max(facts.steps, 1)
+        if d.tiny_run_share < self.MIN_SHARE or per_step < self.MIN_OPS_PER_STEP:
+            return []
+        lost = d.tiny_run_us / 1e6 * self.FUSED_SAVING
+        # The forward ops name the loop to change: their backward runs at the backward() line.
+        forward = [o for o in a.ops.by_name if not is_backward_op(o.name)] or a.ops.by_name
+        names = {o.name for o in forward[: self.NAMED_OPS]}
+        return [self.finding(d, title=f"{per_step:.0f} tiny ops per step, issued one by one: per-op overhead "
+                                      f"takes {100 * d.tiny_run_share:.0f}% of the time",
+                             lost_s=lost, pct=facts.pct(lost), where=facts.lines_for_ops(names), ops=sorted(names))]
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """The Python of a loop issuing tiny ops is the same problem as their per-op overhead (one
+        fix, vectorising the loop); on a GPU each tiny op is a tiny kernel the CPU must launch."""
+        if symptom.kind == "python_hotspot":
+            here = {(w.file, w.function) for w in cause.where}
+            same = any((w.file, w.function) in here for w in symptom.where)
+            return Explanation(symptom.time_lost_s) if same else None
+        if symptom.kind == "op_hotspot":  # the dominant op is one of the tiny ones, called many times
+            small = symptom.evidence.get("mean_us", float("inf")) < self.SMALL_CALL_US
+            return Explanation(symptom.time_lost_s) if small and set(symptom.ops) & set(cause.ops) else None
+        return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
+
+    def fix(self, evidence: Dispatch) -> str:
+        return ("Batch the work into fewer, larger tensor ops (vectorise loops over elements/rows), "
+                "use torch._foreach_* for lists of tensors, or torch.compile the step to fuse them.")
+
+
+class Float64Evidence(Record):
+    float64_self_s: float
+    """Self time of the ops with a float64 tensor input."""
+    ops: list[OpRow] = []
+    where: list[CodeSiteRecord] = []
+    """The user's lines that ran those very ops, when the trace places them."""
+
+
+@register
+class DtypeFloat64(Rule[Float64Evidence]):
+    """Ops run on float64 (double) tensors, mostly by accident: NumPy arrays default to float64,
+    and torch.from_numpy keeps it. float64 halves the throughput of CPU vector units (and is
+    many times slower on GPUs), doubles memory and bandwidth.
+
+    Time lost: half the float64 ops' self time (what float32 would take on a CPU)."""
+
+    kind = "dtype_float64"
+    summary = "Ops run on float64 tensors (often NumPy's default dtype carried into torch)."
+    docs = DOCS["tuning"]
+    evidence_type = Float64Evidence
+    saving_basis = "half the self time of the ops with float64 tensor inputs (float32 runs twice as fast)"
+    explains = ("op_hotspot",)
+    MIN_SHARE = 0.05
+    """float64 work costs 2x float32 (and much more on GPUs); 5 % of the window is worth a cast."""
+
+    def check(self, facts: Facts) -> list[Finding]:
+        a = facts.analysis
+        if not a or not a.ops.float64.recorded:
+            return []
+        f = a.ops.float64
+        s = f.self_us / 1e6
+        if facts.window_s <= 0 or s / facts.window_s < self.MIN_SHARE:
+            return []
+        names = {o.name for o in f.ops}
+        lost = s / 2
+        # The lines that ran these very ops when the trace places them; else every line
+        # running ops of these names (live runs' samples), float64 or not.
+        where = where_of(f.where) or facts.lines_for_ops(names)
+        return [self.finding(Float64Evidence(float64_self_s=s, ops=f.ops[:5], where=f.where),
+                             title=f"float64 (double) tensors in {len(names)} op(s): "
+                                   f"{100 * s / facts.window_s:.0f}% of the time",
+                             lost_s=lost, pct=facts.pct(lost), where=where, ops=sorted(names))]
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """A dominant op that runs on float64 data is slow because of its dtype."""
+        if not set(symptom.ops) & set(cause.ops):
+            return None
+        return Explanation(min(symptom.time_lost_s, cause.evidence.get("float64_self_s", 0.0)))
+
+    def fix(self, evidence: Float64Evidence) -> str:
+        return ("Create these tensors as float32 (NumPy arrays default to float64: "
+                "torch.from_numpy(x).float(), or dtype=torch.float32).")
+
+
+@register
+class ConvBiasBeforeBatchNorm(Rule[ConvBiasBn]):
+    """A convolution with `bias=True` feeding straight into BatchNorm (torch's profiler pattern
+    `Conv2dBiasFollowedByBatchNorm2dPattern`, the performance tuning guide's "disable bias for
+    convolutions directly followed by a batch norm"): BatchNorm subtracts the channel mean, so
+    the bias cancels out. Time lost: not measurable from a trace (the bias add is fused into
+    the convolution); reported as `low` with the number of such convolutions."""
+
+    kind = "conv_bias_bn"
+    summary = "A convolution's bias is computed and then cancelled by the BatchNorm right after it."
+    docs = DOCS["tuning"]
+    evidence_type = ConvBiasBn
+    confidence = "unmeasured"
+    saving_basis = "not measurable from a trace (the bias add is fused into the convolution)"
+
+    def check(self, facts: Facts) -> list[Finding]:
+        a = facts.analysis
+        pairs = a.ops.conv_bias_bn if a else None
+        if not pairs or not pairs.pairs:
+            return []
+        per_step = pairs.pairs / max(facts.steps, 1)
+        return [self.finding(pairs, title=f"{pairs.pairs} convolution call(s) with bias=True feed straight into "
+                                          f"BatchNorm ({per_step:.0f} per step): the bias is computed and cancelled",
+                             lost_s=0.0, pct=0.0, severity="low",
+                             where=facts.lines_for_ops({"aten::conv1d", "aten::conv2d", "aten::conv3d"}),
+                             ops=["aten::conv2d", "aten::batch_norm"])]
+
+    def fix(self, evidence: ConvBiasBn) -> str:
+        return ("Create those convolutions with bias=False (nn.Conv2d(..., bias=False)) when a BatchNorm "
+                "follows: BatchNorm's own shift (beta) replaces it; the output does not change.")

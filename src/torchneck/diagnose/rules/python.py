@@ -1,0 +1,113 @@
+"""Rules on the user's own Python: lines that compute (or wait) outside torch ops."""
+
+from __future__ import annotations
+
+from ...model.base import Record
+from ...model.findings import Finding
+from ..facts import Facts, where_of
+from ..rule import DOCS, Explanation, Rule, register
+
+
+class PythonHotspotEvidence(Record):
+    outside_torch_s: float
+    """Sampled seconds on the line outside torch ops (its Python, NumPy, other libraries)."""
+    self_python_s: float
+    """Of them, seconds in the line's own frame."""
+    waiting_s: float
+    """Seconds the thread was off the CPU on that line (sleep, I/O, a lock)."""
+    line_total_s: float
+    sampled_s: float
+    """All sampled seconds of the profiled steps."""
+    calls_into: str
+    """The library the line spends its time in, if not its own code."""
+    waits: bool = False
+    """Most of the time is waiting, not computing: the fix is to overlap, not to vectorise."""
+
+
+@register
+class PythonHotspot(Rule[PythonHotspotEvidence]):
+    """A line of the user's code spends a large share of the steps outside torch ops: Python
+    loops, NumPy round trips, string work, waiting on I/O. Lines running inside DataLoader
+    iteration are left to `input_pipeline`, torch's own overhead (autograd engine, optimizer
+    loop) to the rules on ops.
+
+    Time lost: the line's sampled time outside torch ops, as a share of the sampled steady
+    state applied to the window (what moving the work into tensor ops, or overlapping the
+    wait, would save at most)."""
+
+    kind = "python_hotspot"
+    summary = "A line of your code spends much of each step in Python, NumPy or waiting, outside torch ops."
+    docs = DOCS["tuning"]
+    evidence_type = PythonHotspotEvidence
+    confidence = "measured"
+    saving_basis = "the line's sampled time outside torch ops (its share of the steps, over the run)"
+    explains = ("gpu_idle", "launch_bound")
+    MIN_SHARE = 0.10
+    """A line whose work outside torch ops (its own Python, NumPy, other libraries) takes 10 % of
+    the steady state is worth moving into tensor ops; below that it is noise next to the ops."""
+    MIN_SAMPLED_S = 0.02
+    """And at least 20 ms of it: the sampler ticks every 1-4 ms, so less is a handful of samples,
+    too few to tell a line from its neighbours in a short window."""
+    WAITING_SHARE = 0.5
+    """When most of that time the thread was off the CPU, the line waits (sleep, I/O, a lock)
+    rather than computes, and the fix is to overlap the wait, not to vectorise."""
+    LINES_CONSIDERED = 5
+    """Only the top sampled lines: below them no line reaches MIN_SHARE."""
+
+    def check(self, facts: Facts) -> list[Finding]:
+        if not facts.python:
+            return []
+        win = facts.python["window"]
+        total = win["sampled_s"]
+        if total <= 0:
+            return []
+        op_s: dict[tuple, float] = {}
+        for e in facts.ops_by_line:
+            if e.get("file"):
+                k = (e["file"], e["line"])
+                op_s[k] = op_s.get(k, 0.0) + e["self_us"] / 1e6
+        loading = {(ln["file"], ln["line"]): ln["total_s"]
+                   for ln in facts.python.get("loading", {}).get("lines", [])}
+        out = []
+        for line in win["lines"][: self.LINES_CONSIDERED]:
+            if loading.get((line["file"], line["line"]), 0.0) >= 0.5 * line["total_s"]:
+                continue  # the DataLoader's work: input_pipeline's
+            if "outside_ops_s" in line:  # samples aligned with the trace's ops: measured directly
+                outside = line["outside_ops_s"]
+            else:
+                outside = max(line["total_s"] - op_s.get((line["file"], line["line"]), 0.0), line["self_s"])
+            share = outside / total
+            if share < self.MIN_SHARE or outside < self.MIN_SAMPLED_S:
+                continue
+            if line.get("library_is_torch") and line["self_s"] < 0.5 * outside:
+                continue  # torch's own overhead (autograd engine, optimizer loop): other rules' evidence
+            lost = share * facts.window_s
+            callee = line.get("library") or ""
+            waiting = line.get("waiting_s") or 0.0
+            ev = PythonHotspotEvidence(outside_torch_s=outside, self_python_s=line["self_s"], waiting_s=waiting,
+                                       line_total_s=line["total_s"], sampled_s=total, calls_into=callee,
+                                       waits=waiting >= self.WAITING_SHARE * outside)
+            library = callee.split(" (")[0]
+            if ev.waits:
+                what = f" in {library}" if callee else ""
+                title = (f"{line['function']}() waits{what} {100 * share:.0f}% of each step, off the CPU "
+                         "(blocked: sleep, I/O, a lock or a queue)")
+            else:
+                what = f"in {library}" if callee and line["self_s"] < 0.5 * outside else "in Python"
+                title = f"{line['function']}() spends {100 * share:.0f}% of each step {what}, outside torch ops"
+            out.append(self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost), where=where_of([line]),
+                                    docs=DOCS["dataloader"] if ev.waits else None))
+        return out
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """While the line runs Python (or waits), the host launches nothing: the GPU idles as long."""
+        return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
+
+    def fix(self, evidence: PythonHotspotEvidence) -> str:
+        if evidence.waits:
+            return ("Overlap the wait with compute instead of blocking the step: load and decode in "
+                    "DataLoader workers (num_workers > 0, prefetch_factor) or a background thread, "
+                    "cache what is read every step, and avoid sleeping or polling inside the loop.")
+        return ("Do this work with torch ops on the tensors you already have (e.g. torch.nonzero / "
+                "torch.where instead of a NumPy round trip, vectorised ops instead of Python loops), "
+                "or move it out of the step.")

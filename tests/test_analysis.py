@@ -1,0 +1,109 @@
+"""Analyses of the trace table that rules build on: ops placed at the user's lines, the last op
+started inside a span."""
+
+import json
+
+from conftest import DATA
+
+
+def test_ops_by_line_leaves_out_ops_that_nothing_places(tmp_path):
+    """An op outside every `torchneck@` span with no Python sample at its moment has no line:
+    it is left out (it used to appear without `file`/`line`, breaking the report schema)."""
+    from torchneck.analysis.python_stacks import load_samples
+    from torchneck.analysis.run import ops_by_user_line
+    from torchneck.sites import site_name
+    from torchneck.trace.loader import load_trace
+
+    def ev(name, ts, dur, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    events = [ev("ProfilerStep#1", 0, 1000, "user_annotation"),
+              ev(site_name("train", 12, "/home/u/train.py"), 10, 100, "user_annotation"),
+              ev("aten::mm", 20, 80),
+              ev("aten::sum", 500, 300)]  # the bigger op, placed by nothing
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    rows = ops_by_user_line(load_trace(p), load_samples({}), offset_us=None)
+    assert rows == [{"op": "aten::mm", "self_us": 80.0, "count": 1, "file": "/home/u/train.py", "line": 12,
+                     "function": "train", "source": "trace"}]
+
+
+def test_last_started_within_is_the_last_op_of_the_thread_inside_the_span():
+    """On a real trace: against a brute-force scan, and the same answer (row for row) when the
+    table's rows are shuffled out of start order."""
+    import dataclasses
+
+    import numpy as np
+
+    from torchneck.analysis.patterns import _last_started_within
+    from torchneck.trace.loader import load_trace
+
+    table = load_trace(DATA / "trace_diff__control__control.json.gz").events
+    cpu = np.flatnonzero(table.cat == 1)
+    rows = cpu[::97]
+    got = _last_started_within(table, cpu, rows)
+    for r, g in zip(rows.tolist(), got.tolist()):
+        start, end = table.ts[r], table.ts[r] + table.dur[r]
+        inside = [h for h in cpu.tolist() if table.thread[h] == table.thread[r] and start <= table.ts[h] <= end]
+        assert g == (inside[-1] if inside else r)  # rows in start order: the last is the latest start
+    assert (got != rows).sum() > len(rows) // 4  # many ops have children: not just themselves
+    shuffle = np.random.default_rng(0).permutation(len(table))  # new row i holds old row shuffle[i]
+    columns = {f.name: getattr(table, f.name) for f in dataclasses.fields(table)}
+    for name in ("ts", "dur", "cat", "name", "thread", "device", "stream", "args"):
+        columns[name] = columns[name][shuffle]
+    shuffled = dataclasses.replace(table, **columns)
+    new_row = np.argsort(shuffle)  # old row -> new row
+    again = _last_started_within(shuffled, np.sort(new_row[cpu]), new_row[rows])
+    same = shuffle[again]  # events alike in start and duration are interchangeable
+    np.testing.assert_array_equal(table.ts[same], table.ts[got])
+    np.testing.assert_array_equal(table.dur[same], table.dur[got])
+
+
+def test_streamed_quantiles_equal_numpy_s_without_holding_the_values():
+    import numpy as np
+
+    from torchneck.analysis.ops import streamed_median, streamed_quantiles
+
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 10, 1000, 12_345):
+        x = rng.exponential(10, n).astype(np.float32)
+        x[: n // 7] = 0.0  # ties and zeros
+        got = streamed_quantiles(lambda x=x, n=n: [x[: n // 2], x[n // 2:]], (0.1, 0.5, 0.9))
+        np.testing.assert_allclose(got, np.quantile(x.astype(np.float64), [0.1, 0.5, 0.9]), rtol=0, atol=1e-9)
+        assert streamed_median(lambda x=x: [x]) == float(np.median(x.astype(np.float64)))
+    assert streamed_quantiles(lambda: [], (0.5,)) == []
+
+
+def test_op_loops_equal_a_scan_of_the_ops_one_by_one_whatever_the_blocks():
+    """Sequences of ops with gaps under the limit, of at least TINY_RUN_MIN_OPS ops mostly small,
+    fed in blocks cut anywhere: the same wall time and op count as a plain scan."""
+    import numpy as np
+
+    from torchneck.analysis.ops import TINY_RUN_MIN_OPS, TINY_RUN_SMALL_SHARE, TinyRuns
+
+    def scan(start, end, small, gap):
+        covered, ops, i = 0.0, 0, 0
+        while i < len(start):
+            j, reach = i, end[i]
+            while j + 1 < len(start) and start[j + 1] - reach < gap:
+                j += 1
+                reach = max(reach, end[j])
+            n = j - i + 1
+            if n >= TINY_RUN_MIN_OPS and small[i:j + 1].sum() >= TINY_RUN_SMALL_SHARE * n:
+                covered, ops = covered + reach - start[i], ops + n
+            i = j + 1
+        return covered, ops
+
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        n = int(rng.integers(1, 3000))
+        durs = rng.exponential(8, n)
+        start = np.cumsum(rng.exponential(rng.uniform(10, 40), n) + np.r_[0, durs[:-1]])
+        end, small = start + durs, durs < rng.uniform(5, 30)
+        cuts = sorted(set(rng.integers(1, max(n, 2), size=int(rng.integers(0, 20))).tolist()) - {n})
+        runs = TinyRuns(60.0)
+        for a, b in zip([0, *cuts], [*cuts, n]):
+            runs.add(start[a:b], end[a:b], small[a:b])
+        covered, ops = runs.finish()
+        want = scan(start, end, small, 60.0)
+        assert abs(covered - want[0]) < 1e-6 and ops == want[1]

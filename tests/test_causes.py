@@ -1,0 +1,131 @@
+"""Causes over symptoms: savings on the run's horizon, symptoms folded under their causes, and a
+ranking that is stable under small changes of the figures."""
+
+from rule_cases import analysis, facts
+
+from torchneck.diagnose.causes import estimate_savings, fold_symptoms, rank_findings
+from torchneck.diagnose.engine import diagnose
+from torchneck.model.analysis import Annotation, Device, Dispatch, Gpu, IdleBreakdown, LaunchStats, OpRow, Temporal
+from torchneck.model.findings import Finding, Where
+
+
+def _finding(kind, lost_s, pct, confidence="measured", where=(), **evidence):
+    return Finding(kind=kind, title=kind, time_lost_s=lost_s, time_lost_pct=pct, fix="f", confidence=confidence,
+                   where=list(where), evidence=evidence)
+
+
+def _resnet_like(dataloader_share=0.34, busy_pct=57.0):
+    """A ResNet-style step on a GPU with num_workers=0: the loader takes a third of each step and
+    the GPU is idle 43 % of the time, mostly waiting for the host."""
+    window = 1_000_000.0
+    idle = window * (1 - busy_pct / 100)
+    device = Device(device=0, busy_us=window - idle, busy_pct=busy_pct, idle_us=idle, temporal=Temporal(),
+                    comm_overlap_pct=0.0,
+                    idle_breakdown=IdleBreakdown(host_wait_us=0.9 * idle, kernel_wait_us=0.05 * idle,
+                                                 other_us=0.05 * idle))
+    gpu = Gpu(present=True, window_us=window, devices=[device],
+              launch=LaunchStats(kernels=10_000, short_kernels=2000, short_share=0.2))
+    a = analysis(window_us=window, steps=10, gpu=gpu,
+                 annotations=[Annotation(name="enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                                         count=10, total_us=dataloader_share * window)])
+    a.steps.breakdown_total_us = {"dataloader": dataloader_share * window, "kernel": (1 - dataloader_share) * window}
+    return a
+
+
+def test_gpu_idle_is_folded_under_the_data_loading_that_explains_it():
+    found = diagnose(facts(analysis=_resnet_like()))
+    top = found[0]
+    assert top.kind == "input_pipeline" and top.severity == "high"
+    [idle] = top.symptoms
+    assert idle.kind == "gpu_idle" and abs(idle.explained_s - 0.34) < 1e-9  # 34 of its 43 points
+    assert [f.kind for f in found] == ["input_pipeline"]  # the symptom is not listed again beside it
+
+
+def test_a_symptom_mostly_unexplained_keeps_its_place_with_what_is_left():
+    found = diagnose(facts(analysis=_resnet_like(dataloader_share=0.12, busy_pct=40.0)))
+    kinds = [f.kind for f in found]
+    assert kinds[0] == "gpu_idle" and "input_pipeline" in kinds  # 12 of 60 points: a fifth explained
+    idle = found[0]
+    assert idle.evidence["partly_explained_by"][0]["kind"] == "input_pipeline"
+    assert abs(idle.saving_s - 0.48) < 1e-9 and idle.severity == "high"  # the unexplained 48 points rank it
+
+
+def test_savings_are_on_the_run_horizon():
+    """A window share applies to the run's steady state (after start-up); one-time costs count
+    as they are; without a run, the window is the horizon."""
+    window_based = _finding("python_hotspot", 0.3, 30.0)
+    one_time = _finding("compile_time", 4.0, 40.0, share_of="run_wall")
+    run = facts(analysis=analysis(window_us=1_000_000.0), run_wall_s=10.0, phases={"phases": {"startup_s": 2.0}})
+    estimate_savings([window_based, one_time], run)
+    assert abs(window_based.saving_s - 2.4) < 1e-9 and abs(window_based.saving_pct - 24.0) < 1e-9  # 30 % of 8 s
+    assert one_time.saving_s == 4.0 and one_time.saving_pct == 40.0
+    trace_only = _finding("python_hotspot", 0.3, 30.0)
+    estimate_savings([trace_only], facts(analysis=analysis(window_us=1_000_000.0)))
+    assert trace_only.saving_s == 0.3 and trace_only.saving_of == "window"
+
+
+def test_a_graph_break_carries_the_compile_time_and_recompiles_it_causes():
+    brk = _finding("graph_break", 0.05, 5.0, where=[Where(file="/m.py", line=17)], compile_s_caused=6.0)
+    recompile = _finding("recompile", 2.0, 20.0, where=[Where(file="/m.py", line=12)], share_of="run_wall",
+                         caused_by_break_at_line=17)
+    compile_time = _finding("compile_time", 8.0, 80.0, share_of="run_wall")
+    hot = _finding("python_hotspot", 0.3, 30.0)
+    run = facts(analysis=analysis(window_us=1_000_000.0), run_wall_s=10.0, phases={"phases": {"startup_s": 1.0}})
+    findings = [brk, recompile, compile_time, hot]
+    estimate_savings(findings, run)
+    top = rank_findings(fold_symptoms(findings, run))
+    assert [f.kind for f in top] == ["graph_break", "python_hotspot"]
+    assert {s.kind for s in top[0].symptoms} == {"recompile", "compile_time"}
+    assert abs(top[0].saving_s - (0.05 * 9 + 6.0)) < 1e-9  # its eager share of the steps + the compile it causes
+
+
+def test_near_ties_go_to_the_better_known_saving_whatever_the_jitter():
+    """The same two problems measured twice, a few percent apart each time: the same order."""
+    for jitter in (0.85, 1.0, 1.15):
+        upper = _finding("op_hotspot", 0.3 * jitter, 30.0 * jitter, confidence="upper_bound")
+        measured = _finding("python_hotspot", 0.28, 28.0)
+        for f in (upper, measured):
+            f.saving_s, f.severity = f.time_lost_s, "high"
+        assert [f.kind for f in rank_findings([upper, measured])] == ["python_hotspot", "op_hotspot"]
+    far = _finding("op_hotspot", 0.5, 50.0, confidence="upper_bound")
+    measured = _finding("python_hotspot", 0.28, 28.0)
+    for f in (far, measured):
+        f.saving_s, f.severity = f.time_lost_s, "high"
+    assert [f.kind for f in rank_findings([far, measured])] == ["op_hotspot", "python_hotspot"]  # no tie: 0.5 vs 0.28
+
+
+def test_the_python_of_a_tiny_op_loop_is_the_per_op_overhead_not_a_second_problem():
+    line = [Where(file="/x/t.py", line=12, function="step")]
+    d = Dispatch(top_level_ops=8000, ops_per_step=1600.0, tiny_ops=7500, tiny_us=300_000.0, tiny_share=0.3,
+                 tiny_run_us=600_000.0, tiny_run_ops=7500, tiny_run_share=0.6)
+    a = analysis(window_us=1_000_000.0, dispatch=d, by_name=[OpRow(name="aten::add", count=40_000, self_us=300_000.0,
+                                                                   total_us=300_000.0, mean_us=7.5)])
+    python = {"window": {"sampled_s": 1.0, "lines": [{"file": "/x/t.py", "line": 13, "function": "step",
+                                                      "total_s": 0.45, "self_s": 0.45, "outside_ops_s": 0.45,
+                                                      "waiting_s": 0.0, "library": ""}]},
+              "loading": {"lines": []}}
+    by_line = [{"op": "aten::add", "file": "/x/t.py", "line": 12, "function": "step", "self_us": 300_000.0}]
+    found = diagnose(facts(analysis=a, python=python, ops_by_line=by_line))
+    assert [f.kind for f in found] == ["dispatch_overhead"] and found[0].where == line
+    assert {s.kind for s in found[0].symptoms} == {"python_hotspot", "op_hotspot"}  # the add's 40000 calls too
+
+
+def test_autograd_in_inference_outranks_the_model_s_own_matmul():
+    clock = {"kind": "module", "top_module_calls": 100, "top_module_outputs_with_grad": 100}
+    a = analysis(window_us=100_000.0, by_name=[OpRow(name="aten::addmm", count=300, self_us=60_000.0,
+                                                     total_us=60_000.0, mean_us=200.0)])
+    found = diagnose(facts(analysis=a, clock=clock))
+    assert [f.kind for f in found] == ["autograd_in_inference", "op_hotspot"]
+    assert found[1].severity == "info"
+
+
+def test_an_unmeasured_problem_ranks_by_what_its_severity_stands_for():
+    """Anomaly detection cannot be timed from a trace; judged high, it ranks as a quarter of the
+    horizon: above a 10 % problem, below a 40 % one."""
+    anomaly = Finding(kind="anomaly_detection", title="a", time_lost_s=0.0, time_lost_pct=0.0, fix="f",
+                      severity="high", confidence="unmeasured")
+    small, big = _finding("python_hotspot", 0.1, 10.0), _finding("input_pipeline", 0.4, 40.0)
+    for f in (small, big):
+        f.saving_s, f.saving_pct = f.time_lost_s, f.time_lost_pct
+    assert [f.kind for f in rank_findings([small, anomaly, big])] == ["input_pipeline", "anomaly_detection",
+                                                                      "python_hotspot"]

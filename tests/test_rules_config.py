@@ -1,0 +1,118 @@
+"""Settings left on, threads, start-up."""
+
+from rule_cases import analysis, facts, fires, silent
+
+from torchneck.diagnose.rules.config import AnomalyDetection, OneTimeCost, ThreadOversubscription
+from torchneck.model.analysis import OpRow
+
+OPS = [OpRow(name="aten::addmm", count=50, self_us=60_000.0, total_us=60_000.0, mean_us=1200.0)]
+SITES = [{"what": "set_num_threads", "threads": 8, "file": "/x/train.py", "line": 6, "function": "<module>"}]
+
+
+def _env(threads_at_end, slowdown):
+    probe = {"threads": 8, "cores": 2, "seconds_at_threads": 0.0015, "seconds_at_cores": 0.001, "slowdown": slowdown}
+    return {"cpu_affinity": 2, "torch_threads": 2,
+            "settings_at_end": {"torch_threads": threads_at_end, "thread_probe": probe}}
+
+
+@fires("thread_oversubscription")
+def test_thread_oversubscription_costs_what_the_probe_measured():
+    [f] = ThreadOversubscription().check(facts(analysis=analysis(by_name=OPS), env=_env(8, 1.5), call_sites=SITES))
+    assert abs(f.time_lost_s - 0.02) < 1e-9  # 60 ms of ops x (1 - 1/1.5)
+    assert f.severity == "medium" and f.where[0].line == 6 and "1.50x slower" in f.title  # 20 % of the window
+    assert "OMP_NUM_THREADS=2" in f.fix
+    [f] = ThreadOversubscription().check(facts(analysis=analysis(by_name=OPS), env=_env(8, 1.02), call_sites=SITES))
+    assert f.severity == "low" and f.time_lost_s == 0.0  # within noise: the setting is reported, with no cost
+
+
+@silent("thread_oversubscription")
+def test_thread_oversubscription_silent_when_threads_fit():
+    assert ThreadOversubscription().check(facts(analysis=analysis(by_name=OPS), env=_env(2, 1.5))) == []
+
+
+def test_thread_probe_restores_the_setting_and_skips_when_threads_fit():
+    import torch
+
+    from torchneck.capture.thread_probe import probe_oversubscription
+
+    assert probe_oversubscription(2, 2) is None
+    before = torch.get_num_threads()
+    p = probe_oversubscription(before + 2, before)
+    assert torch.get_num_threads() == before + 2  # the script's own setting, as it left it
+    torch.set_num_threads(before)
+    assert p["threads"] == before + 2 and p["slowdown"] > 0 and p["seconds_at_cores"] > 0
+
+
+@fires("anomaly_detection")
+def test_anomaly_detection_left_on_at_the_line_that_turned_it_on():
+    env = {"settings_at_end": {"anomaly_detection": True}}
+    sites = [{"what": "anomaly_detection", "file": "/x/train.py", "line": 4, "function": "<module>"}]
+    [f] = AnomalyDetection().check(facts(env=env, call_sites=sites))
+    assert f.severity == "high" and f.where[0].line == 4 and "set_detect_anomaly" in f.fix
+
+
+@silent("anomaly_detection")
+def test_anomaly_detection_silent_when_off():
+    assert AnomalyDetection().check(facts(env={"settings_at_end": {"anomaly_detection": False}})) == []
+
+
+def _startup(startup_s, importing_s=1.0):
+    phases = {"phases": {"startup_s": startup_s, "window_s": 1.0}, "steady_step_s": 0.01}
+    python = {"startup": {"importing_s": importing_s, "torchneck_hooks_s": 0.2,
+                          "lines": [{"file": "/x/t.py", "line": 9, "function": "<module>", "total_s": 1.5,
+                                     "library": "load_dataset (data.py)"}]},
+              "window": {"lines": [], "sampled_s": 0}}
+    return facts(phases=phases, python=python, run_wall_s=10.0)
+
+
+@fires("one_time_cost")
+def test_one_time_cost_is_the_script_s_own_set_up_not_its_imports():
+    [f] = OneTimeCost().check(_startup(3.7))
+    assert f.severity == "info" and abs(f.time_lost_s - 2.5) < 1e-9 and f.where[0].line == 9  # 3.7 - 1 - 0.2
+    assert "1.0 s more importing" in f.title and f.evidence["share_of"] == "run_wall"
+
+
+@silent("one_time_cost")
+def test_one_time_cost_silent_when_start_up_is_imports():
+    assert OneTimeCost().check(_startup(0.6)) == []
+    assert OneTimeCost().check(_startup(3.0, importing_s=2.5)) == []  # 0.3 s of its own
+
+
+@fires("slow_setting")
+def test_slow_settings_where_they_apply():
+    from torchneck.diagnose.rules.config import SlowSettings
+    from torchneck.model.analysis import Gpu
+
+    env = {"torch": "2.13.0", "torch_debug_build": True, "gpus": [{"index": 0}],
+           "settings_at_end": {"slow_env": {"CUDA_LAUNCH_BLOCKING": "1", "TORCH_COMPILE_DEBUG": "1"},
+                               "torch_logs": "+dynamo", "deterministic_algorithms": True}}
+    on_gpu = facts(env=env, analysis=analysis(gpu=Gpu(present=True)))
+    found = {f.evidence["setting"]: f for f in SlowSettings().check(on_gpu)}
+    assert set(found) == {"debug build", "CUDA_LAUNCH_BLOCKING", "TORCH_LOGS", "deterministic algorithms"}
+    assert found["debug build"].severity == found["CUDA_LAUNCH_BLOCKING"].severity == "high"
+    assert "every kernel launch" in found["CUDA_LAUNCH_BLOCKING"].fix and found["TORCH_LOGS"].severity == "low"
+    assert all(f.confidence == "unmeasured" for f in found.values())  # TORCH_COMPILE_DEBUG: nothing compiled
+
+
+@silent("slow_setting")
+def test_slow_settings_silent_on_a_clean_environment_and_where_they_do_not_apply():
+    from torchneck.diagnose.rules.config import SlowSettings
+
+    clean = {"torch": "2.13.0", "torch_debug_build": False, "settings_at_end": {"slow_env": {}, "torch_logs": None}}
+    assert SlowSettings().check(facts(env=clean)) == []
+    cpu_only = {"settings_at_end": {"slow_env": {"CUDA_LAUNCH_BLOCKING": "1"}}}  # no GPU: launches cost nothing
+    assert SlowSettings().check(facts(env=cpu_only, analysis=analysis())) == []
+
+
+def test_a_real_run_with_debug_switches_left_on(tmp_path):
+    """CUDA_LAUNCH_BLOCKING means nothing on a CPU run; TORCH_LOGS is flagged; the environment
+    summary heads the report."""
+    from conftest import SCRIPTS, read_report, torchneck
+
+    r = torchneck("run", "--out", str(tmp_path / "run"), str(SCRIPTS / "tiny_ops_steps.py"),
+                  env={"TORCH_LOGS": "recompiles", "CUDA_LAUNCH_BLOCKING": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = read_report(tmp_path / "run")
+    settings = [f for f in report["findings"] if f["kind"] == "slow_setting"]
+    assert [f["evidence"]["setting"] for f in settings] == ["TORCH_LOGS"]
+    assert "Environment:" in r.stdout and "torch " in r.stdout.split("Environment:")[1].splitlines()[0]

@@ -1,0 +1,86 @@
+"""Rules on host ops: one dominant op, tiny ops, float64 data, a conv bias BatchNorm cancels."""
+
+from conftest import SCRIPTS, read_report, torchneck
+from rule_cases import analysis, facts, fires, silent
+
+from torchneck.diagnose.rules.ops import ConvBiasBeforeBatchNorm, DispatchOverhead, DtypeFloat64, OpHotspot
+from torchneck.model.analysis import CodeSite, ConvBiasBn, Dispatch, Float64Ops, OpRow
+
+
+def _op(name, self_us, count=10, shapes=None):
+    return OpRow(name=name, count=count, self_us=self_us, total_us=self_us, mean_us=self_us / count, shapes=shapes)
+
+
+@fires("op_hotspot")
+def test_op_hotspot_avoidable_data_movement_is_a_finding_the_model_s_compute_is_context():
+    [copy] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::copy_", 80_000.0)])))
+    assert copy.severity == "medium" and copy.evidence["avoidable"] is True  # at most medium: an upper bound
+    assert copy.confidence == "upper_bound" and "copies and conversions" in copy.fix
+    [conv] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::mkldnn_convolution", 80_000.0)])))
+    assert conv.severity == "info" and "the model's compute" in conv.title  # where time goes, not a problem
+
+
+@silent("op_hotspot")
+def test_op_hotspot_silent_when_no_op_dominates():
+    assert OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::addmm", 15_000.0)]))) == []  # 15 % < 20 %
+
+
+@fires("dispatch_overhead")
+def test_dispatch_overhead_counts_what_fusing_would_save():
+    d = Dispatch(top_level_ops=5000, ops_per_step=1000.0, tiny_ops=4500, tiny_us=40_000.0, tiny_share=0.4,
+                 median_op_us=8.0, tiny_run_us=60_000.0, tiny_run_ops=4500, tiny_run_share=0.6)
+    by_line = [{"op": "aten::add", "file": "/x/loop.py", "line": 9, "function": "f", "self_us": 30_000.0}]
+    [f] = DispatchOverhead().check(facts(analysis=analysis(dispatch=d, by_name=[_op("aten::add", 30_000.0)]),
+                                         ops_by_line=by_line))
+    assert abs(f.time_lost_s - 0.042) < 1e-12 and f.where[0].line == 9  # 70 % of the tiny-op runs' 60 ms
+    assert "900 tiny ops per step" in f.title and "torch.compile" in f.fix
+
+
+@silent("dispatch_overhead")
+def test_dispatch_overhead_silent_with_few_or_large_ops():
+    few = Dispatch(top_level_ops=500, ops_per_step=100.0, tiny_run_share=0.9, tiny_run_us=90_000.0, tiny_run_ops=500)
+    assert DispatchOverhead().check(facts(analysis=analysis(dispatch=few))) == []
+    large = Dispatch(top_level_ops=5000, ops_per_step=1000.0, tiny_run_share=0.2, tiny_run_us=20_000.0,
+                     tiny_run_ops=4000)
+    assert DispatchOverhead().check(facts(analysis=analysis(dispatch=large))) == []
+
+
+@fires("dtype_float64")
+def test_float64_points_at_the_lines_that_ran_those_ops():
+    f64 = Float64Ops(recorded=True, self_us=30_000.0, count=20, ops=[_op("aten::mul", 30_000.0, shapes="[[64, 64]]")],
+                     where=[CodeSite(file="/x/mask.py", line=14, function="make", time_us=30_000.0, count=20)])
+    [f] = DtypeFloat64().check(facts(analysis=analysis(float64=f64)))
+    assert f.time_lost_s == 0.015 and f.where[0].line == 14 and "float32" in f.fix  # half of 30 ms
+
+
+@silent("dtype_float64")
+def test_float64_silent_when_not_recorded_or_small():
+    assert DtypeFloat64().check(facts(analysis=analysis(float64=Float64Ops(recorded=False)))) == []
+    small = Float64Ops(recorded=True, self_us=4_000.0, count=2, ops=[_op("aten::mul", 4_000.0)])  # 4 % < 5 %
+    assert DtypeFloat64().check(facts(analysis=analysis(float64=small))) == []
+
+
+def test_float64_means_float64_tensors_not_python_scalars():
+    from torchneck.analysis.ops import _double_tensor_input
+
+    assert _double_tensor_input('["float", "double"]', "[[16], []]") is False  # x * 0.5: a wrapped scalar
+    assert _double_tensor_input('["double", "", "", ""]', "[[], [], [], []]") is False  # aten::to of it
+    assert _double_tensor_input('["double", "double"]', "[[256, 256, 32], []]") is True  # a float64 mask
+    assert _double_tensor_input('["double"]', "") is True  # no shapes recorded: cannot tell, keep it
+
+
+@fires("conv_bias_bn")
+def test_conv_with_bias_straight_into_batch_norm_from_a_real_run(tmp_path):
+    """conv_bn.py has one conv whose bias BatchNorm cancels, one without a bias, one into ReLU."""
+    r = torchneck("run", "--out", str(tmp_path / "run"), str(SCRIPTS / "conv_bn.py"))
+    assert r.returncode == 0, r.stderr
+    report = read_report(tmp_path / "run")
+    steps = report["ranks"][0]["steps"]["count"]
+    assert report["ranks"][0]["ops"]["conv_bias_bn"]["pairs"] == steps  # only the first conv, once a step
+    (f,) = [f for f in report["findings"] if f["kind"] == "conv_bias_bn"]
+    assert f["severity"] == "low" and "bias=False" in f["fix"]
+
+
+@silent("conv_bias_bn")
+def test_conv_bias_silent_without_pairs():
+    assert ConvBiasBeforeBatchNorm().check(facts(analysis=analysis(conv_bias_bn=ConvBiasBn(recorded=True)))) == []

@@ -1,0 +1,97 @@
+"""Rules on how the loop is driven: data loading, the optimizer, zeroing gradients, inference."""
+
+from rule_cases import analysis, facts, fires, silent
+
+from torchneck.diagnose.rules.training import AutogradInInference, InputPipeline, SingleTensorOptimizer, ZeroGradKernels
+from torchneck.model.analysis import Annotation, OpRow
+
+
+def _op(name, self_us, count=10):
+    return OpRow(name=name, count=count, self_us=self_us, total_us=self_us, mean_us=self_us / count)
+
+
+@fires("zero_grad")
+def test_zero_grad_needs_the_optimizer_span():
+    fills = [_op("aten::zero_", 6_000.0, count=50)]
+    spans = [Annotation(name="Optimizer.zero_grad#SGD.zero_grad", count=5, total_us=7_000.0)]
+    f_ = facts(analysis=analysis(by_name=fills, annotations=spans),
+               call_sites=[{"what": "optimizer", "file": "/x/train.py", "line": 12, "function": "main"}])
+    [f] = ZeroGradKernels().check(f_)
+    assert f.kind == "zero_grad" and f.time_lost_s == 0.006 and f.where[0].line == 12
+    assert "set_to_none=True" in f.fix
+
+
+@silent("zero_grad")
+def test_zero_grad_silent_when_the_fills_are_elsewhere():
+    assert ZeroGradKernels().check(facts(analysis=analysis(by_name=[_op("aten::zero_", 6_000.0)]))) == []
+
+
+def _inference(by_name=("aten::addmm",)):
+    return analysis(by_name=[_op(n, 1000.0) for n in by_name])
+
+
+CLOCK = {"kind": "module", "top_module_calls": 200, "top_module_outputs_with_grad": 200}
+
+
+@fires("autograd_in_inference")
+def test_autograd_in_inference_names_the_model_call_even_without_samples_in_the_window():
+    """On a fast machine (the H100 box) the whole window can pass between two sampler ticks: the
+    line comes from the exact line spans then."""
+    by_line = [{"op": "aten::addmm", "file": "/x/infer.py", "line": 8, "function": "<module>", "self_us": 900.0},
+               {"op": "aten::randn", "file": "/x/infer.py", "line": 8, "function": "<module>", "self_us": 50.0},
+               {"op": "aten::gelu", "file": "/x/other.py", "line": 3, "function": "f", "self_us": 100.0}]
+    sampled = facts(analysis=_inference(), clock=CLOCK, ops_by_line=by_line,
+                    python={"window": {"lines": [{"file": "/x/infer.py", "line": 9, "function": "<module>"}]}})
+    unsampled = facts(analysis=_inference(), clock=CLOCK, ops_by_line=by_line, python={"window": {"lines": []}})
+    assert AutogradInInference().check(sampled)[0].where[0].line == 9  # the sampler's line when it has one
+    (f,) = AutogradInInference().check(unsampled)
+    assert (f.where[0].file, f.where[0].line) == ("/x/infer.py", 8) and "inference_mode" in f.fix
+
+
+@silent("autograd_in_inference")
+def test_autograd_in_inference_silent_when_a_backward_ran_or_outputs_have_no_grad():
+    training = _inference(by_name=("aten::addmm", "autograd::engine::evaluate_function: AddmmBackward0"))
+    assert AutogradInInference().check(facts(analysis=training, clock=CLOCK)) == []
+    no_grad = dict(CLOCK, top_module_outputs_with_grad=0)
+    assert AutogradInInference().check(facts(analysis=_inference(), clock=no_grad)) == []
+
+
+@fires("input_pipeline")
+def test_input_pipeline_is_the_time_waiting_in_the_loader():
+    a = analysis(annotations=[Annotation(name="enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                                         count=5, total_us=30_000.0)])
+    a.steps.breakdown_total_us = {"dataloader": 30_000.0, "cpu_exec": 70_000.0}
+    loading = {"lines": [{"file": "/x/data.py", "line": 22, "function": "__getitem__", "total_s": 0.03}]}
+    [f] = InputPipeline().check(facts(analysis=a, python={"window": {"lines": []}, "loading": loading}))
+    assert f.time_lost_s == 0.03 and round(f.time_lost_pct) == 30 and f.where[0].line == 22
+    assert "num_workers" in f.fix and f.ops[0].startswith("enumerate(DataLoader)")
+
+
+@silent("input_pipeline")
+def test_input_pipeline_silent_when_the_loader_keeps_up():
+    a = analysis()
+    a.steps.breakdown_total_us = {"dataloader": 5_000.0, "cpu_exec": 95_000.0}  # 5 % < 10 %
+    assert InputPipeline().check(facts(analysis=a)) == []
+
+
+def _optimizer_steps(total_us):
+    return [Annotation(name="Optimizer.step#Adam.step", count=5, total_us=total_us)]
+
+
+@fires("optimizer")
+def test_single_tensor_optimizer_with_many_parameters():
+    sites = [{"what": "optimizer", "optimizer": "Adam", "params": 300, "foreach": None, "fused": None,
+              "file": "/x/train.py", "line": 30, "function": "main"}]
+    [f] = SingleTensorOptimizer().check(facts(analysis=analysis(annotations=_optimizer_steps(40_000.0)),
+                                              call_sites=sites))
+    assert abs(f.time_lost_s - 0.018) < 1e-12 and f.where[0].line == 30 and "foreach=True" in f.fix
+    assert "Adam steps take 40%" in f.title
+
+
+@silent("optimizer")
+def test_optimizer_silent_when_multi_tensor_or_few_parameters():
+    foreach = analysis(annotations=_optimizer_steps(40_000.0), by_name=[_op("aten::_foreach_add_", 1000.0)])
+    assert SingleTensorOptimizer().check(facts(analysis=foreach)) == []
+    few = [{"what": "optimizer", "optimizer": "Adam", "params": 4, "file": "/x/t.py", "line": 3, "function": "m"}]
+    assert SingleTensorOptimizer().check(facts(analysis=analysis(annotations=_optimizer_steps(40_000.0)),
+                                               call_sites=few)) == []
