@@ -97,7 +97,7 @@ def _summarise_local(item: RankItem, options: TaskOptions, local, times: TaskTim
         return Skipped(path=item.path, rank=rank)
     t = time.perf_counter()
     try:
-        analysis, nesting = analyze_with_nesting(trace, tables=options.tables)
+        analysis, nesting = analyze_with_nesting(trace, tables=options.tables, lean=not item.full)
         if str(local) != item.path:  # a remote file's local copy: the report names the URL
             tr = analysis.trace
             tr.path, tr.warnings = item.path, [w.replace(str(local), item.path) for w in tr.warnings]
