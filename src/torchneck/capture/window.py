@@ -376,7 +376,7 @@ class ProfiledWindow:
         self._seen_samples = total
         busy_of = sampler.stack_busy
         busy = any(busy_of[sample[0]] for sample in recent if sample[0] < len(busy_of))
-        steady = self._steady.update(now, len(recent), sampler.fresh, busy)
+        steady = self._steady.update(now, len(recent), sampler.fresh, busy, {sample[0] for sample in recent})
         cap = self.capture
         since = self._steady.steady_since_ns
         if steady and since is not None and (cap.steady_from_ns is None or since < cap.steady_from_ns):
