@@ -14,6 +14,7 @@ without the Python frames of `with_stack` traces), `ops` (CPU ops run under it a
 `top_ops` (by self time, the ops whose innermost label it is) and `where` (the user's lines
 whose torch calls ran under it, by the ops' self time).
 
+`inside` names the label around it (its first instance's).
 What the time outside ops is: `other_threads_us`, the part of it during which torch ops ran on
 another thread of the process (autograd's device threads run a backward pass while the thread
 that called it waits under its label); `runs_backward`, a backward pass runs while it is open, on its
@@ -27,8 +28,9 @@ Which annotations are labels: user annotations other than torch's and torchneck'
 torchneck's per-line spans), which are reported by their own analyses.
 
 For the diagnosis rules: `innermost_labels` names the label around any rows of the table;
-`label_for_ops` finds, in a report's label table, the label a finding's ops ran under, and
-`label_phrase` says it in a sentence.
+`label_for_ops` finds, in a report's label table, the label a finding's ops ran under,
+`label_of` the label a finding lies in (by its ops or its lines), and `label_phrase` says it
+in a sentence.
 """
 
 from __future__ import annotations
@@ -399,6 +401,7 @@ def _by_name(trace: Trace, nesting: Nesting, labels: np.ndarray, outer: np.ndarr
             "top_ops": top_ops,
             "where": where,
             "opened_at": opened_at,
+            "inside": _inside(t, labels, outer, top_idx),
             "other_threads_us": min(float(elsewhere[top_idx].sum()), outside),
             "runs_backward": bool(in_backward[idx_arr].any()),
             "calls": _calls(trace, labels[top_idx[:CALLS_MAX_INSTANCES]], busy)
@@ -406,6 +409,12 @@ def _by_name(trace: Trace, nesting: Nesting, labels: np.ndarray, outer: np.ndarr
         })
     out.sort(key=lambda r: (-r["total_us"], r["name"]))
     return out[:top]
+
+
+def _inside(t: EventTable, labels: np.ndarray, outer: np.ndarray, instances: np.ndarray) -> str | None:
+    """The name of the label around the first of these instances, if any."""
+    up = int(outer[instances[0]]) if len(instances) else -1
+    return t.strings[int(t.name[labels[up]])] if up >= 0 else None
 
 
 class _Busy:
@@ -518,6 +527,49 @@ def label_for_ops(labels: list[dict], ops: Iterable[str]) -> dict | None:
         if us > best_us:
             best, best_us = lab, us
     return best
+
+
+OPS_UNDER_LABEL = 0.5
+"""A finding's ops are inside a label when at least half their self time ran under it: a matmul
+run once under a label and a thousand times outside is not that label's."""
+
+
+def label_of(labels: list[dict], ops: Iterable[str], lines: Iterable[tuple[str, int]],
+             op_self_us: dict[str, float]) -> dict | None:
+    """The label (a row of a report's label table) a finding lies in, or None: the one its ops
+    ran under (`label_for_ops`), when that holds `OPS_UNDER_LABEL` of their self time over the
+    window (`op_self_us`, by op name); else the label whose ops were called from one of its lines,
+    when the trace places calls at their line (`torchneck run`; a `with_stack` frame names a
+    whole function, which may run ops under several labels and outside them). Of nested labels,
+    the innermost."""
+    ops = list(ops)
+    if ops:
+        found = label_for_ops(labels, ops)
+        if found is not None:
+            under = sum(o["self_us"] for o in found.get("top_ops") or [] if o["name"] in ops)
+            known = [n for n in ops if n in op_self_us]
+            if known and under >= OPS_UNDER_LABEL * sum(op_self_us[n] for n in known):
+                return found
+    wanted = set(lines)
+    hits = [lab for lab in labels or [] if any((w["file"], w["line"]) in wanted
+                                              for w in lab.get("where") or [] if w.get("source") == "trace")]
+    innermost = [lab for lab in hits if not any(o.get("inside") == lab["name"] for o in hits)]
+    if len(innermost) == 1 and all(_encloses(labels, lab["name"], innermost[0]) for lab in hits):
+        return innermost[0]
+    return None
+
+
+def _encloses(labels: list[dict], outer: str, label: dict) -> bool:
+    """Whether the label named `outer` is `label` or one around it."""
+    by_name = {lab["name"]: lab for lab in labels}
+    seen: set[str] = set()
+    at: dict | None = label
+    while at is not None and at["name"] not in seen:
+        if at["name"] == outer:
+            return True
+        seen.add(at["name"])
+        at = by_name.get(at.get("inside") or "")
+    return False
 
 
 def label_phrase(label: dict) -> str:

@@ -413,6 +413,8 @@ class Label(Record):
     top_ops: list[LabelOp] = []
     where: list[CodeSite] = []
     opened_at: CodeSite | None = None
+    inside: str | None = None
+    """The label around it (around its first instance), if any."""
     other_threads_us: float = 0.0
     """Of `outside_ops_us`, the time torch ops ran on another thread of the process (the label's
     thread likely waits on them: autograd's device threads in a backward pass)."""
