@@ -117,6 +117,7 @@ class ProfiledWindow:
         self._spans = OpenSpans()
         self._rss = MemoryProbe()
         self._rss_base = 0
+        self._bound_base = 0  # what the bound compares to: after a steps window's first step
         self._steady = SteadyState()
         self._sessions = 0  # torchneck recordings started (their spans are told apart by number)
         self._superseded = False  # a slice has been replaced by a step window (only once)
@@ -175,7 +176,7 @@ class ProfiledWindow:
         cap.stopped_by = None
         log.step_marks = []
         self._rss.reset()
-        self._rss_base = self._rss.settled(0.0)
+        self._rss_base = self._bound_base = self._rss.settled(0.0)
         self._mark_step()
         self._lines.marked = False
         self._lines.start()
@@ -193,8 +194,8 @@ class ProfiledWindow:
 
             self.sampler.record_synthetic(TOOL_FRAME)
 
-    def _recorded_bytes(self, settle_s: float = RSS_SETTLE_S) -> int:
-        return max(0, self._rss.settled(settle_s) - self._rss_base)
+    def _recorded_bytes(self, settle_s: float = RSS_SETTLE_S, since: int | None = None) -> int:
+        return max(0, self._rss.settled(settle_s) - (self._rss_base if since is None else since))
 
     def _over_bounds(self, now: int, factor: float = 1.0, settle_s: float = RSS_SETTLE_S) -> str | None:
         """Which bound the recording window has passed, if any (`--all` has none)."""
@@ -203,7 +204,7 @@ class ProfiledWindow:
         elapsed = self._elapsed_s(now)
         if elapsed >= factor * self.options.max_window_s:
             return "time_bound"
-        if self._recorded_bytes(settle_s) >= factor * self.options.max_window_mb * (1 << 20):
+        if self._recorded_bytes(settle_s, self._bound_base) >= factor * self.options.max_window_mb * (1 << 20):
             return "memory_bound"
         return None
 
@@ -288,6 +289,8 @@ class ProfiledWindow:
             elif opts.duration is None and recorded >= opts.steps:
                 self.finish("steps")
             else:
+                if recorded == 1:  # the first step holds the profiler's one-time buffers (~8 MB measured)
+                    self._bound_base = self._rss.settled(0.0)
                 bound = None if recorded < MIN_STEPS else self._over_bounds(now, settle_s=0.0)  # a step
                 if bound:  # boundary: the step's own tensors are freed
                     self.finish(bound)
