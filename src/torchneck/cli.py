@@ -336,7 +336,7 @@ def _report_hard_exit(ns: argparse.Namespace, result) -> None:
     sys.stderr.flush()
 
 
-def _analyse_result(result) -> tuple[dict | None, Path | None, int]:
+def _analyse_result(result) -> tuple[Report | None, Path | None, int]:
     """Analyse a captured run: (report, run dir, exit code); the report is None when the
     analysis failed (the evidence is kept)."""
     err = _stderr_console()

@@ -204,7 +204,7 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None,
     for p in paths:
         files += [str(f) for f in find_trace_files(p)]
     if len(files) == 1:  # in this process, with the progress bar
-        found = [analyse_trace_file(files[0], rank, progress, tables=tables)]
+        found: list[TraceResult | str | None] = [analyse_trace_file(files[0], rank, progress, tables=tables)]
     else:
         found = map_per_rank(analyse_trace_file_or_error, files, [rank] * len(files), [tables] * len(files))
     broken = [r for r in found if isinstance(r, str)]

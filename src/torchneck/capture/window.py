@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -518,7 +519,7 @@ class ProfiledWindow:
         """Count the user's line that called a top-level module (a few µs a call): the line an
         inference fix (`torch.inference_mode()`) goes around, which the trace cannot name."""
         sites = self.log.top_module_sites
-        frame = sys._getframe(2)
+        frame: types.FrameType | None = sys._getframe(2)
         while frame is not None and not is_user_file(frame.f_code.co_filename):
             frame = frame.f_back
         if frame is None:

@@ -77,8 +77,9 @@ class ConsoleRenderer:
                 c.print(f"[dim]{escape(line)}[/]")
         c.print()
         c.print(escape(report.verdict))
-        if (report.capture or {}).get("summary"):  # what was measured, over what span, and why
-            c.print(f"[dim]{escape(report.capture['summary'])}[/]")
+        summary = (report.capture or {}).get("summary")
+        if summary:  # what was measured, over what span, and why
+            c.print(f"[dim]{escape(summary)}[/]")
         self._findings(report.findings)
         comp = report.compile or {}
         if comp.get("present"):
