@@ -48,6 +48,19 @@ def test_autograd_in_inference_names_the_model_call_even_without_samples_in_the_
     assert (f.where[0].file, f.where[0].line) == ("/x/infer.py", 8) and "inference_mode" in f.fix
 
 
+@fires("autograd_in_inference")
+def test_autograd_in_inference_costs_the_model_calls_not_the_hottest_line():
+    """The capture counts the line that called the model: the estimate is a share of the ops
+    run there, not of a heavier line beside it (a big matmul at line 9 is not inference)."""
+    by_line = [{"op": "aten::addmm", "file": "/x/infer.py", "line": 8, "function": "<module>", "self_us": 1_000.0},
+               {"op": "aten::mm", "file": "/x/infer.py", "line": 9, "function": "<module>", "self_us": 90_000.0}]
+    clock = dict(CLOCK, top_module_sites=[{"file": "/x/infer.py", "line": 8, "function": "<module>", "calls": 8}])
+    hot = {"window": {"lines": [{"file": "/x/infer.py", "line": 9, "function": "<module>"}]}}
+    (f,) = AutogradInInference().check(facts(analysis=_inference(), clock=clock, ops_by_line=by_line, python=hot))
+    assert f.where[0].line == 8
+    assert f.time_lost_s == 1_000.0 / 1e6 * AutogradInInference.AUTOGRAD_OVERHEAD
+
+
 @silent("autograd_in_inference")
 def test_autograd_in_inference_silent_when_a_backward_ran_or_outputs_have_no_grad():
     training = _inference(by_name=("aten::addmm", "autograd::engine::evaluate_function: AddmmBackward0"))

@@ -133,28 +133,47 @@ def test_op_line_is_the_helper_line_and_script_signals_work(run_dir):
         ("aten::mm", planted_line(script), "project", "trace")
     assert json.loads((run_dir / "run.json").read_text())["clock"]["lines_marked"] is True
     samples = json.loads((run_dir / "samples.json").read_text())
-    assert samples["format"] == 3 and samples["samples"] and all(len(s) == 3 for s in samples["samples"])
+    assert samples["format"] == 4 and samples["samples"] and all(len(s) == 4 for s in samples["samples"])
 
 
 @pytest.mark.parametrize("mode", ["per-step", "whole-loop"])
-def test_profiler_restart_waits_for_open_spans(run_dir, mode):
-    """The optimizer clock ticks inside `Optimizer.step`'s span and the user's; restarting the
-    profiler there corrupted the heap (segfault in 3 of 6 runs with MALLOC_PERTURB_ before the
-    fix). The window now starts once the spans close, or, for a span around the whole loop,
-    the recording from the start is kept."""
+def test_window_starts_inside_open_spans(run_dir, mode):
+    """The optimizer clock ticks inside `Optimizer.step`'s span and the user's. The window is
+    the run's first profiler session, so starting it there is safe (a span opened with no
+    session records nothing); restarting a session there corrupted the heap (segfault in 3 of 6
+    runs with MALLOC_PERTURB_ before the spans were counted)."""
     script = SCRIPTS / "spans_around_steps.py"
     r = torchneck("run", "--quiet", "--out", str(run_dir), str(script), mode, env={"MALLOC_PERTURB_": "165"})
     assert r.returncode == 0, r.stderr[-2000:]
-    clock = json.loads((run_dir / "run.json").read_text())["clock"]
+    run = json.loads((run_dir / "run.json").read_text())
+    clock, capture = run["clock"], run["capture"]
+    assert clock["whole_run"] is False and clock["window_note"] is None
+    assert clock["window_first_step"] == 3 and clock["lines_marked"] is True
+    assert len(clock["step_marks"]) == 5
+    assert (capture["plan"], capture["stopped_by"], capture["replaced"]) == ("steps", "steps", None)
+    assert read_report(run_dir)["capture"]["plan"] == "steps"
+
+
+@pytest.mark.parametrize("mode", ["per-step", "whole-loop"])
+def test_a_slice_is_replaced_by_steps_only_when_no_span_is_open(run_dir, mode):
+    """A phase without steps gets a time slice; when steps begin, the slice is replaced by a
+    window of steps, once: after the user's span around the step has closed (per-step), never
+    while a span opened under the slice's session is open (whole-loop: the slice is kept)."""
+    script = SCRIPTS / "slice_then_steps.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script), mode, env={"MALLOC_PERTURB_": "165"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    run = json.loads((run_dir / "run.json").read_text())
+    capture = run["capture"]
     if mode == "per-step":
-        assert clock["whole_run"] is False and clock["window_note"] is None
-        assert clock["window_first_step"] == 3 and clock["lines_marked"] is True
-        assert len(clock["step_marks"]) == 5
+        assert capture["plan"] == "steps" and capture["stopped_by"] == "steps"
+        assert capture["replaced"].startswith("a loop window from")
+        assert len(run["clock"]["step_marks"]) == 5
     else:
-        assert clock["whole_run"] is True
-        assert "span stayed open" in clock["window_note"]
+        assert capture["plan"] == "loop" and capture["replaced"] is None
+        assert any("inside a record_function span" in n for n in capture["notes"])
     report = read_report(run_dir)
-    assert report["run"]["phases"]["window_note"] == clock["window_note"]
+    assert report["capture"]["plan"] == capture["plan"]
+    assert report["ranks"][0]["steps"]["count"] == (5 if mode == "per-step" else 1)
 
 
 def test_profiling_slowdown_is_measured_and_said(run_dir):
@@ -199,7 +218,7 @@ def test_a_sigterm_after_the_script_waits_for_its_evidence(tmp_path):
     assert r.returncode == -signal.SIGTERM, r.stderr
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "exception" and run["error"] == "Boom: boom"
-    assert (out / "trace.json.gz").exists() and (out / "samples.json").exists()
+    assert (out / "samples.json").exists() and (out / "compile.json").exists()
 
     out = tmp_path / "while_writing"  # the signal at the start of writing the evidence
     code = ("import os, signal, sys\n"

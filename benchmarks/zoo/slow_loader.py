@@ -1,8 +1,11 @@
 """A Dataset doing heavy per-sample Python work, loaded in the main process (num_workers=0)."""
 import math
+import sys
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+FIXED = "--fixed" in sys.argv
 
 
 class Slow(Dataset):
@@ -10,7 +13,7 @@ class Slow(Dataset):
         return 4096
 
     def __getitem__(self, i):
-        v = [math.sin(i * k) for k in range(3000)]  # PLANTED
+        v = [math.sin(i * k) for k in range(64 if FIXED else 12000)]  # PLANTED
         return torch.tensor(v[:64], dtype=torch.float32), torch.tensor(float(i % 2))
 
 
@@ -22,5 +25,5 @@ for step, (x, y) in enumerate(loader):
     loss.backward()
     opt.step()
     opt.zero_grad()
-    if step == 40:
+    if step == 80:
         break

@@ -1,6 +1,10 @@
 """The PyTorch profiler tutorial's model: mask indices found with a NumPy argwhere round trip."""
+import sys
+
 import numpy as np
 import torch
+
+FIXED = "--fixed" in sys.argv
 
 
 class MyModule(torch.nn.Module):
@@ -11,8 +15,11 @@ class MyModule(torch.nn.Module):
     def forward(self, x, mask):
         out = self.linear(x)
         threshold = out.sum(axis=1).mean()
-        hi_idx = np.argwhere(mask.cpu().numpy() > threshold.item())  # PLANTED
-        hi_idx = torch.from_numpy(hi_idx)
+        if FIXED:
+            hi_idx = torch.nonzero(mask > threshold)
+        else:
+            hi_idx = np.argwhere(mask.cpu().numpy() > threshold.item())  # PLANTED
+            hi_idx = torch.from_numpy(hi_idx)
         return out, hi_idx
 
 

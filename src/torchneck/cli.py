@@ -56,6 +56,16 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-memory", action="store_true", help="do not record memory events (less overhead)")
     p.add_argument("--with-stack", action="store_true",
                    help="record Python stacks in the profiler too (slow; the sampler is used otherwise)")
+    p.add_argument("--max-window-s", type=float, default=None, metavar="S",
+                   help="stop the profiled window after S seconds, whatever started it (default 10)")
+    p.add_argument("--max-window-mb", type=float, default=None, metavar="MB",
+                   help="stop the profiled window once the profiler holds MB of events (default 4; "
+                        "a window of steps keeps at least 2 steps)")
+    p.add_argument("--slice", type=float, default=None, metavar="S",
+                   help="length of the time slice profiled in a program without steps (default 1)")
+    p.add_argument("--nvtx", action="store_true",
+                   help="annotate steps and record_function labels for Nsight Systems (NVTX, CUDA) "
+                        "or VTune (ITT, CPU) captured alongside")
     p.add_argument("--json", metavar="FILE", help="also write the report JSON here ('-' for stdout)")
     p.add_argument("--quiet", action="store_true", help="print no report (files are still written)")
     _add_fail_on(p)
@@ -301,16 +311,42 @@ def _capture_and_analyse(ns: argparse.Namespace) -> tuple[Report | None, Path | 
     for name in ("warmup", "steps"):
         if getattr(ns, name) < 0 or (name == "steps" and ns.steps == 0):
             raise TorchneckError(f"--{name} must be a positive number of steps")
+    bounds = {}
+    for name in ("max_window_s", "max_window_mb", "slice"):
+        value = getattr(ns, name)
+        if value is not None:
+            if value <= 0:
+                raise TorchneckError(f"--{name.replace('_', '-')} must be a positive number")
+            bounds["slice_s" if name == "slice" else name] = value
     options = WindowOptions(warmup=ns.warmup, steps=ns.steps, duration=ns.duration, all=ns.all,
                             record_shapes=not ns.no_shapes, profile_memory=not ns.no_memory,
-                            with_stack=ns.with_stack)
+                            with_stack=ns.with_stack, nvtx=ns.nvtx, **bounds)
     err = _stderr_console()
     if ns.nproc_per_node is not None:
         return _launch_and_analyse(ns, target, options)
     from .capture.session import capture_run
 
     status = (lambda msg: err.print(f"torchneck: {msg}…")) if err.is_terminal and not ns.quiet else None
-    result = capture_run(target, options, ns.out, ns.timeout, status=status)
+    result = capture_run(target, options, ns.out, ns.timeout, status=status,
+                         on_hard_exit=lambda result: _report_hard_exit(ns, result))
+    return _analyse_result(result)
+
+
+def _report_hard_exit(ns: argparse.Namespace, result) -> None:
+    """The script called os._exit: its report, before the process ends (the command's own
+    printing never runs)."""
+    report, run_dir, _ = _analyse_result(result)
+    if report is not None:
+        _emit(report, ns.json, ns.quiet)
+        _stderr_console().print(f"torchneck: run directory {run_dir}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def _analyse_result(result) -> tuple[Report | None, Path | None, int]:
+    """Analyse a captured run: (report, run dir, exit code); the report is None when the
+    analysis failed (the evidence is kept)."""
+    err = _stderr_console()
     outcome = result.outcome
     if outcome.traceback and outcome.status in ("exception", "timeout", "interrupted", "terminated"):
         sys.stderr.write(outcome.traceback)
@@ -481,6 +517,7 @@ def cmd_diff(ns: argparse.Namespace) -> int:
 
 
 _RUN_VALUE_FLAGS = {"--out", "--warmup", "--steps", "--duration", "--timeout", "--json", "--fail-on",
+                    "--max-window-s", "--max-window-mb", "--slice",
                     "--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
                     "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--tolerance", "--check-calls",
                     "--minify-timeout"}

@@ -16,6 +16,7 @@ from .analysis.compile import compile_summary, wall_split
 from .analysis.key_averages import TableOptions
 from .analysis.python_stacks import load_samples
 from .analysis.run import (
+    capture_summary,
     ops_by_user_line,
     profiling_warning,
     python_phases,
@@ -40,7 +41,8 @@ GPU_TAIL_NOTE_SHARE = 0.2
 their CPU span) after them: then the CPU step times understate the steps."""
 
 
-def verdict(analysis: RankAnalysis | None, phases: dict | None, findings: list[Finding]) -> str:
+def verdict(analysis: RankAnalysis | None, phases: dict | None, findings: list[Finding],
+            capture: dict | None = None) -> str:
     """One paragraph: where the steady-state step time goes, and the top finding."""
     parts = []
     if analysis:
@@ -48,8 +50,13 @@ def verdict(analysis: RankAnalysis | None, phases: dict | None, findings: list[F
         total = sum(st.breakdown_total_us.values()) or 1.0  # the steps' own spans
         shares = sorted(((v / total, k) for k, v in st.breakdown_total_us.items()), reverse=True)
         described = ", ".join(f"{k.replace('_', ' ')} {100 * s:.0f}%" for s, k in shares if s >= 0.05)
-        parts.append(f"{st.count} step(s) profiled, median {st.median_us / 1e3:.1f} ms per step; "
-                     f"the time goes to: {described or 'nothing measurable'}.")
+        if capture and capture.get("plan") in ("loop", "slice"):  # no steps: one time slice
+            parts.append(f"No step markers: a {st.window_us / 1e6:.2f} s slice of the "
+                         f"{'loop' if capture['plan'] == 'loop' else 'run'} was profiled; "
+                         f"the time goes to: {described or 'nothing measurable'}.")
+        else:
+            parts.append(f"{st.count} step(s) profiled, median {st.median_us / 1e3:.1f} ms per step; "
+                         f"the time goes to: {described or 'nothing measurable'}.")
         gpu = analysis.gpu
         if gpu.present:
             parts.append(", ".join(f"GPU {d.device} busy {d.busy_pct:.0f}%" for d in gpu.devices) + ".")
@@ -61,7 +68,7 @@ def verdict(analysis: RankAnalysis | None, phases: dict | None, findings: list[F
         else:
             parts.append("No GPU activity in the trace (CPU run).")
     if phases:
-        parts.append(f"Start-up before the first step took {phases['phases']['startup_s']:.1f} s.")
+        parts.append(f"Start-up before the steady state took {phases['phases']['startup_s']:.1f} s.")
     top = [f for f in findings if f.severity != "info"]
     if top:
         parts.append(f"Biggest problem: {top[0].title}.")
@@ -72,19 +79,22 @@ def verdict(analysis: RankAnalysis | None, phases: dict | None, findings: list[F
 
 def report_from_run_dir(run_dir: Path, tables: TableOptions | None = None) -> Report:
     """Analyse a run directory written by `torchneck run` (`tables`: the key_averages table's options)."""
+    from .capture.recover import load_run_evidence
+
     run_dir = Path(run_dir)
-    run = _read_json(run_dir / "run.json")
+    run, samples_data, warnings = load_run_evidence(run_dir)  # whatever the run left: see capture/recover.py
     env = _read_json(run_dir / "env.json", required=False) or {}
     env["settings_at_end"] = run.get("settings_at_end")
-    samples = load_samples(_read_json(run_dir / "samples.json", required=False) or {})
+    samples = load_samples(samples_data or {})
     phases = run_phases(run)
     analysis = None
     op_s = None
     ops_lines: list[dict] = []
     trace_path = run_dir / "trace.json.gz"
-    warnings = []
+    events = None
     if trace_path.exists():
         trace = load_trace(trace_path)
+        events = trace.meta.event_count
         analysis, nesting = analyze_with_nesting(trace, tables=tables)  # the nesting is used three times
         offset_us = trace_clock_offset_us(trace, run)  # sample clock -> trace clock, once
         ops_lines = ops_by_user_line(trace, samples, offset_us, nesting)
@@ -92,7 +102,8 @@ def report_from_run_dir(run_dir: Path, tables: TableOptions | None = None) -> Re
         views = trace_views(trace, nesting)
     else:
         views = {}
-        warnings.append("no trace was recorded" + (f": {run['trace_error']}" if run.get("trace_error") else ""))
+        if not any(w.startswith("no trace") for w in warnings):
+            warnings.append("no trace was recorded" + (f": {run['trace_error']}" if run.get("trace_error") else ""))
     python = python_phases(samples, phases, op_s)
     profiling_note = profiling_warning(phases)
     if profiling_note:
@@ -114,16 +125,17 @@ def report_from_run_dir(run_dir: Path, tables: TableOptions | None = None) -> Re
                   compile=compiled, run_wall_s=run.get("wall_s") or 0.0,
                   call_sites=run.get("call_sites") or [], clock=run.get("clock") or {})
     findings = diagnose(facts)
+    capture = capture_summary(run, phases, events)
     target = run.get("target") or {}
     section = RunSection(
         target=Target(script=target.get("script"), module=target.get("module"), args=list(target.get("args") or []),
                       cwd=target.get("cwd")),
-        exit_code=run["exit_code"], status=run["status"], wall_s=run.get("wall_s") or 0.0, error=run.get("error"),
-        traceback=run.get("traceback"), cpu_s=run.get("cpu_s"), call_sites=run.get("call_sites"), phases=phases,
-        run_dir=str(run_dir))
-    return Report(kind="run", verdict=verdict(analysis, phases, findings), findings=findings, run=section, env=env,
-                  python=python, ops_by_line=op_lines(ops_lines), compile=compiled,
-                  ranks=[analysis] if analysis else [], warnings=warnings, views=views)
+        exit_code=-1 if run.get("exit_code") is None else run["exit_code"], status=run["status"],
+        wall_s=run.get("wall_s") or 0.0, error=run.get("error"), traceback=run.get("traceback"), cpu_s=run.get("cpu_s"),
+        call_sites=run.get("call_sites"), phases=phases, run_dir=str(run_dir))
+    return Report(kind="run", verdict=verdict(analysis, phases, findings, capture), findings=findings, run=section,
+                  env=env, python=python, ops_by_line=op_lines(ops_lines), compile=compiled,
+                  ranks=[analysis] if analysis else [], warnings=warnings, views=views, capture=capture)
 
 
 def op_lines(entries: list[dict]) -> list[OpLine]:

@@ -101,3 +101,10 @@ def parse_site(name: str) -> tuple[str, int, str] | None:
     if len(parts) != 3 or not parts[1].isdigit():
         return None
     return parts[0], int(parts[1]), parts[2]
+
+
+TOOL_FRAME = "torchneck: starting or writing the profile"
+"""Function name of the sampler's synthetic frame that torchneck's own work inside a sampler check
+(starting the profiler, writing its trace) is charged to, instead of the user's interrupted line."""
+UNSAMPLED_FRAME = "not sampled: the script's own profiler recorded Python calls"
+"""Function name of the sampler's synthetic frame standing for an interval it was paused."""

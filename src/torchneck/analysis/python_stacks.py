@@ -17,6 +17,8 @@ import numpy as np
 
 from ..sites import (
     MARKER_CALL_FUNCTION,
+    TOOL_FRAME,
+    UNSAMPLED_FRAME,
     is_hook_file,
     is_marker_file,
     is_torchneck_file,
@@ -41,13 +43,17 @@ class Samples:
     start_monotonic_ns: int | None
     stacks: list[list[int]]
     cpu_s: np.ndarray | None = None  # on-CPU seconds of each sample's interval (NaN: unknown)
+    runq_s: np.ndarray | None = None  # seconds ready to run, another process on the CPU (NaN: unknown)
+    unsampled: np.ndarray | None = None  # an interval the sampler was paused (the script's own profiler)
 
     def waiting_s(self) -> np.ndarray:
         """Per sample, the part of its interval the thread was off the CPU (blocked: sleep, I/O,
         a lock, a queue); 0 where the CPU time is unknown."""
         if self.cpu_s is None or not len(self.cpu_s):
             return np.zeros(len(self.dur_s))
-        return np.where(np.isnan(self.cpu_s), 0.0, np.clip(self.dur_s - np.nan_to_num(self.cpu_s), 0.0, None))
+        runq = np.nan_to_num(self.runq_s) if self.runq_s is not None else 0.0
+        off_cpu = np.clip(self.dur_s - np.nan_to_num(self.cpu_s) - runq, 0.0, None)
+        return np.where(np.isnan(self.cpu_s), 0.0, off_cpu)
 
 
 def load_samples(data: dict) -> Samples:
@@ -65,10 +71,12 @@ def load_samples(data: dict) -> Samples:
     dur = np.array([s[1] for s in raw], dtype=np.float64)
     # format 3: the thread's CPU seconds over each sample's interval (NaN when unknown)
     cpu = np.array([s[2] if len(s) > 2 and s[2] >= 0 else np.nan for s in raw], dtype=np.float64)
-    user_frame, leaf, leaf_user, tool, importing, compiling, loading = (
+    # format 4: seconds the thread was ready to run while another process had the CPU
+    runq = np.array([s[3] if len(s) > 3 and s[3] >= 0 else np.nan for s in raw], dtype=np.float64)
+    user_frame, leaf, leaf_user, tool, importing, compiling, loading, unsampled = (
         col[stack_of] if len(stack_of) else col[:0] for col in per_stack)
     return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool, importing, compiling, loading,
-                   data.get("start_monotonic_ns"), [table[k] for k in stack_of.tolist()], cpu)
+                   data.get("start_monotonic_ns"), [table[k] for k in stack_of.tolist()], cpu, runq, unsampled)
 
 
 def _frame_mask(frames: list[list], predicate) -> np.ndarray:
@@ -77,7 +85,8 @@ def _frame_mask(frames: list[list], predicate) -> np.ndarray:
 
 def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.ndarray, ...]:
     """Per stack: deepest user frame, leaf frame, leaf is user code, torchneck overhead below the
-    user frame, importing, compiling, inside DataLoader iteration."""
+    user frame (or a sample of torchneck's own work), importing, compiling, inside DataLoader
+    iteration, an interval the sampler did not sample."""
     user = _frame_mask(frames, lambda f: is_user_file(f[1]))
     ours = _frame_mask(frames, lambda f: is_hook_file(f[1]))
     # The line marker's frames: the user's call below `call_marked`, torchneck's overhead otherwise.
@@ -89,9 +98,13 @@ def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.nd
     n = len(stacks)
     user_frame = np.full(n, -1, dtype=np.int64)
     leaf = np.full(n, -1, dtype=np.int64)
-    leaf_user, tool, importing, compiling, loading = (np.zeros(n, dtype=bool) for _ in range(5))
+    leaf_user, tool, importing, compiling, loading, unsampled = (np.zeros(n, dtype=bool) for _ in range(6))
     for i, st in enumerate(stacks):
         if not st:
+            continue
+        if len(st) == 1 and frames[st[0]][0] in (TOOL_FRAME, UNSAMPLED_FRAME):  # synthetic samples
+            tool[i] = frames[st[0]][0] == TOOL_FRAME
+            unsampled[i] = not tool[i]
             continue
         ids = np.asarray(st, dtype=np.int64)
         loading[i] = in_data[ids].any()
@@ -105,7 +118,7 @@ def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.nd
             user_frame[i] = st[depth]
             below = ids[depth + 1:]
             tool[i] = ours[below].any() or (marker[below].any() and not user_call[below].any())
-    return user_frame, leaf, leaf_user, tool, importing, compiling, loading
+    return user_frame, leaf, leaf_user, tool, importing, compiling, loading, unsampled
 
 
 _CONVERT_FRAME = "torch/_dynamo/convert_frame.py"
@@ -124,33 +137,50 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
     the thread's CPU time, `waiting_s` (the part of that spent off the CPU: sleeping, blocked on
     I/O, a lock or a queue). Also per function, and the share of samples in user code vs library
     code.
+
+    Time the thread was ready to run while other processes had the CPU (`ready_s`, known on
+    Linux) is left out of every figure but `ready_s` itself: it is the machine's load, not the
+    code's cost, and it lands on whichever line happened to run (on a loaded machine, a line
+    running one cheap call collected a third of a run's samples). Time inside ops is scaled
+    down alike: a trace's op spans are wall-clock spans too.
     """
     mid = s.end_s - s.dur_s / 2
     in_range = (mid >= lo_s) & (mid < hi_s)
     # torchneck's own hooks are not the user's time; imports and compiling are one-time costs
     # that the compile and start-up findings report: neither is the line's steady work.
     win = in_range & ~s.tool & ~s.importing & ~s.compiling
+    if s.unsampled is not None:
+        win &= ~s.unsampled
     if only is not None:
         win &= only
-    total = float(s.dur_s[win].sum())
+    ready = (np.clip(np.nan_to_num(s.runq_s), 0.0, s.dur_s) if s.runq_s is not None and len(s.runq_s) == len(s.dur_s)
+             else np.zeros(len(s.dur_s)))
+    dur = s.dur_s - ready  # the script's own time: running, or blocked
+    total = float(dur[win].sum())
     known = op_s is not None
-    outside = np.maximum(s.dur_s - op_s, 0.0) if known else s.dur_s
+    if op_s is not None:
+        share = np.divide(dur, s.dur_s, out=np.zeros(len(dur)), where=s.dur_s > 0)
+        outside = np.maximum(dur - op_s * share, 0.0)
+    else:
+        outside = dur
     own_s = np.where(s.leaf_is_user, outside, 0.0)
     waiting = np.minimum(s.waiting_s(), outside)  # a wait is never inside an op's own CPU time
     lines: dict[int, list[float]] = {}
-    for fid, d, own, out, wait in zip(s.user_frame[win].tolist(), s.dur_s[win].tolist(), own_s[win].tolist(),
-                                      outside[win].tolist(), waiting[win].tolist()):
+    for fid, d, own, out, wait, rq in zip(s.user_frame[win].tolist(), dur[win].tolist(), own_s[win].tolist(),
+                                          outside[win].tolist(), waiting[win].tolist(), ready[win].tolist()):
         if fid < 0:
             continue
-        acc = lines.setdefault(fid, [0.0, 0.0, 0.0, 0.0])
+        acc = lines.setdefault(fid, [0.0, 0.0, 0.0, 0.0, 0.0])
         acc[0] += d
         acc[1] += own
         acc[2] += out
         acc[3] += wait
+        acc[4] += rq
     funcs: dict[tuple[str, str], list] = {}
-    out_lines = []
+    out_lines: list[dict] = []
     cpu_known = s.cpu_s is not None and bool(np.isfinite(s.cpu_s).any())
-    for fid, (tot, own, out, wait) in sorted(lines.items(), key=lambda kv: -kv[1][0]):
+    runq_known = s.runq_s is not None and bool(np.isfinite(s.runq_s).any())
+    for fid, (tot, own, out, wait, rq) in sorted(lines.items(), key=lambda kv: -kv[1][0]):
         fn, file, line = s.frames[fid]
         f = funcs.setdefault((file, fn), [0.0, 0.0, line])
         f[0] += tot
@@ -164,17 +194,21 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
                 entry["outside_ops_s"] = out
             if cpu_known:
                 entry["waiting_s"] = wait  # off the CPU: blocked, not computing
+            if runq_known:
+                entry["ready_s"] = rq  # ready to run while another process had the CPU (a busy machine)
             out_lines.append(entry)
     out_funcs = [{"file": file, "function": fn, "line": ln, "total_s": tot, "self_s": own}
                  for (file, fn), (tot, own, ln) in sorted(funcs.items(), key=lambda kv: -kv[1][0])[:top]]
-    user_total = float(s.dur_s[win & (s.user_frame >= 0)].sum())
+    user_total = float(dur[win & (s.user_frame >= 0)].sum())
     return {
         "sampled_s": total,
         "torchneck_hooks_s": float(s.dur_s[in_range & s.tool].sum()),
         "importing_s": float(s.dur_s[in_range & s.importing].sum()),
         "compiling_s": float(s.dur_s[in_range & s.compiling & ~s.importing].sum()),
+        "unsampled_s": float(s.dur_s[in_range & s.unsampled].sum()) if s.unsampled is not None else 0.0,
         "user_code_self_s": float(own_s[win].sum()),
-        "in_torch_ops_s": float((s.dur_s - outside)[win].sum()) if known else None,
+        "in_torch_ops_s": float((dur - outside)[win].sum()) if known else None,
+        "ready_s": float(ready[win].sum()),
         "attributed_to_user_lines_s": user_total,
         "lines": out_lines,
         "functions": out_funcs,
@@ -206,7 +240,7 @@ def _is_torch_file(path: str) -> bool:
     if _TORCH_PACKAGE.search(path.replace(os.sep, "/")):
         return True
     local = _local_torch_dir()
-    return bool(local) and os.path.realpath(path).startswith(local)
+    return local is not None and os.path.realpath(path).startswith(local)
 
 
 def _library_callee(s: Samples, user_fid: int, win: np.ndarray) -> tuple[str, str]:
@@ -230,7 +264,7 @@ def _library_callee(s: Samples, user_fid: int, win: np.ndarray) -> tuple[str, st
             files[name] = file
     if not counts:
         return "", ""
-    best = max(counts, key=counts.get)
+    best = max(counts, key=lambda name: counts[name])
     return best, files[best]
 
 

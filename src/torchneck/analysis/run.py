@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ..trace.table import Cat, Trace
@@ -14,29 +16,34 @@ from .trace_stacks import describe_site, has_call_stacks, trace_site_keys
 
 
 def run_phases(run: dict) -> dict:
-    """Split the run's wall time at the step clock's ticks.
+    """Split the run's wall time at the step clock's ticks (or, without steps, where the capture
+    plan saw the steady state begin).
 
-    startup: script start to the first step boundary (imports, data and model set-up, the first
-    step with its lazy initialisation and compilation); warmup: up to the profiled window;
-    window: the profiled steps; rest: after. `step_s` lists every step's duration, whole run.
+    startup: script start to the steady state: the first step boundary (imports, data and model
+    set-up, the first step with its lazy initialisation and compilation), or earlier, where the
+    sampled stacks began to repeat (a loop before the steps: tokenizing a corpus, scoring
+    predictions); warmup: up to the profiled window; window: the profiled span (torchneck's
+    window, or the script's own profiler session whose trace is used); rest: after.
+    `step_s` lists every step's duration, whole run.
     """
     start = run["started_monotonic_ns"]
     end = run["ended_monotonic_ns"]
     clock = run["clock"]
+    capture = run.get("capture") or {}
     ticks = clock.get("ticks") or []
     step_s = list(np.diff(ticks) / 1e9) if len(ticks) > 1 else []
-    first = ticks[0] if ticks else end
-    w0 = clock.get("window_start_ns") or start
-    w1 = clock.get("window_end_ns") or end
-    if clock.get("whole_run"):
-        w0, w1 = start, end
+    w0, w1 = profiled_span(run)
+    steady = min([t for t in (capture.get("steady_from_ns"), ticks[0] if ticks else None) if t] or [end])
+    first = ticks[0] if ticks else steady
+    if w0 is None or w1 is None:  # nothing profiled: no window
+        w0 = w1 = end
     phases = {
-        "startup_s": (first - start) / 1e9,
-        "warmup_s": max(0.0, (w0 - first) / 1e9) if ticks and not clock.get("whole_run") else 0.0,
-        "window_s": (w1 - w0) / 1e9,
+        "startup_s": max(0.0, (steady - start) / 1e9),
+        "warmup_s": max(0.0, (w0 - steady) / 1e9) if not clock.get("whole_run") else 0.0,
+        "window_s": max(0.0, (w1 - w0) / 1e9),
         "rest_s": max(0.0, (end - w1) / 1e9),
     }
-    steady = step_s[clock.get("window_first_step") or 0:] if step_s else []
+    steady_steps = step_s[clock.get("window_first_step") or 0:] if step_s else []
     inside, after = _steps_inside_and_after(ticks, w0, w1) if not clock.get("whole_run") else ([], [])
     profiled = float(np.median(inside)) if inside else None
     unprofiled = float(np.median(after)) if len(after) >= 2 else None
@@ -44,16 +51,37 @@ def run_phases(run: dict) -> dict:
         "clock": clock.get("kind"),
         "steps_seen": max(len(ticks) - 1, 0) if ticks else 0,
         "step_s": step_s,
-        "steady_step_s": float(np.median(steady)) if steady else None,
+        "steady_step_s": float(np.median(steady_steps)) if steady_steps else None,
         "first_step_s": step_s[0] if step_s else None,
         "phases": phases,
         "window_offsets_s": ((w0 - start) / 1e9, (w1 - start) / 1e9),
         "first_tick_offset_s": (first - start) / 1e9,
+        "steady_from_offset_s": (steady - start) / 1e9,
         "window_note": clock.get("window_note"),
         "profiled_step_s": profiled,
         "unprofiled_step_s": unprofiled,
         "profiling_slowdown": profiled / unprofiled if profiled and unprofiled else None,
     }
+
+
+def profiled_span(run: dict) -> tuple[int | None, int | None]:
+    """Monotonic ns of the span the trace covers: torchneck's window, the whole run (`--all`), or
+    the script's own profiler session whose trace was taken; (None, None) when nothing was."""
+    clock = run["clock"]
+    capture = run.get("capture") or {}
+    start, end = run["started_monotonic_ns"], run["ended_monotonic_ns"]
+    if clock.get("whole_run"):
+        return start, end
+    if capture.get("trace_source") in ("script_export", "script_events"):
+        sessions = [u for u in capture.get("user_profilers") or [] if u.get("started_ns")]
+        if capture.get("trace_from"):
+            sessions = [u for u in sessions if capture["trace_from"] in (u.get("exports") or [])] or sessions
+        if sessions:
+            return sessions[-1]["started_ns"], sessions[-1].get("stopped_ns") or end
+    w0 = clock.get("window_start_ns")
+    if w0 is None:
+        return (start, end) if "capture" not in run else (None, None)  # before the capture plan: from the start
+    return w0, clock.get("window_end_ns") or end
 
 
 PROFILING_SLOWDOWN_WARN = 1.5
@@ -86,13 +114,22 @@ def profiling_warning(phases: dict) -> str | None:
 
 def trace_clock_offset_us(trace: Trace, run: dict) -> float | None:
     """µs to add to a monotonic time (in µs) to get the trace's `ts`, from the ProfilerStep marks
-    recorded at the moment each `ProfilerStep#N` began (median over steps: robust to jitter)."""
+    recorded at the moment each `ProfilerStep#N` began (median over steps: robust to jitter).
+    A trace without torchneck's marks (the script's own profiler's) is placed by wall-clock
+    time: Kineto's `ts` are µs since the trace's `baseTimeNanoseconds` (Unix time), and run.json
+    holds the Unix and monotonic clocks read together at the start."""
     marks = dict(run["clock"].get("step_marks") or [])
     diffs = []
     for step in find_steps(trace.events):
         if step.source == "ProfilerStep" and step.index in marks:
             diffs.append(step.start - marks[step.index] / 1e3)
-    return float(np.median(diffs)) if diffs else None
+    if diffs and (run.get("capture") or {}).get("trace_source") in (None, "torchneck"):
+        return float(np.median(diffs))
+    base = trace.meta.base_time_ns
+    unix0 = run.get("started_unix_ns")
+    if base is None or unix0 is None:
+        return float(np.median(diffs)) if diffs else None
+    return (unix0 - run["started_monotonic_ns"] - base) / 1e3
 
 
 def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | None,
@@ -145,6 +182,7 @@ def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | N
         if where:
             entry.update(where)
         elif k >= n_strings:
+            assert samples is not None  # keys past the trace's strings are sample frames
             fn, file, line = samples.frames[k - n_strings]
             entry.update({"file": file, "line": line, "function": fn, "source": "samples"})
         else:  # neither a span nor a sample places these calls: no line to name
@@ -213,15 +251,138 @@ DEFERRING_OP_US = 1000.0
 
 
 def python_phases(samples: Samples, phases: dict, op_s: np.ndarray | None = None) -> dict:
-    """Hotspots of the steady-state window and of start-up (one-time costs), separately.
-    `op_s` (see `sample_op_seconds`) moves time inside torch ops out of "self" time; it is used
-    for the window only, the part of the run the trace covers."""
+    """Python hotspots of the steady state (the whole run after start-up: `window`), of the
+    profiled window alone (`profiled_window`), of start-up (one-time costs) and of the whole run.
+
+    `op_s` (see `sample_op_seconds`) moves time inside torch ops out of "self" time. The trace
+    covers the profiled window only; a sample outside it is given the share of op time that its
+    line showed inside the window, and a line never seen there counts as outside torch ops."""
     w0, w1 = phases["window_offsets_s"]
-    first = phases["first_tick_offset_s"]
+    steady = phases.get("steady_from_offset_s", phases["first_tick_offset_s"])
+    in_window = None
+    steady_op_s = None
+    if op_s is not None:
+        mid = samples.end_s - samples.dur_s / 2
+        in_window = (mid >= w0) & (mid < w1)
+        steady_op_s = _op_seconds_beyond_window(samples, op_s, in_window)
     return {
-        "window": hotspots(samples, w0, w1, op_s=op_s),
+        "window": hotspots(samples, steady, np.inf, op_s=steady_op_s),
+        "profiled_window": hotspots(samples, w0, w1, op_s=op_s),
         # the user's lines running inside DataLoader iteration (Dataset code, collate functions)
-        "loading": hotspots(samples, w0, w1, top=5, only=samples.loading),
-        "startup": hotspots(samples, -np.inf, first, top=10),
+        "loading": hotspots(samples, steady, np.inf, top=5, only=samples.loading),
+        "startup": hotspots(samples, -np.inf, steady, top=10),
         "whole_run": hotspots(samples, top=10),
+        "steady_from_s": steady,
     }
+
+
+def _op_seconds_beyond_window(samples: Samples, op_s: np.ndarray, in_window: np.ndarray) -> np.ndarray:
+    """Per sample, seconds inside torch ops: measured inside the window, estimated outside it
+    from the same user line's share inside it (0 for a line the window never saw).
+
+    The share is taken over the script's own time (run-queue time left out, as `hotspots` does):
+    an op's span in the trace is wall-clock time, the machine's load included, and a line whose
+    samples waited for a CPU inside the window would otherwise look mostly outside ops. The
+    trace matters most here for a line whose samples stand for the previous line's op (a signal
+    pending during `a * b` on big tensors is handled at the next call, on the next line)."""
+    uf = samples.user_frame
+    ready = (np.clip(np.nan_to_num(samples.runq_s), 0.0, samples.dur_s)
+             if samples.runq_s is not None and len(samples.runq_s) == len(samples.dur_s) else 0.0)
+    own = samples.dur_s - ready
+    keep = np.divide(own, samples.dur_s, out=np.zeros(len(own)), where=samples.dur_s > 0)
+    known = in_window & (uf >= 0)
+    n = max(len(samples.frames), int(uf.max()) + 1 if len(uf) else 0) + 1
+    op_by_line = np.bincount(uf[known], weights=np.minimum(op_s * keep, own)[known], minlength=n)
+    own_by_line = np.bincount(uf[known], weights=own[known], minlength=n)
+    share = np.divide(op_by_line, own_by_line, out=np.zeros(n), where=own_by_line > 0)
+    estimate = np.where(uf >= 0, share[np.maximum(uf, 0)] * samples.dur_s, 0.0)
+    # One sample standing for several ms of CPU with the user's own frame as its leaf: the thread
+    # sat in one C call all along (Python checks for pending signals at every call and loop
+    # turn), most likely the op of the line before (`a * b` on big tensors is not a call: the
+    # signal waits for the next line's). Inside the window the trace tells; outside it, such a
+    # sample is taken for op time rather than for Python.
+    cpu = np.nan_to_num(samples.cpu_s) if samples.cpu_s is not None and len(samples.cpu_s) == len(own) else own
+    one_call = samples.leaf_is_user & (np.minimum(cpu, own) >= ONE_C_CALL_S)
+    estimate = np.where(one_call, samples.dur_s, estimate)
+    return np.where(in_window, op_s, estimate)
+
+
+ONE_C_CALL_S = 0.005
+"""On-CPU seconds in one sample's interval beyond which the interval was one C call: five
+intervals of the 1 ms sampler without a single bytecode boundary where a signal is handled."""
+
+
+def capture_summary(run: dict, phases: dict, events: int | None) -> dict:
+    """What was measured, over what span, and why (report.json `capture`), with one sentence
+    for the terminal and the HTML report."""
+    cap = run.get("capture") or {}
+    start = run["started_monotonic_ns"]
+
+    def offset(ns):
+        return round((ns - start) / 1e9, 4) if ns else None
+
+    w0, w1 = phases["window_offsets_s"]
+    plan = cap.get("plan") or ("steps" if run["clock"].get("window_start_ns") else "none")
+    if run["clock"].get("whole_run") and plan == "none":
+        plan = "all"
+    users = [{k: u.get(k) for k in ("kind", "file", "line", "function", "with_stack", "profile_memory",
+                                    "schedule", "exports")}
+             | {"started_s": offset(u.get("started_ns")), "stopped_s": offset(u.get("stopped_ns"))}
+             for u in cap.get("user_profilers") or []]
+    kind = run["clock"].get("kind")
+    out = {
+        "plan": plan,
+        "why": cap.get("why") or (f"{kind} steps" if kind and plan == "steps" else ""),
+        "window": {"start_s": w0, "end_s": w1, "stopped_by": cap.get("stopped_by"),
+                   "recorded_mb": cap.get("recorded_mb"), "trace_bytes": cap.get("trace_bytes"), "events": events},
+        "bounds": cap.get("bounds") or {},
+        "steady_from_s": phases.get("steady_from_offset_s"),
+        "loop": cap.get("loop"),
+        "trace_source": cap.get("trace_source") or ("torchneck" if events is not None else None),
+        "trace_from": cap.get("trace_from"),
+        "user_profilers": users,
+        "replaced": cap.get("replaced"),
+        "notes": list(cap.get("notes") or []),
+        "sampler": cap.get("sampler") or {},
+        "nvtx": cap.get("nvtx"),
+    }
+    out["summary"] = _capture_sentence(out, run)
+    return out
+
+
+_STOPPED = {"steps": "after the steps asked for", "duration": "after --duration", "slice": "at the slice's end",
+            "time_bound": "at the --max-window-s bound", "memory_bound": "at the --max-window-mb bound",
+            "user_profiler": "when the script's own profiler started", "end": "when the script ended"}
+
+
+def _capture_sentence(c: dict, run: dict) -> str:
+    """One line: what the trace covers, why, and how Python was sampled."""
+    w = c["window"]
+    span = f"{w['start_s']:.2f}-{w['end_s']:.2f} s" if w["start_s"] is not None else ""
+    events = f", {w['events']:,} events" if w.get("events") else ""
+    stopped = f", stopped {_STOPPED[w['stopped_by']]}" if w.get("stopped_by") in _STOPPED else ""
+    why = f" ({c['why']})" if c["why"] else ""
+    parts = []
+    users = c["user_profilers"]
+    if users:
+        u = users[0]
+        where = f" at {os.path.basename(u['file'])}:{u['line']}" if u.get("file") else ""
+        took = {"script_export": f"took ops from the trace it exported ({os.path.basename(c['trace_from'] or '')})",
+                "script_events": "took ops from the events it recorded",
+                "torchneck": "kept its own window from before it"}.get(c["trace_source"] or "", "has no ops to show")
+        parts.append(f"Your script runs its own profiler ({u['kind']}{where}"
+                     + (f", {len(users)} sessions" if len(users) > 1 else "") + f"): torchneck stepped aside, {took}"
+                     + (" and paused its sampler while that profiler recorded Python calls" if any(
+                         x.get("with_stack") for x in users) else " and sampled Python") + ".")
+    if c["plan"] == "steps":
+        parts.append(f"Profiled {span}{why}{stopped}{events}.")
+    elif c["plan"] in ("loop", "slice"):
+        parts.append(f"No step markers: {c['why']}; profiled {span}{stopped}{events}.")
+    elif c["plan"] == "all":
+        parts.append(f"Profiled the whole run (--all){events}.")
+    elif not users:
+        parts.append("Nothing was profiled (the script ended before a steady state or steps were seen).")
+    steady = c.get("steady_from_s")
+    if steady is not None and run.get("wall_s"):
+        parts.append(f"Python hotspots: the whole steady state, {steady:.2f}-{run['wall_s']:.2f} s.")
+    return " ".join(parts)

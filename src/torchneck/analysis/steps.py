@@ -62,7 +62,7 @@ def find_steps(table: EventTable) -> list[Step]:
     2. Else the spans between consecutive ends of `Optimizer.step#...` annotations.
     3. Else one step covering the whole trace (the window).
     """
-    cached = getattr(table, "_steps", None)  # the analyses and the views both ask
+    cached = table._steps  # the analyses and the views both ask
     if cached is None:
         cached = table._steps = tuple(_find_steps(table))
     return list(cached)

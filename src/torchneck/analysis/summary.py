@@ -58,8 +58,8 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None,
                          tables: TableOptions | None = None, lean: bool = False) -> tuple[RankAnalysis, Nesting]:
     """`analyze_trace`, and the host nesting it used, for callers that need it afterwards (the
     views, ops per source line): computed here, when not given, while the GPU analyses run.
-    `lean`: without the key_averages and label tables, which no rule reads (the ranks of a
-    many-rank job that only give a summary: a quarter of a small rank's analysis time)."""
+    `lean`: without the key_averages table, which no rule reads (the ranks of a many-rank job
+    that only give a summary: a quarter of a small rank's analysis time)."""
     t = trace.events
     steps = find_steps(t)
     lo = min(s.start for s in steps)
@@ -96,7 +96,7 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None,
         memory = memory_summary(t, trace.memory, lo, hi, nesting,
                                 sites=enclosing_sites(t, nesting) if has_line_marks(t) else None)
         compiled = compiled_summary(t, nesting, rows, lo, cpu_hi)
-        labels = [] if lean else label_table(trace, nesting, rows, span)
+        labels = label_table(trace, nesting, rows, span)
         gpu, breakdown, comm = gpu.result(), breakdown.result(), comm.result()
         averaged = averages.result() if averages is not None else None
     durations = np.array([s.duration for s in steps])

@@ -9,6 +9,7 @@ user frame at the call and the settings that matter for the findings.
 from __future__ import annotations
 
 import sys
+import types
 
 from ..sites import is_user_file
 
@@ -16,7 +17,7 @@ MAX_RECORDS = 200
 
 
 def _user_frame(depth: int = 2) -> dict | None:
-    frame = sys._getframe(depth)
+    frame: types.FrameType | None = sys._getframe(depth)
     while frame is not None:
         code = frame.f_code
         if is_user_file(code.co_filename):

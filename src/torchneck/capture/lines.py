@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from ..sites import MARKER_CALL_FUNCTION, is_user_file, site_name
+from ..sites import MARKER_CALL_FUNCTION, is_torchneck_file, is_user_file, site_name
 from .spans import own_span
 
 
@@ -38,8 +38,9 @@ def compiled_code_exists() -> bool:
         return True  # cannot tell: stay out of the way
 
 
-def make_marker():
-    """A fresh `UserLineMarker` (a TorchFunctionMode subclass; built lazily to import torch late)."""
+def make_marker(open_spans: list[int]):
+    """A fresh `UserLineMarker` (a TorchFunctionMode subclass; built lazily to import torch late).
+    `open_spans[0]` counts the marker's spans open right now (no profiler restart under one)."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -73,39 +74,128 @@ def make_marker():
             name = site(sys._getframe(1)) if self.active else None
             if name is None:
                 return func(*args, **kwargs)
-            with record(name):
-                return call_marked(func, args, kwargs)
+            open_spans[0] += 1
+            try:
+                with record(name):
+                    return call_marked(func, args, kwargs)
+            finally:
+                open_spans[0] -= 1
 
     return UserLineMarker()
 
 
+def _script_frame():
+    """The frame the script was running when torchneck's code (a hook, the sampler's signal
+    handler) was entered: the first one up the stack that is not torchneck's."""
+    frame = sys._getframe(2)
+    while frame is not None and is_torchneck_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def _in_script_code(frame) -> bool:
+    """The script's own code is running there: not torch's, whose mode handling pops a mode and
+    pushes it back around `__torch_function__` (`_pop_mode_temporarily`): a push or pop of ours
+    in between would unpair it (measured: "trying to pop from empty mode stack" in a script)."""
+    return frame is not None and is_user_file(frame.f_code.co_filename)
+
+
 class LineMarking:
-    """Pushes a marker for the window and pops it only if it is still on top."""
+    """Pushes a marker for the window and pops it only if it is still on top, and only while the
+    script's own code runs (see `_in_script_code`)."""
 
     def __init__(self) -> None:
         self._mode = None
+        self._pending = None  # stopped, still on the mode stack: popped by `retry()`
+        self.open_spans = [0]
+        self.disabled = False  # torch.compile is in use: dynamo guards on the mode stack
+        self._wanted = False  # asked to start outside the script's own code: started from there later
+        self.marked = False  # the marker was pushed at some point of the window
 
-    def start(self) -> bool:
-        if self._mode is not None or compiled_code_exists():
+    def start(self, frame=None) -> bool:
+        """Push the marker, only onto an empty mode stack and from the script's own code: this may
+        run in a signal handler that interrupted the script between its own mode's push and pop,
+        or torch between its temporary pop and push, which must stay paired. Asked from elsewhere
+        (a step tick comes from a module's or the optimizer's hook, inside torch's code), the push
+        waits for the script's next call, made from its own frame (a one-shot profile hook), or
+        the next periodic check that lands in the script's code (`retry`)."""
+        if self._mode is not None or self.disabled or compiled_code_exists():
             return False
+        if not _in_script_code(frame if frame is not None else _script_frame()):
+            self._wanted = True
+            if sys.getprofile() is None:
+                marking = self
+
+                def start_when_in_script(frame, event, arg):
+                    caller = frame.f_back if event == "call" else frame if event == "c_call" else None
+                    if caller is not None and marking._wanted:
+                        marking.start(caller)
+                    if not marking._wanted and sys.getprofile() is start_when_in_script:
+                        sys.setprofile(None)
+
+                sys.setprofile(start_when_in_script)
+            return False
+        self._wanted = False
         try:
-            mode = make_marker()
+            from torch.overrides import _get_current_function_mode_stack
+
+            if _get_current_function_mode_stack():
+                return False
+            mode = make_marker(self.open_spans)
             mode.__enter__()
         except Exception:
             return False
         self._mode = mode
+        self.marked = True
         return True
 
     def stop(self) -> None:
+        """Stop marking at once, and take the mode off the stack as soon as it is on top while
+        the script's own code runs.
+
+        Inside the mode's own `__torch_function__` torch has popped it for the call and pushes
+        it back after, so popping then would take the wrong mode. That is where a check run by
+        the sampler's signal handler lands in a loop of tiny ops (CPython handles a signal right
+        after the C call it interrupted returns, there), and an inactive mode left on the stack
+        still costs a Python call per torch call. So the pop is also tried from a one-shot
+        profile hook, at the script's next call (its next torch call included), made from its
+        own frame, where the mode is back on top."""
+        self._wanted = False
         mode, self._mode = self._mode, None
         if mode is None:
             return
         mode.active = False  # whatever happens below, it no longer marks anything
+        self._pending = mode
+        self.retry(_script_frame())
+        if self._pending is not None and sys.getprofile() is None:
+            marking = self
+
+            def pop_when_on_top(frame, event, arg):
+                caller = frame.f_back if event == "call" else frame if event == "c_call" else None
+                if caller is not None:
+                    marking.retry(caller)
+                if marking._pending is None and sys.getprofile() is pop_when_on_top:
+                    sys.setprofile(None)
+
+            sys.setprofile(pop_when_on_top)
+
+    def retry(self, frame=None) -> None:
+        """Pop the stopped marker if it is on top and `frame` (default: where the script was
+        interrupted) is the script's own code."""
+        if self._wanted:
+            self.start(frame)
+            return
+        mode = self._pending
+        if mode is None:
+            return
+        if not _in_script_code(frame if frame is not None else _script_frame()):
+            return
         try:
             from torch.overrides import _get_current_function_mode_stack
 
             stack = _get_current_function_mode_stack()
             if stack and stack[-1] is mode:
                 mode.__exit__(None, None, None)
+                self._pending = None
         except Exception:
-            pass
+            self._pending = None

@@ -4,6 +4,13 @@
 `__file__` absolute, the working directory unchanged. The script runs in a fresh module that is
 `sys.modules["__main__"]` while it runs, so classes it defines pickle (spawn DataLoader workers,
 `torch.save(model)`).
+
+The script's code runs at the root of its own chain of frames (a greenlet whose body is `exec`
+itself), as under plain python: whatever walks the stack from inside the script (a profiler
+recording Python calls with `with_stack=True`, `inspect.stack()`, `traceback`, logging's caller
+lookup) finds the script's `<module>` at the bottom, not torchneck's command-line frames. The
+profiler tutorial's own table had 9 rows more under torchneck before this (`cli.py(476): main`,
+`runner.py: run_target`, ...). Without greenlet, the script runs nested in torchneck's frames.
 """
 
 from __future__ import annotations
@@ -22,6 +29,11 @@ from pathlib import Path
 
 from ..errors import TorchneckError
 
+try:  # imported here, not when the script starts: its import time is not the script's
+    from greenlet import greenlet
+except ImportError:  # pragma: no cover
+    greenlet = None
+
 
 @dataclass
 class Target:
@@ -31,7 +43,10 @@ class Target:
 
     @property
     def label(self) -> str:
-        return self.module if self.module else self.script.name
+        if self.module:
+            return self.module
+        assert self.script is not None, "a Target names a script or a module"
+        return self.script.name
 
 
 @dataclass
@@ -55,6 +70,7 @@ def check_target(target: Target) -> types.CodeType | None:
             raise TorchneckError(f"no module named {target.module!r} (is it on PYTHONPATH / installed?)")
         return None
     path = target.script
+    assert path is not None, "a Target names a script or a module"
     if not path.exists():
         raise TorchneckError(f"{path}: no such file")
     if path.is_dir():
@@ -138,19 +154,20 @@ def run_target(target: Target, code: types.CodeType | None, timeout: float | Non
         if target.module:
             sys.argv = [target.module, *target.args]
             sys.path.insert(0, os.getcwd())
-            runpy.run_module(target.module, run_name="__main__", alter_sys=True)
+            _at_root(runpy.run_module, target.module, run_name="__main__", alter_sys=True)
         else:
+            assert target.script is not None and code is not None, "check_target() compiled the script"
             script = target.script.resolve()
             sys.argv = [str(target.script), *target.args]
             sys.path.insert(0, str(script.parent))
             module = types.ModuleType("__main__")
             module.__file__ = str(script)
-            module.__builtins__ = __builtins__
+            module.__dict__["__builtins__"] = __builtins__
             module.__spec__ = None
             module.__loader__ = None
             module.__package__ = None
             sys.modules["__main__"] = module
-            exec(code, module.__dict__)
+            _at_root(exec, code, module.__dict__)
         script_running[0] = False
         return Outcome(0, "ok")
     except SystemExit as exc:
@@ -185,6 +202,15 @@ def run_target(target: Target, code: types.CodeType | None, timeout: float | Non
         sys.path[:] = saved_path
         if saved_main is not None:
             sys.modules["__main__"] = saved_main
+
+
+def _at_root(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)` as the root of a new chain of Python frames (see the module
+    docstring); its result or exception comes back here. A C function (`exec`) as `fn` leaves no
+    frame of ours below the script's."""
+    if greenlet is None:  # pragma: no cover  (a dependency; without it the script nests in our frames)
+        return fn(*args, **kwargs)
+    return greenlet(fn).switch(*args, **kwargs)
 
 
 def _format_tb(exc_info) -> str:

@@ -19,11 +19,24 @@ call and return, and made the 2 s import of torch._dynamo 1 s slower; a timer th
 Where signals are unavailable (not the main thread, no `setitimer`), the thread sampler is used
 at a coarser 5 ms.
 
-Saved as `samples.json` (format 3): `frames` ([function, file, line], line = the line executing
+Saved as `samples.json` (format 4): `frames` ([function, file, line], line = the line executing
 in that frame), `stacks` (frame ids, root first), and `samples` ([stack id, seconds, on-CPU
-seconds]): a sample's instant is the running sum of seconds from `start_monotonic_ns`; on-CPU
-seconds are the sampled thread's CPU time over the same interval (-1 unknown), so analyses tell
-a line that computes from one that waits; `method` says which sampler.
+seconds, run-queue seconds]): a sample's instant is the running sum of seconds from
+`start_monotonic_ns`; on-CPU seconds are the sampled thread's CPU time over the same interval
+(-1 unknown), so analyses tell a line that computes from one that waits; run-queue seconds
+(Linux: /proc/thread-self/schedstat; -1 unknown) are the part of the interval the thread was
+ready but another process had the CPU, which is neither the line's work nor a wait of its own
+(on a busy machine, without it, computing looked like waiting); `method` says which sampler.
+
+The handler is also torchneck's clock when a script has no steps: every `CHECK_INTERVAL_NS` it
+calls `on_check` (the capture plan: is the program in a steady state yet, is the profiled window
+over its bounds), and every `FLUSH_INTERVAL_NS` it appends what is new to
+`samples.partial.jsonl`, so a run killed with SIGKILL (or by the OOM killer) still leaves its
+samples on disk. `pause()` stops
+sampling without a trace of torchneck's Python (while the script's own profiler records every
+Python call); the paused interval is kept as an "unsampled" sample, so weights still add up to
+the run's wall time. Work torchneck does inside a check (starting or writing the profile) is
+charged to a "torchneck" sample, not to the user's line the signal interrupted.
 """
 
 from __future__ import annotations
@@ -36,7 +49,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from ..sites import TOOL_FRAME, UNSAMPLED_FRAME
 
 SAMPLE_INTERVAL_S = 0.001
 """1 ms (wall; of CPU time for the ITIMER_PROF fallback): fine enough to place samples within a
@@ -45,21 +62,44 @@ step of a few ms; a sample costs ~10-20 µs in the handler, 1-2 % of the run."""
 THREAD_INTERVAL_S = 0.005
 """The fallback thread sampler's interval: each of its samples forces a GIL hand-over."""
 
-FORMAT = 3
+CHECK_INTERVAL_NS = 10_000_000
+"""Time between two capture-plan checks (at the first sample after it): 10 ms, fine enough to
+bound a window in time, rare enough that a check (~10-30 µs) costs well under 1 %."""
+
+RECORDING_CHECK_INTERVAL_NS = 2_000_000
+"""While a window without steps records, checks come every 2 ms: a loop of tiny ops records
+~200 MB/s, so 10 ms between checks overshot a 3 MB bound to 7 MB. A window lasts a second at
+most, so the extra checks cost ~1 % of that second only."""
+
+FLUSH_INTERVAL_NS = 1_000_000_000
+"""Time between two appends to samples.partial.jsonl: a run killed loses at most its last second
+of samples; an append of a second's samples takes ~1 ms. The first appends come sooner
+(`FIRST_FLUSH_NS`, then doubling), so a script that crashes early still leaves its samples."""
+FIRST_FLUSH_NS = 50_000_000
+
+FORMAT = 4
+PARTIAL_NAME = "samples.partial.jsonl"
+
+_BUSY_MARKS = ("<frozen importlib", "torch/_dynamo/convert_frame.py", "torch/_inductor/")
+"""A stack with one of these files is start-up work (importing, compiling), not a steady state."""
 
 
 class StackSampler:
     """Samples the stack of the calling thread until `stop()`."""
 
-    def __init__(self, interval: float = SAMPLE_INTERVAL_S):
+    def __init__(self, interval: float = SAMPLE_INTERVAL_S, partial_path: Path | None = None):
         self.interval = interval
         self.thread_id = threading.get_ident()
         wall = os.environ.get("TORCHNECK_SAMPLER", "wall") != "cpu"  # TORCHNECK_SAMPLER=cpu: ITIMER_PROF
         self._timer = _PosixTimer.make() if wall and _signals_usable() else None
         self.method = "wall-timer" if self._timer else "signal" if _signals_usable() else "thread"
-        self._previous_handler = None
-        self._handler = None
+        self._previous_handler: Any = None
+        self._handler: Callable | None = None
+        self._signum: int | None = None
         self.start_ns: int | None = None
+        self.start_cpu_ns: int | None = None
+        self._runq = _RunQueueClock()  # opened here: the sampled (calling) thread's
+        self.start_runq_ns = -1
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # Interned data: frame key (code, line) -> id, stack tuple -> id.
@@ -69,44 +109,70 @@ class StackSampler:
         self.frames: list[list] = []
         self._stack_ids: dict[tuple[int, ...], int] = {}
         self.stacks: list[tuple[int, ...]] = []
+        self.stack_busy: list[bool] = []  # per stack: importing or compiling (start-up work)
+        self.fresh = 0  # samples whose stack had never been seen: many while a program starts up
         # (stack id, monotonic ns at the sample, the thread's CPU ns at the sample)
-        self.samples: list[tuple[int, int, int]] = []
+        self.samples: list[tuple[int, int, int, int]] = []  # ... and the thread's run-queue ns
+        self.on_check: Callable[[], None] | None = None  # from the handler every CHECK_INTERVAL_NS (main thread)
+        self.check_interval_ns = CHECK_INTERVAL_NS  # the window shortens it while it records without steps
+        self.paused_s = 0.0
+        self._paused_at: int | None = None
+        self._partial_path = partial_path
+        self._partial_fd: int | None = None
+        self._flushed = (0, 0, 0)  # frames, stacks, samples already in the partial file
+        self._tool_sid: int | None = None
+        self._unsampled_sid: int | None = None
 
     def start(self) -> None:
         self.start_ns = time.monotonic_ns()
         self.start_cpu_ns = time.thread_time_ns()
+        self.start_runq_ns = self._runq()
+        self._open_partial()
         if self.method in ("wall-timer", "signal"):
             record = self.samples.append
             stack_of = self._stack_id
             now = time.monotonic_ns
             cpu = time.thread_time_ns  # the handler runs on the sampled (main) thread
-
+            runq = self._runq
+            sampler = self
             busy = [False]
+            next_check = [self.start_ns + CHECK_INTERVAL_NS]
+            next_flush = [self.start_ns + FIRST_FLUSH_NS]
+            flush_every = [FIRST_FLUSH_NS]
 
             def on_signal(signum, frame):
                 # CPython runs a pending handler at any bytecode boundary, this handler's own
                 # included: a sample that overruns the interval (a descheduled thread) must not
-                # nest samples into itself.
+                # nest samples into itself, nor a check into a check.
                 if frame is None or busy[0]:
                     return
                 busy[0] = True
                 try:
-                    record((stack_of(frame), now(), cpu()))
+                    at = now()
+                    record((stack_of(frame), at, cpu(), runq()))
+                    if at >= next_check[0]:
+                        next_check[0] = at + sampler.check_interval_ns
+                        sampler._check()
+                    if at >= next_flush[0]:
+                        flush_every[0] = min(2 * flush_every[0], FLUSH_INTERVAL_NS)
+                        next_flush[0] = at + flush_every[0]
+                        sampler.flush_partial()
                 finally:
                     busy[0] = False
 
             self._handler = on_signal
-            signum = self._timer.signum if self._timer else signal.SIGPROF
-            self._previous_handler = signal.signal(signum, on_signal)
-            signal.siginterrupt(signum, False)  # restart system calls the signal interrupts
+            self._signum = self._timer.signum if self._timer else signal.SIGPROF
+            self._previous_handler = signal.signal(self._signum, on_signal)
+            signal.siginterrupt(self._signum, False)  # restart system calls the signal interrupts
             if self._timer:
                 try:
                     self._timer.start(self.interval)
                     return
                 except OSError:  # fall back to the CPU-time timer
-                    signal.signal(signum, self._previous_handler or signal.SIG_DFL)
+                    signal.signal(self._signum, self._previous_handler or signal.SIG_DFL)
                     self._timer = None
                     self.method = "signal"
+                    self._signum = signal.SIGPROF
                     self._previous_handler = signal.signal(signal.SIGPROF, on_signal)
                     signal.siginterrupt(signal.SIGPROF, False)
             signal.setitimer(signal.ITIMER_PROF, self.interval, self.interval)
@@ -115,22 +181,92 @@ class StackSampler:
         self._thread = threading.Thread(target=self._loop, name="torchneck-sampler", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        if self.method in ("wall-timer", "signal") and self.start_ns is not None and self._handler is not None:
+    def _check(self) -> None:
+        """The capture plan's periodic check; time it takes beyond a sample's own cost (starting
+        the profiler, writing its trace) is charged to a torchneck sample."""
+        if self.on_check is None:
+            return
+        t0 = time.monotonic_ns()
+        self.on_check()  # never raises: the window catches and notes its own failures
+        if time.monotonic_ns() - t0 > 2 * self.interval * 1e9:
+            self.record_synthetic(TOOL_FRAME)
+
+    def record_synthetic(self, what: str) -> None:
+        """A sample ending now, standing for torchneck's own work (`TOOL_FRAME`) or for an
+        interval that was not sampled (`UNSAMPLED_FRAME`)."""
+        if what == TOOL_FRAME:
+            if self._tool_sid is None:
+                self._tool_sid = self._synthetic_stack(what)
+            sid = self._tool_sid
+        else:
+            if self._unsampled_sid is None:
+                self._unsampled_sid = self._synthetic_stack(what)
+            sid = self._unsampled_sid
+        self.samples.append((sid, time.monotonic_ns(), time.thread_time_ns(), self._runq()))
+
+    def _synthetic_stack(self, name: str) -> int:
+        fid = len(self.frames)
+        self.frames.append([name, __file__, 0])
+        sid = len(self.stacks)
+        self.stacks.append((fid,))
+        self.stack_busy.append(False)
+        return sid
+
+    def pause(self) -> None:
+        """Stop sampling, leaving no torchneck Python running (the handler is set to SIG_IGN, so
+        a signal already pending is dropped, not handled). Main thread only."""
+        if self._paused_at is not None or self.start_ns is None:
+            return
+        if self._handler is not None and self._signum is not None:
+            self.samples.append((self._stack_id(sys._getframe(1)), time.monotonic_ns(), time.thread_time_ns(),
+                                 self._runq()))
             if self._timer:
-                self._timer.stop()
-                signum = self._timer.signum
+                self._timer.disarm()
             else:
                 signal.setitimer(signal.ITIMER_PROF, 0, 0)
-                signum = signal.SIGPROF
+            if signal.getsignal(self._signum) is self._handler:
+                signal.signal(self._signum, signal.SIG_IGN)
+        elif self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        self._paused_at = time.monotonic_ns()
+
+    def resume(self) -> None:
+        if self._paused_at is None:
+            return
+        self.paused_s += (time.monotonic_ns() - self._paused_at) / 1e9
+        self._paused_at = None
+        self.record_synthetic(UNSAMPLED_FRAME)
+        if self._handler is not None and self._signum is not None:
+            if signal.getsignal(self._signum) == signal.SIG_IGN:
+                signal.signal(self._signum, self._handler)
+            if self._timer:
+                self._timer.arm(self.interval)
+            else:
+                signal.setitimer(signal.ITIMER_PROF, self.interval, self.interval)
+        elif self.method == "thread":
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="torchneck-sampler", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        if self._paused_at is not None:
+            self.resume()
+        if self.method in ("wall-timer", "signal") and self._handler is not None and self._signum is not None:
+            if self._timer:
+                self._timer.stop()
+            else:
+                signal.setitimer(signal.ITIMER_PROF, 0, 0)
             # Put the old handler back, unless the script installed its own meanwhile.
-            if signal.getsignal(signum) is self._handler:
-                signal.signal(signum, self._previous_handler or signal.SIG_DFL)
+            if signal.getsignal(self._signum) is self._handler:
+                signal.signal(self._signum, self._previous_handler or signal.SIG_DFL)
             self._previous_handler = self._handler = None
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
             self._thread = None
+        self._runq.close()
 
     def _loop(self) -> None:
         current_frames = sys._current_frames
@@ -150,7 +286,7 @@ class StackSampler:
             frame = current_frames().get(target)
             if frame is None:
                 continue
-            record((stack_of(frame), at, cpu()))
+            record((stack_of(frame), at, cpu(), -1))
             frame = None  # do not keep the script's locals alive until the next sample
 
     def _stack_id(self, frame) -> int:
@@ -184,25 +320,117 @@ class StackSampler:
         if sid is None:
             sid = self._stack_ids[stack] = len(self.stacks)
             self.stacks.append(stack)
+            frames = self.frames
+            self.stack_busy.append(any(m in frames[f][1] for f in stack for m in _BUSY_MARKS))
+            self.fresh += 1
         return sid
 
+    # -- writing ---------------------------------------------------------------------------------
+    def _open_partial(self) -> None:
+        if self._partial_path is None:
+            return
+        try:
+            self._partial_fd = os.open(self._partial_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
+                                       0o644)
+            header = {"format": FORMAT, "method": self.method, "interval_s": self.interval,
+                      "start_monotonic_ns": self.start_ns, "start_cpu_ns": self.start_cpu_ns}
+            os.write(self._partial_fd, (json.dumps(header) + "\n").encode())
+        except OSError:
+            self._partial_fd = None
+
+    def flush_partial(self) -> None:
+        """Append the frames, stacks and samples recorded since the last flush (one JSON line)."""
+        fd = self._partial_fd
+        if fd is None:
+            return
+        n_samples = len(self.samples)  # read first: every stack and frame they name exists already
+        n_stacks = len(self.stacks)
+        n_frames = len(self.frames)
+        f0, s0, k0 = self._flushed
+        if n_samples == k0:
+            return
+        start = self.start_ns or 0
+        start_cpu = self.start_cpu_ns or 0
+        start_runq = self.start_runq_ns
+        chunk = {"frames": self.frames[f0:n_frames], "stacks": [list(s) for s in self.stacks[s0:n_stacks]],
+                 "samples": [[sid, t - start, c - start_cpu if c >= 0 else -1,
+                              q - start_runq if q >= 0 and start_runq >= 0 else -1]
+                             for sid, t, c, q in self.samples[k0:n_samples]]}
+        try:
+            os.write(fd, (json.dumps(chunk, separators=(",", ":")) + "\n").encode())
+        except OSError:
+            return
+        self._flushed = (n_frames, n_stacks, n_samples)
+
+    def close_partial(self, remove: bool = True) -> None:
+        fd, self._partial_fd = self._partial_fd, None
+        if fd is not None:
+            os.close(fd)
+        if remove and self._partial_path is not None:
+            try:
+                os.unlink(self._partial_path)
+            except OSError:
+                pass
+
     def to_json(self) -> dict:
-        samples = []
-        prev = self.start_ns or 0
-        prev_cpu = getattr(self, "start_cpu_ns", None)
-        for sid, t, c in sorted(self.samples, key=lambda x: x[1]):
-            on_cpu = round((c - prev_cpu) / 1e9, 7) if prev_cpu is not None and c >= 0 else -1
-            samples.append([sid, round((t - prev) / 1e9, 7), on_cpu])
-            prev, prev_cpu = t, (c if c >= 0 else None)
+        start_runq = getattr(self, "start_runq_ns", -1)
+        rel = [(sid, t - (self.start_ns or 0), c - (self.start_cpu_ns or 0) if c >= 0 else -1,
+                q - start_runq if q >= 0 and start_runq >= 0 else -1) for sid, t, c, q in self.samples]
         return {"format": FORMAT, "method": self.method, "interval_s": self.interval,
-                "start_monotonic_ns": self.start_ns,
-                "frames": self.frames, "stacks": [list(s) for s in self.stacks], "samples": samples}
+                "start_monotonic_ns": self.start_ns, "paused_s": self.paused_s,
+                "frames": self.frames, "stacks": [list(s) for s in self.stacks], "samples": _intervals(rel)}
 
     def write(self, path: Path) -> dict:
-        """Write samples.json; returns the same data."""
+        """Write samples.json (then drop the partial file it supersedes); returns the same data."""
         data = self.to_json()
         path.write_text(json.dumps(data, separators=(",", ":")))
+        self.close_partial(remove=True)
         return data
+
+
+def _intervals(rel: list[tuple]) -> list[list]:
+    """Samples as [stack id, seconds since the previous sample, on-CPU seconds, run-queue seconds]
+    from (stack id, ns, CPU ns, run-queue ns) since the start (-1: unknown)."""
+    out = []
+    prev = 0
+    prev_cpu: int | None = 0
+    prev_q: int | None = 0
+    for sid, t, c, q in sorted(rel, key=lambda x: x[1]):
+        on_cpu = round((c - prev_cpu) / 1e9, 7) if c >= 0 and prev_cpu is not None else -1.0
+        runq = round((q - prev_q) / 1e9, 7) if q >= 0 and prev_q is not None else -1.0
+        out.append([sid, round((t - prev) / 1e9, 7), on_cpu, runq])
+        prev, prev_cpu, prev_q = t, (c if c >= 0 else None), (q if q >= 0 else None)
+    return out
+
+
+def read_partial(path: Path) -> dict | None:
+    """samples.json's content rebuilt from a samples.partial.jsonl left by a run that never
+    finished (killed); a torn last line (killed mid-write) is ignored. None if unreadable."""
+    try:
+        lines = Path(path).read_bytes().splitlines()
+    except OSError:
+        return None
+    if not lines:
+        return None
+    try:
+        header = json.loads(lines[0])
+    except ValueError:
+        return None
+    frames: list = []
+    stacks: list = []
+    raw: list = []
+    for line in lines[1:]:
+        try:
+            chunk = json.loads(line)
+        except ValueError:
+            break
+        frames += chunk.get("frames", [])
+        stacks += chunk.get("stacks", [])
+        raw += chunk.get("samples", [])
+    samples = _intervals([tuple(s) + (-1,) * (4 - len(s)) for s in raw])
+    return {"format": header.get("format", FORMAT), "method": header.get("method"),
+            "interval_s": header.get("interval_s"), "start_monotonic_ns": header.get("start_monotonic_ns"),
+            "frames": frames, "stacks": stacks, "samples": samples, "partial": True}
 
 
 class _PosixTimer:
@@ -221,7 +449,7 @@ class _PosixTimer:
     def __init__(self, lib, signum: int):
         self.lib = lib
         self.signum = signum
-        self._id = None
+        self._id: ctypes.c_void_p | None = None
 
     @classmethod
     def make(cls) -> _PosixTimer | None:
@@ -254,16 +482,56 @@ class _PosixTimer:
         if self.lib.timer_create(self.CLOCK_MONOTONIC, ctypes.byref(ev), ctypes.byref(timer)) != 0:
             raise OSError(ctypes.get_errno(), "timer_create failed")
         self._id = timer
-        ns = max(int(interval * 1e9), 100_000)
-        spec = self._ITimerSpec((ns // 1_000_000_000, ns % 1_000_000_000), (ns // 1_000_000_000, ns % 1_000_000_000))
-        if self.lib.timer_settime(timer, 0, ctypes.byref(spec), None) != 0:
+        try:
+            self.arm(interval)
+        except OSError:
             self.stop()
+            raise
+
+    def arm(self, interval: float) -> None:
+        """(Re)start the periodic expiry of the created timer."""
+        ns = max(int(interval * 1e9), 100_000)
+        self._settime((ns // 1_000_000_000, ns % 1_000_000_000))
+
+    def disarm(self) -> None:
+        """Stop the expiries; the timer stays created, for `arm`."""
+        self._settime((0, 0))
+
+    def _settime(self, period: tuple[int, int]) -> None:
+        if self._id is None:
+            return
+        spec = self._ITimerSpec(period, period)
+        if self.lib.timer_settime(self._id, 0, ctypes.byref(spec), None) != 0:
             raise OSError(ctypes.get_errno(), "timer_settime failed")
 
     def stop(self) -> None:
         if self._id is not None:
             self.lib.timer_delete(self._id)
             self._id = None
+
+
+class _RunQueueClock:
+    """ns the calling thread has spent ready to run but waiting for a CPU (the second field of
+    /proc/thread-self/schedstat, kept by Linux for every thread); -1 where unavailable."""
+
+    def __init__(self) -> None:
+        try:
+            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def __call__(self) -> int:
+        if self._fd is None:
+            return -1
+        try:
+            return int(os.pread(self._fd, 96, 0).split()[1])
+        except (OSError, ValueError, IndexError):
+            return -1
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _signals_usable() -> bool:

@@ -1,22 +1,41 @@
 """One `torchneck run`: capture everything into a run directory, raw evidence first.
 
-Order of writing: `env.json` (before the script starts), `trace.json.gz` (as soon as the profiled
-window ends), `samples.json`, `compile.json` and `run.json` (right after the script ends). Only then does
-analysis start, so a failing analysis loses nothing.
+Order of writing: `env.json` and `run.json` with status "running" (before the script starts), then
+as the script runs `samples.partial.jsonl` (every ~1 s) and `trace.json.gz` (as soon as the
+profiled window ends); after the script, `samples.json`, `compile.json` and `run.json` again,
+final. Only then does analysis start, so a failing analysis loses nothing, and a run that ends
+hard leaves what it had:
+
+- `os._exit(n)` (watchdogs, launchers): intercepted in the main thread, the evidence and the
+  report are written, then the process exits with n; from another thread, what can be written
+  without the main thread is;
+- SIGTERM, SIGINT: turned into the script's end (see runner.py), exit status 143 / 130;
+- SIGKILL, the OOM killer, a crash in native code: nothing runs, but run.json says "running",
+  the samples up to the last second are in samples.partial.jsonl, the trace is there if the
+  window had ended, and a crash's Python stack is in `crash.txt` (faulthandler).
+  `torchneck report DIR` builds a report from that and says what is missing.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from ..errors import TorchneckError
 from .runner import Outcome, Target, check_target, run_target, sigterm_held_back
 from .window import ProfiledWindow, WindowOptions
+
+if TYPE_CHECKING:
+    from .marks import RangeMarks
+
+CRASH_FILE = "crash.txt"
 
 
 @dataclass
@@ -53,78 +72,226 @@ class CaptureSession:
     `torchneck.profile()`): `begin()` before it, `end(outcome)` after it, which writes the raw
     evidence into `run_dir`."""
 
-    def __init__(self, run_dir: Path, options: WindowOptions, status=None):
+    def __init__(self, run_dir: Path, options: WindowOptions, status=None, on_hard_exit=None):
         self.run_dir = run_dir
         self.options = options
         self.status = status
+        self.on_hard_exit = on_hard_exit  # called with the RunResult when the script calls os._exit
         self.trace_path = run_dir / "trace.json.gz"
+        self.target: Target | None = None
+        self._ended = False
+        self._dormant = False
+        self._pid = os.getpid()
+        self._main = threading.main_thread()
+        self._crash_file: IO[str] | None = None
+        self.marks: RangeMarks | None = None
 
-    def begin(self) -> None:
+    def begin(self, target: Target | None = None) -> None:
         import torch  # noqa: F401  (imported here so its import time is not the user's)
 
         from .callsites import CallSites
         from .compile_log import CompileCapture
+        from .dynamo_guard import CompileGuard
         from .env import collect_env
-        from .sampler import StackSampler
+        from .profilers import ProfilerWatch
+        from .sampler import PARTIAL_NAME, StackSampler
 
+        self.target = target
         env = collect_env()
         (self.run_dir / "env.json").write_text(json.dumps(env, indent=1))
-        self.window = ProfiledWindow(self.options, self.trace_path)
-        self.sampler = StackSampler()
-        self.compile_capture = CompileCapture(on_compile_start=self.window.compile_started, run_dir=self.run_dir)
-        self.compile_capture.start()
+        self.watch = ProfilerWatch(self._user_profiler_started, self._user_profiler_stopped)
+        self.window = ProfiledWindow(self.options, self.trace_path, watch=self.watch,
+                                     on_trace_written=self._trace_written)
+        self.sampler = StackSampler(partial_path=self.run_dir / PARTIAL_NAME)
+        self.compile_guard = CompileGuard(on_compile=self.window.compile_started)
+        self.compile_capture = CompileCapture(on_compile_start=self.compile_guard.compile_requested,
+                                              run_dir=self.run_dir)
         self.call_sites = CallSites()
-        self.call_sites.install()
+        if self.options.nvtx:
+            from .marks import RangeMarks
+
+            self.marks = RangeMarks()
+            if self.marks.backend:
+                self.window.marks = self.window._spans.marks = self.marks
         self.started_ns = time.monotonic_ns()
+        self.started_unix_ns = time.time_ns()
         self.cpu0 = time.process_time()
+        self._write_run_json(None)  # status "running": what a run killed with SIGKILL leaves
+        self._enable_crash_file()
+        self.watch.install()
+        self.compile_capture.start()
+        self.compile_guard.install()
+        self.call_sites.install()
+        self._install_hard_exit()
         self.window.start()
+        self.window.attach_sampler(self.sampler)
         self.sampler.start()
 
-    def end(self, outcome: Outcome, target: Target) -> RunResult:
+    def _trace_written(self, path: Path) -> None:
+        """The window's trace is on disk: say so in run.json (still "running") at once, so a run
+        killed later is reported with what its trace covers."""
+        if not self._ended:
+            try:
+                self._write_run_json(None)
+            except OSError:
+                pass
+
+    # -- the script's own profiler -------------------------------------------------------------
+    def _user_profiler_started(self, user) -> None:
+        self.window.user_profiler_starting(user)
+        if user.with_stack and threading.current_thread() is self._main:
+            # It records every Python call: take torchneck's own Python out of its way.
+            self._dormant = True
+            self.sampler.pause()
+            self.window.uninstall()
+            self.call_sites.uninstall()
+            self.compile_guard.uninstall()
+
+    def _user_profiler_stopped(self, user) -> None:
+        self.window.user_profiler_stopped(user)
+        if self._dormant and threading.current_thread() is self._main:
+            self._dormant = False
+            self.window._install_clocks()
+            self.call_sites.install()
+            self.compile_guard.install()
+            self.sampler.resume()
+
+    # -- hard endings --------------------------------------------------------------------------
+    def _enable_crash_file(self) -> None:
+        """A crash in native code (SIGSEGV, SIGABRT...) writes the Python stacks here."""
+        if faulthandler.is_enabled():
+            return  # the user's (python -X faulthandler): theirs goes to stderr
+        try:
+            crash_file = open(self.run_dir / CRASH_FILE, "w")  # noqa: SIM115  (open for the run)
+            faulthandler.enable(file=crash_file, all_threads=True)
+            self._crash_file = crash_file
+        except (OSError, ValueError, RuntimeError):
+            self._crash_file = None
+
+    def _disable_crash_file(self) -> None:
+        if self._crash_file is None:
+            return
+        try:
+            faulthandler.disable()
+            self._crash_file.close()
+            path = self.run_dir / CRASH_FILE
+            if path.exists() and path.stat().st_size == 0:
+                path.unlink()
+        except (OSError, ValueError):
+            pass
+        self._crash_file = None
+
+    def _install_hard_exit(self) -> None:
+        real_exit = os._exit
+        session = self
+
+        def _exit(status):
+            if os.getpid() == session._pid and not session._ended:  # not a forked DataLoader worker
+                try:
+                    session.hard_exit(status)
+                except BaseException:
+                    pass
+            real_exit(status)
+
+        os._exit = _exit
+        self._restore_exit = real_exit
+
+    def hard_exit(self, status) -> None:
+        """The script called os._exit(status): write the evidence (and, from the CLI, the report)
+        before the process ends without unwinding."""
+        code = status if isinstance(status, int) else 1
+        outcome = Outcome(code, "os_exit", f"the script called os._exit({status!r})")
+        if threading.current_thread() is self._main:
+            result = self.end(outcome, self.target)
+            if self.on_hard_exit is not None:
+                self.on_hard_exit(result)
+            return
+        # Another thread (a watchdog): the main thread's profiler session and signal handlers
+        # cannot be stopped from here; write what can be written.
+        self._ended = True
+        self.ended_ns = time.monotonic_ns()
+        self.cpu_s = time.process_time() - self.cpu0
+        outcome.error = f"{outcome.error} from thread {threading.current_thread().name!r}"
+        self.window.capture.notes.append("os._exit was called from another thread: the profiled window, "
+                                         "if it was recording, could not be written")
+        self.sampler.write(self.run_dir / "samples.json")
+        self.compile_capture.write(self.run_dir / "compile.json")
+        self._write_run_json(outcome)
+        self._disable_crash_file()
+
+    # -- the end -------------------------------------------------------------------------------
+    def end(self, outcome: Outcome, target: Target | None) -> RunResult:
         """Stop every recorder (whatever happens) and write the evidence; run.json last."""
         from .env import read_slow_settings
 
-        window, sampler, compile_capture, call_sites = self.window, self.sampler, self.compile_capture, self.call_sites
-        options, run_dir, trace_path = self.options, self.run_dir, self.trace_path
+        self.target = target or self.target
+        if self._ended:
+            return RunResult(self.run_dir, outcome, self.trace_path if self.trace_path.exists() else None)
+        self._ended = True
+        window, sampler = self.window, self.sampler
+        run_dir, trace_path = self.run_dir, self.trace_path
         try:
             sampler.stop()
-            compile_capture.stop()
-            call_sites.uninstall()
+            self.compile_capture.stop()
+            self.call_sites.uninstall()
+            self.compile_guard.uninstall()
         finally:
-            ended_ns = time.monotonic_ns()
-            started_ns = self.started_ns
-            cpu_s = time.process_time() - self.cpu0
+            self.ended_ns = time.monotonic_ns()
+            self.cpu_s = time.process_time() - self.cpu0
             sys.stdout.flush()
             if self.status:
                 self.status("writing the trace")
-            window.finish()
+            window.finish("end")
             window.uninstall()
+            if self.marks is not None:
+                self.marks.close()
+            window.adopt_user_trace(self.watch)
+            self.watch.uninstall()
+            os._exit = self._restore_exit
+            window.close()
         try:
-            end_settings = read_slow_settings()
+            self.end_settings = read_slow_settings()
         except Exception:
-            end_settings = {}
+            self.end_settings = {}
         try:  # only when the script left more threads than cores; after its work, before writing
             from .thread_probe import probe_oversubscription, usable_cores
 
-            end_settings["thread_probe"] = probe_oversubscription(end_settings.get("torch_threads") or 0,
-                                                                  usable_cores())
+            self.end_settings["thread_probe"] = probe_oversubscription(self.end_settings.get("torch_threads") or 0,
+                                                                       usable_cores())
         except Exception:
             pass
         sampler.write(run_dir / "samples.json")
-        compile_capture.write(run_dir / "compile.json")
+        self.compile_capture.write(run_dir / "compile.json")
+        self._write_run_json(outcome)
+        self._disable_crash_file()
+        return RunResult(run_dir, outcome, trace_path if trace_path.exists() else None)
+
+    def _write_run_json(self, outcome: Outcome | None) -> None:
+        """run.json: at the start with status "running" (no outcome yet), at the end final."""
+        target = self.target
+        window = self.window
         log = window.log
+        ended = getattr(self, "ended_ns", None) if outcome is not None else None
+        capture = window.capture.to_json()
+        capture["user_profilers"] = [u.to_json() for u in self.watch.sessions]
+        capture["sampler"] = {"method": self.sampler.method, "paused_s": round(self.sampler.paused_s, 4)}
+        if self.marks is not None:
+            capture["nvtx"] = self.marks.to_json()
         run_info = {
-            "target": {"script": str(target.script) if target.script else None, "module": target.module,
-                       "args": list(target.args), "cwd": os.getcwd()},
+            "target": {"script": str(target.script) if target and target.script else None,
+                       "module": target.module if target else None,
+                       "args": list(target.args) if target else [], "cwd": os.getcwd()},
             "argv": sys.argv,
-            "exit_code": outcome.exit_code,
-            "status": outcome.status,
-            "error": outcome.error,
-            "traceback": outcome.traceback,
-            "started_monotonic_ns": started_ns,
-            "ended_monotonic_ns": ended_ns,
-            "wall_s": (ended_ns - started_ns) / 1e9,
-            "cpu_s": cpu_s,
+            "pid": self._pid,
+            "exit_code": outcome.exit_code if outcome else None,
+            "status": outcome.status if outcome else "running",
+            "error": outcome.error if outcome else None,
+            "traceback": outcome.traceback if outcome else None,
+            "started_monotonic_ns": self.started_ns,
+            "ended_monotonic_ns": ended,
+            "started_unix_ns": self.started_unix_ns,
+            "wall_s": (ended - self.started_ns) / 1e9 if ended else None,
+            "cpu_s": getattr(self, "cpu_s", None) if outcome else None,
             "clock": {
                 "kind": log.kind,
                 "ticks": log.ticks,
@@ -138,22 +305,28 @@ class CaptureSession:
                 "lines_marked": log.lines_marked,
                 "top_module_calls": log.top_module_calls,
                 "top_module_outputs_with_grad": log.top_module_outputs_with_grad,
+                "top_module_sites": [{"file": f, "line": ln, "function": fn, "calls": n}
+                                     for (f, ln, fn), n in sorted(log.top_module_sites.items(),
+                                                                  key=lambda kv: -kv[1])],
             },
-            "options": asdict(options),
+            "capture": capture,
+            "options": asdict(self.options),
             "trace_error": window.export_error,
-            "settings_at_end": end_settings,
-            "call_sites": call_sites.records,
+            "settings_at_end": getattr(self, "end_settings", None) if outcome else None,
+            "call_sites": self.call_sites.records,
         }
-        (run_dir / "run.json").write_text(json.dumps(run_info, indent=1))
-        return RunResult(run_dir, outcome, trace_path if trace_path.exists() else None)
+        tmp = self.run_dir / "run.json.tmp"
+        tmp.write_text(json.dumps(run_info, indent=1))
+        os.replace(tmp, self.run_dir / "run.json")  # never a half-written run.json
 
 
 def capture_run(target: Target, options: WindowOptions, out: str | None, timeout: float | None,
-                status=None) -> RunResult:
-    """Run the target once under the sampler and the profiler; write the raw evidence."""
+                status=None, on_hard_exit=None) -> RunResult:
+    """Run the target once under the sampler and the profiler; write the raw evidence.
+    `on_hard_exit(result)` runs when the script ends with os._exit, before the process exits."""
     code = check_target(target)
-    session = CaptureSession(make_run_dir(out, target.label), options, status)
-    session.begin()
+    session = CaptureSession(make_run_dir(out, target.label), options, status, on_hard_exit)
+    session.begin(target)
     outcome = Outcome(1, "terminated", "torchneck stopped before the script ended")
     with sigterm_held_back():  # a SIGTERM after the script: once its evidence is written
         try:

@@ -1,14 +1,18 @@
-"""Find the script's steps without code changes, and profile a steady-state window of them.
+"""Find the script's steps without code changes, and profile one bounded window of its steady
+state (see `plan.py` for how the window is chosen and bounded).
 
 Step clocks, most trusted first: optimizer `step()` calls (a global post-hook), DataLoader
 iterations (`__next__` of the loader's iterator), and calls of a top-level `nn.Module`
 (global forward hooks; removed as soon as a better clock ticks, since they cost a little per
-module call). The first clock of a higher rank to tick takes over.
+module call, and before anything is compiled, see `dynamo_guard.py`). The first clock of a
+higher rank to tick takes over. When the clock reaches `warmup` steps, the profiler records
+`steps` steps; each tick marks a `ProfilerStep#N` span, as `torch.profiler.profile.step()` does,
+which the analyses use. A program without steps gets a time slice of its steady state instead,
+started from the sampler's periodic check; if steps appear later, the slice is replaced once by
+a step window, when no span opened under the slice's session is still open (`spans.py`).
 
-The profiler runs from the start ("tentative"), so a script whose steps are never detected
-still gets a profile of the whole run. When the clock reaches `warmup` steps, the tentative
-recording is dropped and a fresh one records `steps` steps (or `duration` seconds); each clock
-tick calls `profile.step()`, so the trace carries `ProfilerStep#N` spans that analyses use.
+Nothing is recorded before the window: one profiler session per run in the common case, no
+whole-run recording whose events would cost memory and seconds to convert.
 """
 
 from __future__ import annotations
@@ -19,24 +23,54 @@ import os
 import sys
 import threading
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from ..sites import is_user_file
+from .dynamo_guard import is_compiling
 from .lines import LineMarking
+from .plan import (
+    MIN_STEPS,
+    RSS_SETTLE_LOOP_S,
+    RSS_SETTLE_S,
+    SLICE_S,
+    STEP_SILENCE_S,
+    WINDOW_MAX_MB,
+    WINDOW_MAX_S,
+    CaptureLog,
+    MemoryProbe,
+    SteadyState,
+    loop_site,
+)
+from .sampler import CHECK_INTERVAL_NS, RECORDING_CHECK_INTERVAL_NS
 from .spans import OpenSpans, own_span
 
 CLOCK_RANK = {"optimizer": 3, "dataloader": 2, "module": 1}
+MODULE_SITES_KEPT = 20
+"""Distinct lines calling a top-level module counted at most (a script calls its model from a few)."""
+
+MID_STEP_FACTOR = 2.0
+"""A step window is cut at a step boundary when it passes its time or memory bound; between two
+ticks only when it passes twice the time bound (one step longer than the whole budget). Memory is
+not checked between ticks: a step's own tensors live there (a float64 mask of 2x64 MB made one
+window stop after 46 events), while at a tick they are the same as at the window's start."""
 
 
 @dataclass
 class WindowOptions:
     warmup: int = 3
     steps: int = 5
-    duration: float | None = None  # seconds; overrides `steps` when set
+    duration: float | None = None  # seconds; overrides `steps` (and the slice length) when set
     all: bool = False  # profile the whole run
     record_shapes: bool = True
     profile_memory: bool = True
     with_stack: bool = False
+    max_window_s: float = WINDOW_MAX_S
+    max_window_mb: float = WINDOW_MAX_MB
+    slice_s: float = SLICE_S
+    nvtx: bool = False  # NVTX (CUDA) / ITT (CPU) ranges around steps and record_function labels
 
 
 @dataclass
@@ -51,141 +85,387 @@ class ClockLog:
     step_marks: list[tuple[int, int]] = field(default_factory=list)  # (ProfilerStep N, monotonic ns)
     user_profiler: bool = False
     window_note: str | None = None  # why the window is not the usual one
-    tentative: bool = True
+    tentative: bool = False  # the window covers the whole run (--all)
     lines_marked: bool = False  # torch calls carry `torchneck@` spans naming the user's line
     top_module_calls: int = 0  # calls of top-level modules seen by the module clock
     top_module_outputs_with_grad: int = 0  # ... whose output carried an autograd graph
+    top_module_sites: dict = field(default_factory=dict)  # (file, line, function) of the user's call -> calls
 
 
 class ProfiledWindow:
     """Owns the torch profiler and the step clocks for one run."""
 
-    def __init__(self, options: WindowOptions, trace_path: Path, on_trace_written=None):
+    def __init__(self, options: WindowOptions, trace_path: Path, on_trace_written=None, watch=None):
         self.options = options
         self.trace_path = trace_path
         self.on_trace_written = on_trace_written
+        self.watch = watch  # capture/profilers.py: torchneck's own profiler calls pass as ours()
         self.log = ClockLog()
-        self._prof = None
-        self._done = False
+        self.capture = CaptureLog(bounds={"max_window_s": options.max_window_s,
+                                          "max_window_mb": options.max_window_mb,
+                                          "slice_s": options.duration or options.slice_s,
+                                          "steps": options.steps, "warmup": options.warmup})
+        self._prof: _Kineto | None = None
+        self.state = "waiting"  # waiting -> recording -> done
+        self.aside = False  # the script's own profiler has run: torchneck records nothing more
+        self._busy = False  # a hook or check is running: a signal-handler check must not re-enter
         self._handles: list = []
+        self._module_handles: list = []
         self._module_depth = 0
-        self._lock = threading.RLock()
         self._main_thread = threading.get_ident()
         self.export_error: str | None = None
         self._lines = LineMarking()
         self._spans = OpenSpans()
-        self._window_wait_from: int | None = None  # tick at which the window became due
+        self._rss = MemoryProbe()
+        self._rss_base = 0
+        self._bound_base = 0  # what the bound compares to: after a steps window's first step
+        self._steady = SteadyState()
+        self._sessions = 0  # torchneck recordings started (their spans are told apart by number)
+        self._superseded = False  # a slice has been replaced by a step window (only once)
+        self._window_wait_from: int | None = None  # tick at which a superseding window became due
+        self._seen_samples = 0
+        self.compile_in_use = False
+        self.sampler: Any = None  # capture/sampler.py's StackSampler, once attached
+        self.started_ns = time.monotonic_ns()
+        self.marks: Any = None  # capture/marks.py: NVTX / ITT ranges (--nvtx)
 
-    # -- profiler ------------------------------------------------------------------------------
-    def _new_profiler(self, memory: bool = True) -> _Kineto:
-        return _Kineto(self.options, memory=memory)
+    def _ours(self):
+        return self.watch.ours() if self.watch is not None else contextlib.nullcontext()
 
+    # -- recording -----------------------------------------------------------------------------
     def _mark_step(self) -> None:
-        self.log.step_marks.append((self._prof.step_num, time.monotonic_ns()))
-        self._prof.begin_step()
+        prof = self._prof
+        assert prof is not None, "only while recording"
+        self.log.step_marks.append((prof.step_num, time.monotonic_ns()))
+        prof.begin_step()
+
+    def _elapsed_s(self, now: int) -> float:
+        """Seconds the window has been recording."""
+        return (now - (self.log.window_start_ns or now)) / 1e9
 
     def start(self) -> None:
-        """Install the clocks and start the tentative profiler."""
+        """Install the clocks; with `--all`, record from here."""
+        self.started_ns = time.monotonic_ns()
         self._install_clocks()
-        # The tentative recording (kept only if no steps are found) records no memory events:
-        # only the window uses them, and they cost time and space on every allocation.
-        self._prof = self._new_profiler(memory=self.options.all)
-        self._prof.start()
+        if self.options.all:
+            self.log.tentative = True
+            self._start_recording("all", "--all: the whole run, without bounds")
+
+    def attach_sampler(self, sampler) -> None:
+        """The sampler's periodic check drives windows of programs without steps, and the bounds."""
+        self.sampler = sampler
+        sampler.on_check = self.check
+
+    def _start_recording(self, plan: str, why: str) -> bool:
+        now = time.monotonic_ns()
+        try:
+            with self._ours():
+                prof = _Kineto(self.options)
+                prof.start()
+        except Exception as exc:  # never let the profiler take the user's run down
+            self.export_error = f"{type(exc).__name__}: {exc}"
+            self.state = "done"
+            return False
+        self._prof = prof
+        self._sessions += 1
+        self._spans.session = self._sessions
+        self.state = "recording"
+        log, cap = self.log, self.capture
+        cap.plan, cap.why = plan, why
+        cap.window_start_ns = log.window_start_ns = now
+        cap.window_end_ns = log.window_end_ns = None
+        cap.stopped_by = None
+        log.step_marks = []
+        self._rss.reset()
+        self._rss_base = self._bound_base = self._rss.settled(0.0)
         self._mark_step()
-        self.log.window_start_ns = time.monotonic_ns()
-        self.log.window_first_step = 0
+        self._lines.marked = False
+        self._lines.start()
+        if plan in ("loop", "slice") and self.sampler is not None:
+            self.sampler.check_interval_ns = RECORDING_CHECK_INTERVAL_NS
+        self._charge_to_torchneck()
+        return True
 
-    def _tick(self, kind: str) -> None:
-        if threading.get_ident() != self._main_thread:
+    def _charge_to_torchneck(self) -> None:
+        """End the sampler's current interval here, as torchneck's: the last C call of starting or
+        writing the profile (Kineto's stop, the export, the compression) returns straight into the
+        script's frame, where the next sample would otherwise charge it."""
+        if self.sampler is not None and threading.get_ident() == self._main_thread:
+            from ..sites import TOOL_FRAME
+
+            self.sampler.record_synthetic(TOOL_FRAME)
+
+    def _recorded_bytes(self, settle_s: float = RSS_SETTLE_S, since: int | None = None) -> int:
+        return max(0, self._rss.settled(settle_s) - (self._rss_base if since is None else since))
+
+    def _over_bounds(self, now: int, factor: float = 1.0, settle_s: float = RSS_SETTLE_S) -> str | None:
+        """Which bound the recording window has passed, if any (`--all` has none)."""
+        if self.options.all:
+            return None
+        elapsed = self._elapsed_s(now)
+        if elapsed >= factor * self.options.max_window_s:
+            return "time_bound"
+        if self._recorded_bytes(settle_s, self._bound_base) >= factor * self.options.max_window_mb * (1 << 20):
+            return "memory_bound"
+        return None
+
+    def finish(self, stopped_by: str = "end", export: bool = True) -> None:
+        """Stop recording and write the trace (idempotent)."""
+        if self.state != "recording" or self._prof is None:
             return
-        with self._lock:
-            log = self.log
-            if log.kind is None or CLOCK_RANK[kind] > CLOCK_RANK[log.kind]:
-                if log.kind is not None:
-                    log.ticks = []  # restart counting on the better clock
-                log.kind = kind
-                if kind != "module":
-                    self._remove_module_hooks()
-            elif kind != log.kind:
-                return
-            now = time.monotonic_ns()
-            log.ticks.append(now)
-            if self._done or self._prof is None:
-                return
-            opts = self.options
-            n = len(log.ticks)
-            if log.tentative and not opts.all and n >= opts.warmup:
-                if self._window_wait_from is None:
-                    self._window_wait_from = n
-                    if self._spans.depth == 0:
-                        self._begin_window()
-                        return
-                    # A span is open (Optimizer.step's own, or the user's around the step):
-                    # restarting the profiler now would corrupt the heap (see capture/spans.py).
-                    self._spans.when_closed = self._begin_window
-                elif n - self._window_wait_from >= max(opts.steps, 1):
-                    # A span stayed open for the whole would-be window (one around the
-                    # whole loop): keep the tentative recording, from the start, as the profile.
-                    log.window_note = "a record_function span stayed open around the steps"
-                    self.finish()
-                    return
-            if not (log.tentative or opts.all):
-                recorded = n - (log.window_first_step or 0)
-                if opts.duration is not None:
-                    done = (now - log.window_start_ns) / 1e9 >= opts.duration
-                else:
-                    done = recorded >= opts.steps
-                if done:
-                    self.finish()
-                    return
-            self._prof.step_num += 1
-            self._mark_step()
+        try:
+            self._finish(stopped_by, export)
+        finally:
+            self._charge_to_torchneck()
 
-    def _begin_window(self) -> None:
-        """Drop the warm-up recording; record the steady state from here. Only called when no
-        span is open on the main thread."""
-        with self._lock:
-            log = self.log
-            if self._done or self._prof is None or not log.tentative:
-                return
-            self._spans.when_closed = None
-            try:
-                self._prof.stop()
-                self._prof = self._new_profiler()
-                self._prof.start()
-            except Exception as exc:  # never let the profiler take the user's run down
-                self.export_error = f"{type(exc).__name__}: {exc}"
-                self._done = True
-                self._prof = None
-                return
-            log.tentative = False
-            log.step_marks = []
-            self._mark_step()
-            log.window_start_ns = time.monotonic_ns()
-            log.window_first_step = len(log.ticks)
-            log.lines_marked = self._lines.start()
-
-    def finish(self) -> None:
-        """Stop profiling and write the trace (idempotent)."""
-        with self._lock:
-            if self._done or self._prof is None:
-                return
-            self._done = True
-            self._spans.when_closed = None
-            self.log.window_end_ns = time.monotonic_ns()
-            self._remove_module_hooks()
-            self._lines.stop()
-            prof, self._prof = self._prof, None
-            try:
+    def _finish(self, stopped_by: str, export: bool) -> None:
+        self.state = "done"
+        cap, log = self.capture, self.log
+        cap.window_end_ns = log.window_end_ns = time.monotonic_ns()
+        cap.stopped_by = stopped_by
+        cap.recorded_mb = round(self._recorded_bytes(0.0) / (1 << 20), 2)
+        if self.sampler is not None:
+            self.sampler.check_interval_ns = CHECK_INTERVAL_NS
+        self._lines.stop()
+        log.lines_marked = self._lines.marked
+        prof, self._prof = self._prof, None
+        assert prof is not None
+        try:
+            t0 = time.perf_counter()
+            with self._ours():
                 prof.stop()
-                tmp = self.trace_path.with_suffix("")  # trace.json
-                prof.export(tmp)
-                _gzip_file(tmp, self.trace_path)
-            except Exception as exc:  # never let the profiler take the user's run down
-                self.export_error = f"{type(exc).__name__}: {exc}"
+            cap.stop_s = round(time.perf_counter() - t0, 4)  # the profiler's own processing of the events
+            self._spans.session = None
+            if not export:
                 return
-            if self.on_trace_written:
-                self.on_trace_written(self.trace_path)
+            t0 = time.perf_counter()
+            tmp = self.trace_path.with_suffix("")  # trace.json
+            with self._ours():
+                prof.export(tmp)
+            _gzip_file(tmp, self.trace_path)
+            cap.export_s = round(time.perf_counter() - t0, 4)
+        except Exception as exc:  # never let the profiler take the user's run down
+            self.export_error = f"{type(exc).__name__}: {exc}"
+            return
+        finally:
+            self._spans.session = None
+        cap.trace_bytes = self.trace_path.stat().st_size
+        cap.trace_source = "torchneck"
+        if self.on_trace_written:
+            self.on_trace_written(self.trace_path)
+
+    # -- the step clock ------------------------------------------------------------------------
+    def _tick(self, kind: str) -> None:
+        if threading.get_ident() != self._main_thread or self._busy:
+            return
+        log = self.log
+        if log.kind is None or CLOCK_RANK[kind] > CLOCK_RANK[log.kind]:
+            if log.kind is not None:
+                log.ticks = []  # restart counting on the better clock
+            log.kind = kind
+            if kind != "module":
+                self._remove_module_hooks()
+        elif kind != log.kind:
+            return
+        now = time.monotonic_ns()
+        log.ticks.append(now)
+        if self.capture.steady_from_ns is None or now < self.capture.steady_from_ns:
+            self.capture.steady_from_ns = now
+        if self.marks is not None:
+            self.marks.step(len(log.ticks))
+        self._busy = True
+        try:
+            self._lines.retry()
+            self._step_clock(now)
+        finally:
+            self._busy = False
+
+    def _step_clock(self, now: int) -> None:
+        opts, log, cap = self.options, self.log, self.capture
+        n = len(log.ticks)
+        if self.state == "recording" and cap.plan == "steps":
+            recorded = n - (log.window_first_step or 0)
+            if opts.duration is not None and self._elapsed_s(now) >= opts.duration:
+                self.finish("duration")
+            elif opts.duration is None and recorded >= opts.steps:
+                self.finish("steps")
+            else:
+                if recorded == 1:  # the first step holds the profiler's one-time buffers (~8 MB measured)
+                    self._bound_base = self._rss.settled(0.0)
+                bound = None if recorded < MIN_STEPS else self._over_bounds(now, settle_s=0.0)  # a step
+                if bound:  # boundary: the step's own tensors are freed
+                    self.finish(bound)
+                    return
+                self._next_step()
+            return
+        if self.state == "recording" and cap.plan == "all":
+            self._next_step()
+            return
+        if self.aside or opts.all or n < opts.warmup or cap.plan == "steps":
+            return
+        if self.state == "waiting":
+            self._begin_step_window()
+            return
+        # A slice was recorded (or is recording) before the steps began: replace it once by a
+        # window of steps, only where no span opened under its session can still close later.
+        if self._superseded or self.compile_in_use or (self.watch is not None and self.watch.sessions):
+            return
+        if self._window_wait_from is None:
+            self._window_wait_from = n
+        if self._spans.depth == 0 and self._lines.open_spans[0] == 0:
+            self._supersede()
+        elif n - self._window_wait_from < max(opts.steps, 1):
+            self._spans.when_closed = self._supersede_when_closed
+        else:
+            self._spans.when_closed = None
+            cap.notes.append("the steps ran inside a record_function span: the slice recorded before "
+                             "them was kept, a second profiler session there could corrupt memory")
+            self._superseded = True
+
+    def _next_step(self) -> None:
+        assert self._prof is not None, "only while recording"
+        self._prof.step_num += 1
+        self._mark_step()
+
+    def _supersede_when_closed(self) -> None:
+        if self._busy or self.state == "waiting" or self.capture.plan == "steps":
+            return
+        self._busy = True
+        try:
+            if self._lines.open_spans[0] == 0:
+                self._supersede()
+        finally:
+            self._busy = False
+
+    def _supersede(self) -> None:
+        cap = self.capture
+        previous = (f"a {cap.plan} window from {((cap.window_start_ns or 0) - self.started_ns) / 1e9:.1f} s, "
+                    "replaced by the steps once they began")
+        if self.state == "recording":
+            self.finish("superseded", export=False)
+        self._superseded = True
+        cap.replaced = previous
+        self._begin_step_window()
+
+    def _begin_step_window(self) -> None:
+        log = self.log
+        n = len(log.ticks)
+        why = (f"{log.kind} steps: {self.options.warmup} warm-up step(s) skipped, then "
+               + (f"{self.options.duration:g} s" if self.options.duration else f"{self.options.steps} step(s)"))
+        if self._start_recording("steps", why):
+            log.window_first_step = n
+
+    # -- the sampler's check: programs without steps, and the bounds ---------------------------
+    def check(self) -> None:
+        """Every few ms, from the sampler's signal handler (main thread)."""
+        if self._busy:
+            return
+        self._busy = True
+        try:
+            self._check()
+        except Exception as exc:  # a failing check must not take the script down: stop checking
+            self.capture.notes.append(f"the capture plan's check failed ({type(exc).__name__}: {exc}); "
+                                      "windows are started by steps only")
+            if self.sampler is not None:
+                self.sampler.on_check = None
+        finally:
+            self._busy = False
+
+    def _check(self) -> None:
+        self._lines.retry()
+        now = time.monotonic_ns()
+        sampler = self.sampler
+        total = len(sampler.samples)
+        recent = sampler.samples[self._seen_samples:total]
+        self._seen_samples = total
+        busy_of = sampler.stack_busy
+        busy = any(busy_of[sample[0]] for sample in recent if sample[0] < len(busy_of))
+        steady = self._steady.update(now, len(recent), sampler.fresh, busy, {sample[0] for sample in recent})
+        cap = self.capture
+        since = self._steady.steady_since_ns
+        if steady and since is not None and (cap.steady_from_ns is None or since < cap.steady_from_ns):
+            cap.steady_from_ns = since  # the program's main work began there
+        if self.state == "recording":
+            if cap.plan in ("loop", "slice"):
+                slice_s = self.options.duration or self.options.slice_s
+                if self._elapsed_s(now) >= slice_s:
+                    self.finish("slice")
+                    return
+                bound = self._over_bounds(now, settle_s=RSS_SETTLE_LOOP_S)
+            elif cap.plan == "steps" and self._elapsed_s(now) >= MID_STEP_FACTOR * self.options.max_window_s:
+                bound = "time_bound"  # between ticks only time: a step's own tensors swell memory
+            else:
+                bound = None
+            if bound:
+                self.finish(bound)
+            return
+        if self.state != "waiting" or self.aside or self.options.all or not self._slice_allowed(now):
+            return
+        if steady:
+            site = loop_site(sampler.frames, sampler.stacks, [sample[0] for sample in recent], is_user_file)
+            cap.loop = site
+            where = (f" in {site['function']} ({os.path.basename(site['file'])}:{site['first_line']}"
+                     + (f"-{site['last_line']}" if site["last_line"] != site["first_line"] else "") + ")"
+                     if site else "")
+            self._start_recording("loop", "no step clock; the sampled Python stacks repeat" + where
+                                  + f": a {self.options.duration or self.options.slice_s:g} s slice of the loop")
+        elif self._steady.fallback_due(now, self.started_ns):
+            cap.steady_from_ns = cap.steady_from_ns or now
+            self._start_recording("slice", "no step clock and no repeating stacks: a "
+                                  f"{self.options.duration or self.options.slice_s:g} s time slice "
+                                  "after start-up work stopped")
+
+    def _slice_allowed(self, now: int) -> bool:
+        """Before any step, or once the step clock has fallen silent (its loop is over)."""
+        ticks = self.log.ticks
+        if not ticks:
+            return True
+        longest = max((b - a for a, b in zip(ticks, ticks[1:])), default=0) / 1e9
+        return (now - ticks[-1]) / 1e9 > max(STEP_SILENCE_S, 3 * longest)
+
+    # -- the script's own profiler -------------------------------------------------------------
+    def user_profiler_starting(self, user) -> None:
+        """The script starts its own profiler: write ours first; record nothing more."""
+        self.aside = True
+        self.log.user_profiler = True
+        self._spans.when_closed = None
+        if self.state == "recording":
+            self.finish("user_profiler")
+        for session in range(1, self._sessions + 1):
+            self._spans.detach_open(session)
+
+    def user_profiler_stopped(self, user) -> None:
+        self._spans.release_kept()  # no session records now: ending them writes nothing
+
+    def adopt_user_trace(self, watch) -> None:
+        """No trace of torchneck's own: use what the script's profiler recorded, its last
+        exported trace, or else its last session's events (saved once the script is over)."""
+        if self.trace_path.exists() or watch is None:
+            return
+        for user in reversed(watch.sessions):
+            for path in reversed(user.exports):
+                if os.path.isfile(path):
+                    try:
+                        _gzip_copy(Path(path), self.trace_path)
+                    except OSError as exc:
+                        self.capture.notes.append(f"could not copy the script's trace {path}: {exc}")
+                        continue
+                    self.capture.trace_source, self.capture.trace_from = "script_export", path
+                    self.capture.trace_bytes = self.trace_path.stat().st_size
+                    return
+        user = watch.unsaved_results()
+        if user is None:
+            return
+        tmp = self.trace_path.with_suffix("")
+        try:
+            with self._ours():
+                user.owner.kineto_results.save(str(tmp))
+            _gzip_file(tmp, self.trace_path)
+        except Exception as exc:
+            self.capture.notes.append(f"could not save the script's profiler events: {exc}")
+            return
+        self.capture.trace_source = "script_events"
+        self.capture.trace_bytes = self.trace_path.stat().st_size
 
     # -- clocks --------------------------------------------------------------------------------
     def _install_clocks(self) -> None:
@@ -194,24 +474,34 @@ class ProfiledWindow:
         from torch.utils.data import dataloader
 
         self._spans.install()
-        self._handles.append(register_optimizer_step_post_hook(lambda *a, **k: self._tick("optimizer")))
-        base = dataloader._BaseDataLoaderIter
-        original_next = base.__next__
         window = self
 
+        def optimizer_step_ticks(optimizer, args, kwargs):
+            if not is_compiling():  # dynamo inlines this as nothing
+                window._tick("optimizer")
+
+        self._handles.append(register_optimizer_step_post_hook(optimizer_step_ticks))
+        base = dataloader._BaseDataLoaderIter
+        original_next = base.__next__
+
         def __next__(it):
+            if is_compiling():
+                return original_next(it)
             try:
                 return original_next(it)
             finally:
                 window._tick("dataloader")
 
-        base.__next__ = __next__
+        setattr(base, "__next__", __next__)  # noqa: B010  (a class attribute patched)
         self._restore_next = (base, original_next)
-        self._module_handles = [
-            torch.nn.modules.module.register_module_forward_pre_hook(self._module_pre),
-            torch.nn.modules.module.register_module_forward_hook(self._module_post),
-        ]
-        self._wrap_user_profiler()
+        if self.log.kind in (None, "module"):
+            if not self.compile_in_use:
+                self._module_handles = [
+                    torch.nn.modules.module.register_module_forward_pre_hook(self._module_pre),
+                    torch.nn.modules.module.register_module_forward_hook(self._module_post),
+                ]
+            else:
+                self._wrap_compiled_modules()
 
     def _module_pre(self, module, args) -> None:
         self._module_depth += 1
@@ -222,26 +512,43 @@ class ProfiledWindow:
             self.log.top_module_calls += 1
             if getattr(output, "grad_fn", None) is not None:
                 self.log.top_module_outputs_with_grad += 1
+            self._note_module_site()
             self._tick("module")
 
+    def _note_module_site(self) -> None:
+        """Count the user's line that called a top-level module (a few µs a call): the line an
+        inference fix (`torch.inference_mode()`) goes around, which the trace cannot name."""
+        sites = self.log.top_module_sites
+        frame: types.FrameType | None = sys._getframe(2)
+        while frame is not None and not is_user_file(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is None:
+            return
+        code = frame.f_code
+        key = (code.co_filename, frame.f_lineno, getattr(code, "co_qualname", code.co_name))
+        if key in sites or len(sites) < MODULE_SITES_KEPT:
+            sites[key] = sites.get(key, 0) + 1
+
     def _remove_module_hooks(self) -> None:
-        for h in getattr(self, "_module_handles", []):
+        for h in self._module_handles:
             h.remove()
         self._module_handles = []
 
     def compile_started(self) -> None:
-        """torch.compile is about to trace a frame (called from the compile log). Take the global
-        module hooks away first: dynamo would trace them into the graph and guard on them, and
-        removing them later would recompile the user's code. Calls of compiled modules
+        """torch.compile was called, or dynamo is about to trace a frame: take the global module
+        hooks away first (dynamo would trace them into the graph and guard on them; removing
+        them later would recompile the user's code); calls of compiled modules
         (`OptimizedModule`) tick the module clock instead. The line marker (a torch function
-        mode, also guarded on) stops for the same reason."""
+        mode, also guarded on) stops for good, for the same reason."""
         if threading.get_ident() != self._main_thread:
             return
-        if getattr(self, "_module_handles", None):
+        self.compile_in_use = True
+        if self._module_handles:
             self._remove_module_hooks()
             self._module_depth = 0
-            if self.log.kind in (None, "module"):
-                self._wrap_compiled_modules()
+        if self.log.kind in (None, "module"):
+            self._wrap_compiled_modules()
+        self._lines.disabled = True
         self._lines.stop()
 
     def _wrap_compiled_modules(self) -> None:
@@ -256,6 +563,8 @@ class ProfiledWindow:
         window = self
 
         def __call__(module, *args, **kwargs):
+            if is_compiling():  # a compiled module called from compiled code: dynamo inlines it
+                return original(module, *args, **kwargs)
             window._module_depth += 1
             try:
                 return original(module, *args, **kwargs)
@@ -264,26 +573,12 @@ class ProfiledWindow:
                 if window._module_depth == 0:
                     window._tick("module")
 
-        OptimizedModule.__call__ = __call__
+        setattr(OptimizedModule, "__call__", __call__)  # noqa: B010
         self._restore_optimized_call = (OptimizedModule, own)
 
-    def _wrap_user_profiler(self) -> None:
-        """If the script starts its own torch.profiler, hand over: write ours first."""
-        from torch.profiler import profile
-
-        original_start = profile.start
-        window = self
-
-        def start(prof_self):
-            if window._prof is not None and not window._done:
-                window.log.user_profiler = True
-                window.finish()
-            return original_start(prof_self)
-
-        profile.start = start
-        self._restore_start = (profile, original_start)
-
     def uninstall(self) -> None:
+        """Take every hook and patch away (at the end, or while the script's own profiler records
+        Python calls, which would list them); `_install_clocks()` puts them back."""
         self._spans.uninstall()
         for h in self._handles:
             h.remove()
@@ -291,17 +586,18 @@ class ProfiledWindow:
         self._remove_module_hooks()
         if hasattr(self, "_restore_next"):
             base, original = self._restore_next
-            base.__next__ = original
-        if hasattr(self, "_restore_start"):
-            cls, original = self._restore_start
-            cls.start = original
+            setattr(base, "__next__", original)  # noqa: B010
+            del self._restore_next
         if hasattr(self, "_restore_optimized_call"):
             cls, own = self._restore_optimized_call
             if own is None:
-                del cls.__call__
+                delattr(cls, "__call__")
             else:
-                cls.__call__ = own
+                setattr(cls, "__call__", own)  # noqa: B010
             del self._restore_optimized_call
+
+    def close(self) -> None:
+        self._rss.close()
 
 
 class _Kineto:
@@ -319,12 +615,15 @@ class _Kineto:
         self._prof = torch.autograd.profiler.profile(
             use_cpu=True, use_device=use_device, record_shapes=options.record_shapes,
             profile_memory=options.profile_memory and memory, with_stack=options.with_stack, use_kineto=True)
-        self._step = None
+        self._step: Any = None
         self.step_num = 0
 
     def start(self) -> None:
         import torch
 
+        from .profilers import record_concrete_inputs
+
+        record_concrete_inputs(False)  # values of small inputs: memory the analyses never read
         with _quiet_stderr():
             self._prof.__enter__()
         try:
@@ -337,10 +636,10 @@ class _Kineto:
             pass
 
     def begin_step(self) -> None:
-
         self.end_step()
-        self._step = own_span()(f"ProfilerStep#{self.step_num}")
-        self._step.__enter__()
+        step = own_span()(f"ProfilerStep#{self.step_num}")
+        step.__enter__()
+        self._step = step
 
     def end_step(self) -> None:
         if self._step is not None:
@@ -348,9 +647,14 @@ class _Kineto:
             self._step = None
 
     def stop(self) -> None:
+        from .profilers import record_concrete_inputs
+
         self.end_step()
-        with _quiet_stderr():
-            self._prof.__exit__(None, None, None)
+        try:
+            with _quiet_stderr():
+                self._prof.__exit__(None, None, None)
+        finally:
+            record_concrete_inputs(None)
 
     def export(self, path: Path) -> None:
         self._prof.export_chrome_trace(str(path))
@@ -376,6 +680,7 @@ def _quiet_stderr():
 
 
 def _gzip_file(src: Path, dst: Path) -> None:
+    gz: Any
     try:
         from isal import igzip as gz
     except ImportError:  # pragma: no cover
@@ -387,3 +692,15 @@ def _gzip_file(src: Path, dst: Path) -> None:
                 break
             fout.write(block)
     src.unlink()
+
+
+def _gzip_copy(src: Path, dst: Path) -> None:
+    """The script's own trace, gzipped into the run directory (or copied, when gzipped already)."""
+    import shutil
+
+    if src.suffix == ".gz":
+        shutil.copyfile(src, dst)
+        return
+    tmp = dst.with_suffix(".tmp")
+    shutil.copyfile(src, tmp)
+    _gzip_file(tmp, dst)

@@ -18,7 +18,7 @@ from .base import Record
 from .diff import DiffSection
 from .findings import Finding
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 """report.json's format version: bumped only when a field changes meaning or disappears (new
 fields are added within a version)."""
 
@@ -87,3 +87,6 @@ class Report(Record, kw_only=True):
     diff: DiffSection | None = None
     distributed: dict[str, Any] | None = None
     bisect: dict[str, Any] | None = None
+    capture: dict[str, Any] | None = None
+    """A live run: what the profiler window covered, over what span, why, and what bounded it
+    (`analysis/run.py: capture_summary`)."""

@@ -72,15 +72,18 @@ class ConsoleRenderer:
         run = report.run
         if run:
             name = run.target.module or run.target.script
-            cpu = f"  cpu {run.cpu_s:.2f} s" if run.cpu_s is not None else ""
+            cpu = f"cpu {run.cpu_s:.2f} s" if run.cpu_s is not None else "cpu unknown"
             c.print(f"[bold]{escape(str(name))}[/] {escape(' '.join(run.target.args))}  "
-                    f"exit code {run.exit_code}  wall {run.wall_s:.2f} s{cpu}")
+                    f"exit code {run.exit_code}  wall {run.wall_s:.2f} s  {cpu}")
             if run.error:
                 c.print(f"[red]The script did not finish normally: {escape(run.error)}[/]")
             for line in environment_lines(report.env):
                 c.print(f"[dim]{escape(line)}[/]")
         c.print()
         c.print(escape(report.verdict))
+        summary = (report.capture or {}).get("summary")
+        if summary:  # what was measured, over what span, and why
+            c.print(f"[dim]{escape(summary)}[/]")
         self._findings(report.findings)
         comp = report.compile or {}
         if comp.get("present"):
@@ -343,7 +346,7 @@ class ConsoleRenderer:
             c.print(f"  [yellow]profiled from the start: {escape(phases['window_note'])}[/]")
 
     def _python(self, python: dict) -> None:
-        for key, title in (("window", "Python hotspots in the profiled steps"),
+        for key, title in (("window", "Python hotspots in the steady state (the run after start-up)"),
                            ("startup", "Python time before the first step (one-time)")):
             h = python.get(key)
             if not h or not h["lines"]:

@@ -180,8 +180,8 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
 
     Time lost: `AUTOGRAD_OVERHEAD` of the time the model calls take (recording the graph and
     keeping activations alive), an estimate: the trace cannot separate it from the ops. The model
-    calls' time is the self time of the ops run at the model-call line when the trace places ops
-    at lines, else the whole window."""
+    calls' time is the self time of the ops run at the model-call line (the line the capture saw
+    call the top-level module) when the trace places ops at lines, else the whole window."""
 
     kind = "autograd_in_inference"
     summary = "Inference records autograd graphs that no backward uses (no inference_mode / no_grad)."
@@ -206,10 +206,12 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
         names = [o.name for o in a.ops.by_name] + [n.name for n in a.ops.annotations]
         if any("evaluate_function" in n or "Backward" in n for n in names):
             return []  # a backward ran: this is training
+        # The line that called the model, counted by the capture's module hook; runs of older
+        # versions: the hottest sampled line, or the line that ran the most ops (exact, from the
+        # line spans) when the window ended between two samples.
+        sites = facts.clock.get("top_module_sites") or []
         lines = (facts.python or {}).get("window", {}).get("lines", [])[:1]
-        # A fast machine can finish the window between two samples: then the line that ran the
-        # most ops (exact, from the line spans) is the model call.
-        where = where_of(lines) or facts.lines_for_ops(None, limit=1)
+        where = where_of(sites[:1]) or where_of(lines) or facts.lines_for_ops(None, limit=1)
         at = {(w.file, w.line) for w in where}
         in_calls = sum(e["self_us"] for e in facts.ops_by_line if (e.get("file"), e.get("line")) in at) / 1e6
         lost = (in_calls or facts.window_s) * self.AUTOGRAD_OVERHEAD

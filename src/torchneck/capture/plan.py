@@ -1,0 +1,223 @@
+"""The capture plan: when torchneck's profiled window starts, when it stops, and why.
+
+The Python sampler covers the whole run. The torch profiler records one bounded window, chosen
+from evidence, most trusted first:
+
+- "steps": a step clock (optimizer steps, DataLoader batches, top-level module calls) reached
+  the warm-up; the window records the next `--steps` steps;
+- "loop": no step clock, but the sampled Python stacks repeat (few stacks never seen before, no
+  importing or compiling for `STEADY_HOLD_S`): the program is in its steady state, in a loop;
+  the window is a time slice from there;
+- "slice": neither, `FALLBACK_S` after start-up work (imports, compiling) stopped: a time slice;
+- "all": `--all`, the whole run, unbounded (asked for explicitly).
+
+Whatever started it, the window stops at the first of: its steps (or `--duration`, or the
+slice) done, `--max-window-s`, or `--max-window-mb` recorded (a window of steps keeps at least
+`MIN_STEPS`), so a million tiny ops never reach the trace or memory. Recorded bytes are measured
+as the growth of the memory malloc has handed out while the window records (`MemoryProbe`: the
+profiler's event buffers, ~260 bytes an event with shapes and memory events), read at step
+boundaries (a step's own tensors are then the same as at the window's start), or, in a loop, as
+the smallest reading over the last `RSS_SETTLE_LOOP_S`, so short-lived tensors do not count.
+Converting those events into a trace afterwards costs ~15-30 µs each, which is why the bound is
+on what is recorded, not only on time.
+
+Everything this module decides is kept in `CaptureLog` (run.json's `capture`), which the report
+turns into "what was measured, over what span, and why".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+WINDOW_MAX_S = 10.0
+"""Longest profiled window (`--max-window-s`): 5 steps of up to 2 s each fit; longer steps are cut
+at a step boundary, since the events of one long step already tell where its time goes."""
+WINDOW_MAX_MB = 4.0
+"""Most profiler memory a window may record (`--max-window-mb`): ~16 k events (~260 bytes each
+with shapes and memory events), whose conversion into a trace takes ~15-30 µs an event here
+(~0.3-0.5 s) and ~60 MB at its peak: a loop of tiny ops stays within its overhead target. A
+window of steps holds at least `MIN_STEPS` whatever this bound says."""
+MIN_STEPS = 2
+"""Steps a step window records even past its memory and time bounds (unless one step passes twice
+the bounds): per-step figures need more than one step, and a big model's step alone can hold
+more events than the bound."""
+SLICE_S = 1.0
+"""Length of the time slice profiled in a program without steps (`--slice`): ~1000 samples of
+Python beside it, and every op of a loop whose iterations last up to ~0.1 s, several times."""
+STEADY_HOLD_S = 0.3
+"""How long the sampled stacks must keep repeating before a program without steps is taken to
+be in its steady state: longer than a burst of set-up code that happens to repeat."""
+STEADY_FRESH_MAX = 0.2
+"""Share of a check's samples allowed to show a stack never seen before: start-up code (imports,
+building a model) shows mostly new stacks; a loop shows the same few again and again."""
+FALLBACK_S = 2.0
+"""Without a steady state, a slice is profiled this long after start-up work last ran: a program
+that never repeats (one big function) still gets ops to look at."""
+STEP_SILENCE_S = 3.0
+"""A step clock that ticked and then fell silent this long (and 3x its longest step) no longer
+holds the window back: the loop is over, what runs now is another phase."""
+RSS_SETTLE_S = 0.2
+"""Readings of memory in use are kept this long. At a step tick the reading itself is compared to
+the window's start, and in a loop without steps (short iterations) the smallest over
+`RSS_SETTLE_LOOP_S`: an iteration's tensors come and go within it, and the profiler records
+fast there (a loop of tiny ops: ~200 MB/s), so a longer lag overshoots the bound."""
+RSS_SETTLE_LOOP_S = 0.005
+
+
+@dataclass
+class CaptureLog:
+    """What was measured, over what span, and why (run.json `capture`)."""
+
+    plan: str = "none"  # steps | loop | slice | all | none (nothing recorded by torchneck)
+    why: str = ""
+    window_start_ns: int | None = None
+    window_end_ns: int | None = None
+    stopped_by: str | None = None  # steps | duration | slice | time_bound | memory_bound | user_profiler | end
+    recorded_mb: float | None = None  # the memory growth measured while the window recorded
+    trace_bytes: int | None = None
+    stop_s: float | None = None  # seconds torch took to stop the profiler (it processes every event)
+    export_s: float | None = None  # seconds writing and compressing the trace
+    bounds: dict = field(default_factory=dict)
+    steady_from_ns: int | None = None  # start-up over: first step tick, steady stacks, or fallback
+    loop: dict | None = None  # where the repeating stacks were: function, file, lines
+    user_profilers: list[dict] = field(default_factory=list)
+    trace_source: str | None = None  # torchneck | script_export | script_events
+    trace_from: str | None = None  # the script's exported file the trace was copied from
+    replaced: str | None = None  # an earlier window superseded by a better one
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class _MallInfo2(ctypes.Structure):  # glibc's struct mallinfo2 (2.33+)
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+class MemoryProbe:
+    """The process's memory in use by malloc (glibc's `mallinfo2`: bytes allocated and not
+    freed, all arenas, mmapped blocks included; ~1 µs), with the smallest reading over a recent
+    span. Bytes in use, not resident pages: the profiler's event buffers fill memory a freed
+    tensor left in the heap without raising the resident size (measured: a second session of
+    84 k events raised RSS by 0, malloc's bytes in use by 21 MB, as the first), and Python's own
+    objects (pymalloc arenas, mapped directly) do not count. Where glibc's call is missing, the
+    resident size (/proc/self/statm) stands in."""
+
+    def __init__(self) -> None:
+        self._mallinfo = None
+        try:
+            fn = ctypes.CDLL(None).mallinfo2
+            fn.restype = _MallInfo2
+            fn.argtypes = []
+            self._mallinfo = fn
+        except (AttributeError, OSError):
+            pass
+        self._fd: int | None = None
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        if self._mallinfo is None:
+            try:
+                self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+            except OSError:
+                self._fd = None
+        self.kind = "malloc" if self._mallinfo is not None else "rss"
+        self._recent: list[tuple[int, int]] = []  # (ns, bytes)
+
+    def read(self) -> int:
+        if self._mallinfo is not None:
+            info = self._mallinfo()
+            return int(info.uordblks + info.hblkhd)
+        if self._fd is not None:
+            try:
+                return int(os.pread(self._fd, 128, 0).split()[1]) * self._page
+            except (OSError, ValueError, IndexError):
+                pass
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak * (1 if sys.platform == "darwin" else 1024)
+
+    def settled(self, over_s: float = RSS_SETTLE_S) -> int:
+        """Take a reading; the smallest over the last `over_s` (0: this reading)."""
+        now = time.monotonic_ns()
+        reading = self.read()
+        self._recent.append((now, reading))
+        keep = now - int(RSS_SETTLE_S * 1e9)
+        while len(self._recent) > 1 and self._recent[0][0] < keep:
+            self._recent.pop(0)
+        horizon = now - int(over_s * 1e9)
+        return min(b for t, b in self._recent if t >= horizon)
+
+    def reset(self) -> None:
+        self._recent = []
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class SteadyState:
+    """Is a program without steps in its steady state yet? Fed, at each sampler check, the
+    samples since the previous check."""
+
+    def __init__(self) -> None:
+        self.steady_since_ns: int | None = None
+        self.last_busy_ns: int | None = None
+        self._fresh_seen = 0
+        self._stacks: set[int] = set()  # distinct stacks sampled since `steady_since_ns`
+
+    def update(self, now_ns: int, n_samples: int, fresh_total: int, busy: bool,
+               stacks: set[int] | None = None) -> bool:
+        """True once the stacks have repeated for STEADY_HOLD_S without start-up work, over more
+        than one stack (`stacks`: those of the new samples): one stack held all along is one long
+        call (a sleep, loading a file), set-up rather than a loop."""
+        fresh = fresh_total - self._fresh_seen
+        self._fresh_seen = fresh_total
+        if busy:
+            self.last_busy_ns = now_ns
+        repeating = n_samples > 0 and not busy and fresh <= STEADY_FRESH_MAX * n_samples
+        if not repeating:
+            self.steady_since_ns = None
+            self._stacks = set()
+            return False
+        if self.steady_since_ns is None:
+            self.steady_since_ns = now_ns
+        if stacks is not None:
+            self._stacks |= stacks
+            if len(self._stacks) < 2:
+                self.steady_since_ns = now_ns  # one call so far: the steady state has not begun
+                return False
+        return (now_ns - self.steady_since_ns) / 1e9 >= STEADY_HOLD_S
+
+    def fallback_due(self, now_ns: int, started_ns: int) -> bool:
+        """A slice is due anyway: FALLBACK_S since start-up work last ran (or since the start)."""
+        since = self.last_busy_ns or started_ns
+        return (now_ns - since) / 1e9 >= FALLBACK_S
+
+
+def loop_site(frames: list[list], stacks: list[tuple[int, ...]], stack_ids: list[int], is_user) -> dict | None:
+    """Where the program loops: the innermost user function that every recent sample is in,
+    with the lines seen in it. None when the samples share no user function."""
+    if not stack_ids:
+        return None
+    chains = []
+    for sid in stack_ids:
+        chain = [f for f in stacks[sid] if is_user(frames[f][1])]
+        if not chain:
+            return None
+        chains.append(chain)
+    depth = 0
+    while all(len(c) > depth for c in chains):
+        keys = {(frames[c[depth]][0], frames[c[depth]][1]) for c in chains}
+        if len(keys) != 1:
+            break
+        depth += 1
+    if depth == 0:
+        return None
+    function, file, _ = frames[chains[0][depth - 1]]
+    lines = sorted({frames[c[depth - 1]][2] for c in chains})
+    return {"function": function, "file": file, "first_line": lines[0], "last_line": lines[-1]}

@@ -1,0 +1,191 @@
+"""The capture plan on programs without a visible training step, and runs that end hard: each a
+real `torchneck run` of a small script in a subprocess (see tests/scripts/)."""
+
+import gzip
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import SCRIPTS, planted_line, read_report, torchneck
+
+
+def _events(trace_path) -> list[dict]:
+    return json.loads(gzip.open(trace_path).read())["traceEvents"]
+
+
+def test_tiny_ops_without_steps_profile_a_bounded_slice(run_dir):
+    """~300 k tiny ops and no step clock: a whole-run profile of such a loop took 9x the bare
+    time and 3.4 GB. The loop is recognised from the repeating sampled stacks, one slice of it
+    is profiled and stopped at the memory bound, and the loop's line is the Python hotspot
+    measured over the whole run after start-up."""
+    script = SCRIPTS / "nostep_tiny_ops.py"
+    r = torchneck("run", "--quiet", "--max-window-mb", "3", "--out", str(run_dir), str(script), "80000")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "checksum" in r.stdout
+    run = json.loads((run_dir / "run.json").read_text())
+    cap = run["capture"]
+    assert cap["plan"] == "loop" and cap["stopped_by"] in ("memory_bound", "slice")
+    assert cap["loop"]["file"].endswith("nostep_tiny_ops.py") and cap["loop"]["function"] == "<module>"
+    assert cap["loop"]["first_line"] <= planted_line(script) <= cap["loop"]["last_line"]
+    assert cap["recorded_mb"] < 3 * 2  # stopped within a check of the bound
+    ops = [e for e in _events(run_dir / "trace.json.gz") if e.get("cat") == "cpu_op"]
+    assert 1000 < len(ops) < 60_000  # the loop runs ~320 k ops
+    assert (cap["window_end_ns"] - cap["window_start_ns"]) / 1e9 <= run["options"]["slice_s"] + 0.5
+    report = read_report(run_dir)
+    assert report["capture"]["plan"] == "loop" and report["capture"]["window"]["events"] > 1000
+    assert "No step markers" in report["capture"]["summary"]
+    top = report["python"]["window"]["lines"][0]
+    assert (top["line"], top["function"]) == (planted_line(script), "<module>")
+    steady = report["python"]["window"]  # the whole run after start-up: the script's, torchneck's, the machine's
+    after_startup = run["wall_s"] - report["capture"]["steady_from_s"]
+    assert steady["sampled_s"] + steady["torchneck_hooks_s"] + steady["ready_s"] > 0.9 * after_startup
+
+
+def test_a_scoring_loop_after_the_model_calls_is_found(run_dir):
+    """The model calls are the module clock's steps and the window profiles five of them; the
+    per-element .item() loop after them is most of the run: it is found from the whole steady
+    state, at its line."""
+    script = SCRIPTS / "eval_item_loop.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = read_report(run_dir)
+    assert report["run"]["phases"]["clock"] == "module" and report["capture"]["plan"] == "steps"
+    found = [f for f in report["findings"] if f["kind"] == "python_hotspot"]
+    assert found and found[0]["where"][0]["line"] == planted_line(script)
+    assert report["findings"][0] is not None and found[0]["time_lost_pct"] > 50
+
+
+def test_a_pure_python_loop_before_quick_steps_is_the_top_hotspot(run_dir):
+    """A tokenizer loop over strings, then steps of ~1 ms: the steps' window holds a handful of
+    samples; the steady state (from where the sampled stacks began to repeat) holds the loop."""
+    script = SCRIPTS / "tokenizer_loop.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = read_report(run_dir)
+    top = report["python"]["window"]["lines"][0]
+    assert (top["function"], top["line"]) == ("featurize", planted_line(script))
+    finding = report["findings"][0]
+    assert finding["kind"] == "python_hotspot" and finding["where"][0]["line"] == planted_line(script)
+    capture = report["capture"]
+    assert capture["plan"] == "steps" and capture["replaced"].startswith("a loop window")
+    assert capture["steady_from_s"] < 1.0  # the loop, not the first optimizer step, ends start-up
+
+
+def test_os_exit_writes_the_report_and_keeps_the_status(run_dir):
+    r = torchneck("run", "--out", str(run_dir), str(SCRIPTS / "os_exit_end.py"), "3")
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert "trained" in r.stdout and "must not run" not in r.stdout  # no unwinding: os._exit as asked
+    assert "torchneck report" in r.stdout  # the report is printed before the process ends
+    run = json.loads((run_dir / "run.json").read_text())
+    assert (run["status"], run["exit_code"]) == ("os_exit", 3)
+    report = read_report(run_dir)
+    assert report["run"]["status"] == "os_exit" and report["ranks"][0]["steps"]["count"] == 5
+
+
+def test_os_exit_from_a_watchdog_thread_leaves_the_evidence(run_dir):
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(SCRIPTS / "os_exit_thread.py"))
+    assert r.returncode == 7, r.stderr[-2000:]
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "os_exit" and "from thread" in run["error"]
+    assert (run_dir / "samples.json").exists() and not (run_dir / "crash.txt").exists()
+    again = torchneck("report", "--quiet", "--json", "-", str(run_dir))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads(again.stdout)["run"]["exit_code"] == 7
+
+
+def _start(run_dir, *args):
+    cmd = [sys.executable, "-c", "import sys; from torchneck.cli import main; sys.exit(main())",
+           "run", "--quiet", "--out", str(run_dir), *args]
+    import os
+
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def _wait_for(path, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.2)
+
+
+def test_sigterm_and_sigint_mid_run_report_with_the_script_status(tmp_path):
+    for signum, code, status in ((signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")):
+        run_dir = tmp_path / status
+        proc = _start(run_dir, str(SCRIPTS / "forever.py"))
+        _wait_for(run_dir / "trace.json.gz")
+        proc.send_signal(signum)
+        proc.communicate(timeout=300)
+        assert proc.returncode == code
+        report = read_report(run_dir)
+        assert report["run"]["status"] == status and report["run"]["exit_code"] == code
+        assert report["capture"]["plan"] == "steps" and report["ranks"][0]["steps"]["count"] == 5
+
+
+def test_a_killed_run_is_reported_from_what_it_left(run_dir):
+    """SIGKILL (a scheduler's hard limit, the OOM killer): nothing of torchneck runs, but run.json
+    was written first, samples are flushed every second and the trace as soon as the window
+    ended; `torchneck report` builds the report from them and says what is missing."""
+    proc = _start(run_dir, str(SCRIPTS / "forever.py"))
+    _wait_for(run_dir / "trace.json.gz")
+    traced = time.time()
+    time.sleep(2.5)  # a few flushes of samples
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running"
+    assert not (run_dir / "samples.json").exists() and (run_dir / "samples.partial.jsonl").exists()
+    r = torchneck("report", "--quiet", str(run_dir))
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = read_report(run_dir)
+    assert report["run"]["status"] == "unfinished" and report["run"]["exit_code"] == -1
+    assert any("recovered from samples.partial.jsonl" in w for w in report["warnings"])
+    assert any("never finished" in w for w in report["warnings"])
+    started = json.loads((run_dir / "run.json").read_text())["started_unix_ns"] / 1e9
+    assert report["run"]["wall_s"] > traced - started + 1.0  # samples flushed at least every second
+    assert report["ranks"][0]["steps"]["count"] == 5
+    top = report["python"]["window"]["lines"][0]
+    assert top["file"].endswith("forever.py") and top["line"] == 5
+
+
+def test_a_native_crash_names_the_line_that_crashed(run_dir):
+    script = SCRIPTS / "segfault.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == -signal.SIGSEGV
+    assert "Segmentation fault" in (run_dir / "crash.txt").read_text()
+    again = torchneck("report", "--quiet", str(run_dir))
+    assert again.returncode == 0, again.stderr[-2000:]
+    report = read_report(run_dir)
+    assert report["run"]["status"] == "unfinished"
+    assert report["run"]["error"].endswith(f"at {script}:{planted_line(script)} in <module>")
+
+
+def test_env_json_holds_what_a_misconfiguration_check_needs(run_dir):
+    """Build, versions, OS, the torch-related environment variables, and the switches before the
+    script and after it (the script turned several on)."""
+    env_vars = {"CUDA_LAUNCH_BLOCKING": "1", "TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
+                "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "MKL_NUM_THREADS": "1",
+                "UNRELATED_SECRET": "kept-out"}
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(SCRIPTS / "configured.py"), env=env_vars)
+    assert r.returncode == 0, r.stderr[-2000:]
+    env = json.loads((run_dir / "env.json").read_text())
+    import torch
+
+    assert env["torch"] == torch.__version__ and env["build"]["debug"] is False
+    assert env["build"]["git_version"] == torch.version.git_version
+    assert {"mkl", "mkldnn", "openmp", "cudnn", "nccl", "cxx11_abi"} <= set(env["build"])
+    assert env["os"]["system"] and env["python"] == sys.version.split()[0]
+    assert {k: env["env_vars"].get(k) for k in env_vars} == {**env_vars, "UNRELATED_SECRET": None}
+    assert env["env_vars"]["OMP_NUM_THREADS"] == "1" and env["thread_env"]["MKL_NUM_THREADS"] == "1"
+    before = env["settings"]
+    assert before["slow_env"] == {"CUDA_LAUNCH_BLOCKING": "1"}
+    assert (before["cudnn_benchmark"], before["deterministic_algorithms"], before["anomaly_detection"]) == \
+        (False, False, False)
+    assert before["float32_matmul_precision"] == "highest" and before["default_dtype"] == "torch.float32"
+    after = json.loads((run_dir / "run.json").read_text())["settings_at_end"]
+    assert (after["cudnn_benchmark"], after["deterministic_algorithms"], after["deterministic_warn_only"],
+            after["anomaly_detection"], after["float32_matmul_precision"]) == (True, True, True, True, "high")
+    report = read_report(run_dir)
+    assert report["env"]["build"]["git_version"] == torch.version.git_version
+    assert report["env"]["settings_at_end"]["cudnn_benchmark"] is True
