@@ -18,7 +18,6 @@ whole-run recording whose events would cost memory and seconds to convert.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import threading
@@ -30,6 +29,7 @@ from typing import Any
 
 from ..sites import is_user_file
 from .dynamo_guard import is_compiling
+from .kineto import Kineto
 from .lines import LineMarking
 from .plan import (
     MIN_STEPS,
@@ -45,7 +45,7 @@ from .plan import (
     loop_site,
 )
 from .sampler import CHECK_INTERVAL_NS, RECORDING_CHECK_INTERVAL_NS
-from .spans import OpenSpans, own_span
+from .spans import OpenSpans
 
 CLOCK_RANK = {"optimizer": 3, "dataloader": 2, "module": 1}
 MODULE_SITES_KEPT = 20
@@ -105,7 +105,7 @@ class ProfiledWindow:
                                           "max_window_mb": options.max_window_mb,
                                           "slice_s": options.duration or options.slice_s,
                                           "steps": options.steps, "warmup": options.warmup})
-        self._prof: _Kineto | None = None
+        self._prof: Kineto | None = None
         self.state = "waiting"  # waiting -> recording -> done
         self.aside = False  # the script's own profiler has run: torchneck records nothing more
         self._busy = False  # a hook or check is running: a signal-handler check must not re-enter
@@ -160,7 +160,8 @@ class ProfiledWindow:
         now = time.monotonic_ns()
         try:
             with self._ours():
-                prof = _Kineto(self.options)
+                o = self.options
+                prof = Kineto(o.record_shapes, o.profile_memory, o.with_stack)
                 prof.start()
         except Exception as exc:  # never let the profiler take the user's run down
             self.export_error = f"{type(exc).__name__}: {exc}"
@@ -598,85 +599,6 @@ class ProfiledWindow:
 
     def close(self) -> None:
         self._rss.close()
-
-
-class _Kineto:
-    """One recording of torch's Kineto profiler, through `torch.autograd.profiler.profile`.
-
-    Not `torch.profiler.profile`: its start does `hasattr(torch, "_inductor")`, which imports
-    inductor (~1.4 s here) in every script, compiled or not. Steps are marked with our own
-    `ProfilerStep#N` record_function, as torch.profiler does.
-    """
-
-    def __init__(self, options: WindowOptions, memory: bool = True):
-        import torch
-
-        use_device = "cuda" if torch.cuda.is_available() else None
-        self._prof = torch.autograd.profiler.profile(
-            use_cpu=True, use_device=use_device, record_shapes=options.record_shapes,
-            profile_memory=options.profile_memory and memory, with_stack=options.with_stack, use_kineto=True)
-        self._step: Any = None
-        self.step_num = 0
-
-    def start(self) -> None:
-        import torch
-
-        from .profilers import record_concrete_inputs
-
-        record_concrete_inputs(False)  # values of small inputs: memory the analyses never read
-        with _quiet_stderr():
-            self._prof.__enter__()
-        try:
-            torch.autograd._add_metadata_json("torchneck", '"1"')
-            if torch.distributed.is_available() and torch.distributed.is_initialized():
-                info = {"backend": torch.distributed.get_backend(), "rank": torch.distributed.get_rank(),
-                        "world_size": torch.distributed.get_world_size()}
-                torch.autograd._add_metadata_json("distributedInfo", json.dumps(info))
-        except Exception:
-            pass
-
-    def begin_step(self) -> None:
-        self.end_step()
-        step = own_span()(f"ProfilerStep#{self.step_num}")
-        step.__enter__()
-        self._step = step
-
-    def end_step(self) -> None:
-        if self._step is not None:
-            self._step.__exit__(None, None, None)
-            self._step = None
-
-    def stop(self) -> None:
-        from .profilers import record_concrete_inputs
-
-        self.end_step()
-        try:
-            with _quiet_stderr():
-                self._prof.__exit__(None, None, None)
-        finally:
-            record_concrete_inputs(None)
-
-    def export(self, path: Path) -> None:
-        self._prof.export_chrome_trace(str(path))
-
-
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Kineto prints 'USDT ... profiler_start/stop' on fd 2 at every start and stop; those lines
-    are noise in the user's output. The redirect lasts only for the call."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def _gzip_file(src: Path, dst: Path) -> None:
