@@ -199,8 +199,7 @@ def test_call_stack_traces_group_by_their_frames():
 def test_sorted_totals_equal_dense_totals(name, monkeypatch):
     """Group totals go into dense arrays when the key space is small, else are sorted and merged
     block by block: both give the same table (and the label table's op totals likewise)."""
-    from torchneck.analysis import key_averages as ka
-    from torchneck.analysis import labels
+    from torchneck.analysis import key_averages_groups, labels
 
     path = str(DATA / f"{name}.json.gz")
     options = TableOptions(row_limit=-1, group_by_input_shape=True)
@@ -208,7 +207,7 @@ def test_sorted_totals_equal_dense_totals(name, monkeypatch):
     nesting = host_nesting(trace.events)
     dense = key_averages(trace, nesting, options)
     dense_labels = to_builtins(report_from_traces([path]).ranks[0].labels)
-    monkeypatch.setattr(ka, "DENSE_KEYS", 0)
+    monkeypatch.setattr(key_averages_groups, "DENSE_KEYS", 0)
     monkeypatch.setattr(labels._OpTotals, "DENSE", 0)
     assert key_averages(trace, nesting, options) == dense
     assert to_builtins(report_from_traces([path]).ranks[0].labels) == dense_labels

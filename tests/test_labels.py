@@ -55,6 +55,42 @@ def test_tutorial_trace_mask_indices(tutorial):
     assert re.search(r"MASK INDICES\s+1\s+[\d.]+\s+(9\d|100)\s", shown.stdout), shown.stdout
 
 
+def test_tutorial_mask_indices_finding_on_top(tutorial, tmp_path):
+    """issue 24: the tutorial's trace alone gets the MASK INDICES finding first, naming the label,
+    its share, NumPy's argwhere, the host reads before it and the function that opened it (a
+    `with_stack` frame gives the `def` line of `forward`, no finer)."""
+    path, _ = tutorial
+    p = torchneck("analyze", str(path), "--json", "-", "--html", str(tmp_path / "r.html"))
+    assert p.returncode == 0, p.stderr
+    report = validate_report(json.loads(p.stdout))
+    mask = report["ranks"][0]["labels"][0]
+    assert mask["calls"][0]["name"] == "argwhere" and mask["calls"][0]["file"].startswith("numpy/")
+    assert mask["calls"][0]["share"] > 50 and mask["other_threads_us"] == 0 and not mask["runs_backward"]
+    top = report["findings"][0]
+    assert top["kind"] == "label_outside_ops" and top["label"] == "MASK INDICES" and top["severity"] == "high"
+    assert re.match(r"MASK INDICES: (9\d|100) % of the time, (9\d|100) % of it outside torch ops in numpy argwhere",
+                    top["title"]), top["title"]
+    assert "`.item()`" in top["title"] and "aten::item" in top["ops"]
+    forward = planted_line(SCRIPTS / "tutorial_profiler.py", "def forward(self, input, mask):")
+    assert (top["where"][0]["file"], top["where"][0]["line"]) == ("tutorial_profiler.py", forward)
+    assert top["saving_pct"] >= MASK_SHARE_PCT * 0.9 and top["confidence"] == "upper_bound"
+    shown = torchneck("analyze", str(path)).stdout
+    assert re.search(r"1\. HIGH label_outside_ops MASK INDICES:", shown), shown
+    assert "label_outside_ops" in (tmp_path / "r.html").read_text()
+
+
+def test_fixed_tutorial_gets_no_label_finding(tmp_path):
+    """The tutorial's final version (float32 mask, `nonzero()` in torch): MASK INDICES is torch's
+    work now, and no finding says otherwise."""
+    out = tmp_path / "fixed.json"
+    p = subprocess.run([sys.executable, str(SCRIPTS / "tutorial_profiler.py"), str(out), "--side", "160", "--fixed"],
+                       capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert p.returncode == 0, p.stderr
+    report = json.loads(torchneck("analyze", str(out), "--json", "-").stdout)
+    assert report["ranks"][0]["labels"][0]["name"] == "MASK INDICES"
+    assert not [f for f in report["findings"] if f["kind"] == "label_outside_ops"]
+
+
 def test_tutorial_table_equals_the_one_torch_printed(tutorial):
     """`key_averages(group_by_stack_n=5).table(sort_by='self_cpu_time_total', row_limit=5)`, the
     tutorial's own command: torch's printed rows and total are torchneck's (to the printed µs)."""
@@ -118,6 +154,13 @@ def test_run_labels_point_at_the_lines_under_them(tmp_path):
     assert forward["ops_us"] > 0 and forward["ops"] >= 5 * forward["count"]  # the model's ops, each step
     assert forward["outside_ops_pct"] < mask["outside_ops_pct"]  # (module calls are Python time too)
     assert not any(lab["name"].startswith(("torchneck@", "ProfilerStep#", "Optimizer.")) for lab in labels)
+    # A run samples the Python: python_hotspot names the NumPy line and the label it ran under;
+    # label_outside_ops, which would count the same time again, stays silent.
+    findings = read_report(tmp_path / "run")["findings"]
+    hot = [f for f in findings if f["kind"] == "python_hotspot"]
+    assert hot and hot[0]["label"] == "MASK INDICES" and hot[0]["title"].endswith('(in record_function "MASK INDICES")')
+    assert hot[0]["where"][0]["line"] == planted_line(script, "np.argwhere")
+    assert not [f for f in findings if f["kind"] == "label_outside_ops"]
 
 
 def test_internal_annotations_are_not_labels():

@@ -104,13 +104,16 @@ class profile:  # noqa: N801  (a context manager used like a function, as torch.
 
 
 def analyze(*paths: str, rank: int | None = None, sort_by: str | None = None, row_limit: int | None = None,
-            group_by_shape: bool = False, group_by_stack: int | None = None) -> Report:
-    """Diagnose existing profiler traces (files or directories), as `torchneck analyze` does.
-    `sort_by`, `row_limit`, `group_by_shape`, `group_by_stack`: the key_averages table's options
-    (`torchneck analyze --sort-by ...`); the table is `report["ranks"][0]["key_averages"]`, and
-    printing the report shows it when one of them is given."""
+            group_by_shape: bool = False, group_by_stack: int | None = None, workers: int | None = None,
+            scheduler: str | None = None) -> Report:
+    """Diagnose existing profiler traces (files, directories or fsspec URLs), as `torchneck
+    analyze` does. `sort_by`, `row_limit`, `group_by_shape`, `group_by_stack`: the key_averages
+    table's options (`torchneck analyze --sort-by ...`); the table is
+    `report["ranks"][0]["key_averages"]`, and printing the report shows it when one of them is
+    given. `workers`/`scheduler` as its `--workers`/`--scheduler` (Dask)."""
     from .analysis.key_averages import TableOptions
     from .pipeline import report_from_traces
 
     tables = TableOptions.make(sort_by, row_limit, group_by_shape, group_by_stack)
-    return Report(report_from_traces([str(p) for p in paths], rank, tables=tables))
+    return Report(report_from_traces([str(p) for p in paths], rank, tables=tables, workers=workers,
+                                     scheduler=scheduler))

@@ -173,6 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report here")
     _add_fail_on(an)
     _add_table_options(an)
+    many = an.add_argument_group("many ranks (Dask distributed: pip install 'torchneck[cluster]')")
+    many.add_argument("--workers", type=int, metavar="N",
+                      help="analyse the ranks on N local worker processes (an embedded Dask LocalCluster; "
+                           "0 = in this process). Default: one a core from 8 ranks on, when Dask is installed")
+    many.add_argument("--scheduler", metavar="tcp://HOST:8786",
+                      help="analyse the ranks on an existing Dask cluster (default: $TORCHNECK_SCHEDULER); "
+                           "its workers read the traces themselves (a shared path, or a URL: s3://, gs://, https://)")
     rep = sub.add_parser("report", help="re-analyse a run directory written by `torchneck run`")
     rep.add_argument("run_dir", metavar="RUN_DIR")
     rep.add_argument("--json", metavar="FILE", help="write the report JSON here ('-' for stdout)")
@@ -336,7 +343,7 @@ def _report_hard_exit(ns: argparse.Namespace, result) -> None:
     sys.stderr.flush()
 
 
-def _analyse_result(result) -> tuple[dict | None, Path | None, int]:
+def _analyse_result(result) -> tuple[Report | None, Path | None, int]:
     """Analyse a captured run: (report, run dir, exit code); the report is None when the
     analysis failed (the evidence is kept)."""
     err = _stderr_console()
@@ -424,12 +431,43 @@ def cmd_analyze(ns: argparse.Namespace) -> int:
             def progress(done: int, size: int) -> None:
                 bar.update(task, completed=done)
 
-            report = report_from_traces(ns.paths, ns.rank, progress, tables)
+            report = report_from_traces(ns.paths, ns.rank, progress, tables, workers=ns.workers,
+                                        scheduler=ns.scheduler)
+    elif not ns.quiet and ns.json != "-":
+        report = _analyze_with_rank_progress(ns, tables)
     else:
-        report = report_from_traces(ns.paths, ns.rank, tables=tables)
+        report = report_from_traces(ns.paths, ns.rank, tables=tables, workers=ns.workers, scheduler=ns.scheduler)
     _emit(report, ns.json, ns.quiet)
     _write_html(report, ns.html)
     return 1 if failed_gate(report, ns.fail_on) else 0
+
+
+def _analyze_with_rank_progress(ns: argparse.Namespace, tables) -> Report:
+    """`analyze` of several ranks with a progress bar over them on a terminal (started once the
+    ranks are listed and their engine is up)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from .pipeline import report_from_traces
+
+    err = _stderr_console()
+    if not err.is_terminal:
+        return report_from_traces(ns.paths, ns.rank, tables=tables, workers=ns.workers, scheduler=ns.scheduler)
+    bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=err, transient=True)
+    task = bar.add_task("ranks", total=None)
+
+    def engine(name: str) -> None:
+        bar.update(task, description=f"ranks ({name})")
+        bar.start()
+
+    def ranks_done(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    try:
+        return report_from_traces(ns.paths, ns.rank, tables=tables, workers=ns.workers, scheduler=ns.scheduler,
+                                  rank_progress=ranks_done, engine_notice=engine)
+    finally:
+        bar.stop()
 
 
 def cmd_report(ns: argparse.Namespace) -> int:

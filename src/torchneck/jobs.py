@@ -2,7 +2,8 @@
 
 Each rank is analysed on its own (its own process when there are several cores: memory stays
 bounded per rank) into the usual RUN_DIR/rank-<R>/report.*; the merge then reads only the
-per-rank summaries (`analysis/distributed.py`), never two traces at once.
+per-rank summaries, with the reducer `torchneck analyze DIR` uses (`cluster/reduce.py`), never
+two traces at once.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import re
 from pathlib import Path
 
 from .analysis.distributed import compare_ranks, rank_summary
+from .cluster.reduce import straggler_sentence
 from .diagnose.causes import rank_findings
 from .diagnose.distributed_rules import diagnose_job
+from .diagnose.facts import Facts
 from .errors import TorchneckError
 from .model.base import Record, to_builtins
 from .model.report import Report, RunSection, Target
@@ -84,8 +87,8 @@ def report_from_job_dir(run_dir: Path, workers: int | None = None) -> Report:
             report.ops_by_line = []
         reports[rank] = report
         analysis = report.ranks[0] if report.ranks else None
-        summaries.append(rank_summary(rank, to_builtins(analysis) if analysis else None, status=status,
-                                      exit_code=exit_code, run_dir=str(d)))
+        summaries.append(rank_summary(rank, analysis, report.findings, status=status, exit_code=exit_code,
+                                      path=str(d), host=(report.env or {}).get("hostname")))
     if not reports:
         raise TorchneckError(f"{run_dir}: no rank left evidence to analyse: "
                              + "; ".join(f"rank {f['rank']}: {f['error']}" for f in failed))
@@ -97,7 +100,7 @@ def report_from_job_dir(run_dir: Path, workers: int | None = None) -> Report:
     if failed and dist.get("straggler"):
         # A failed rank leaves the others blocked in a collective until it is noticed: that
         # wait says nothing about a slow rank.
-        dist["straggler"] = None
+        dist["straggler"], dist["stragglers"] = None, []
         dist["straggler_skipped"] = "a rank failed; the others' last collective waited for the failure"
     straggler = dist.get("straggler")
     if straggler and straggler["rank"] in reports:
@@ -105,7 +108,7 @@ def report_from_job_dir(run_dir: Path, workers: int | None = None) -> Report:
     main_rank = min(reports)
     main = reports[main_rank]
     main_steps = main.ranks[0].steps.count if main.ranks else 1
-    findings = rank_findings(diagnose_job(dist, main_steps)
+    findings = rank_findings(diagnose_job(dist, main_steps, _run_facts(main))
                              + merge_rank_findings({r: rep.findings for r, rep in reports.items()}))
     run = main.run or RunSection(target=Target(), exit_code=0, status="unknown", wall_s=0.0)
     if job.get("target"):
@@ -124,8 +127,7 @@ def report_from_job_dir(run_dir: Path, workers: int | None = None) -> Report:
     top = [f for f in findings if f.severity != "info"]
     verdict = " ".join(filter(None, [
         f"{len(ranks)} ranks.",
-        f"Rank {straggler['rank']} is the straggler: the others wait {straggler['wait_per_step_us'] / 1e3:.1f} ms "
-        f"per step for it." if straggler else "",
+        straggler_sentence(straggler),
         f"{len(failed)} rank(s) did not finish normally ({run.error})." if failed else "",
         f"Rank {main_rank}: {main_verdict}",
         f"Biggest problem: {top[0].title}." if top else "No significant problem found.",
@@ -138,6 +140,14 @@ def report_from_job_dir(run_dir: Path, workers: int | None = None) -> Report:
                if reports[r].ranks and (len(reports) <= FULL_RANKS_MAX or r == main_rank)],
         warnings=[f"rank {r}: {w}" for r in sorted(reports) for w in reports[r].warnings],
         views=main.views or {}, distributed=dist)
+
+
+def _run_facts(report: Report) -> Facts:
+    """The main rank's run, for the job findings' savings: over the same horizon as the ranks'
+    own findings (the run's steady state)."""
+    run = report.run
+    return Facts(analysis=report.ranks[0] if report.ranks else None, phases=run.phases if run else None,
+                 run_wall_s=run.wall_s if run else 0.0)
 
 
 _PEER_FAILURE = re.compile(r"closed by peer|remote worker|connection reset|communicator was aborted|"

@@ -27,8 +27,6 @@ from .analysis.run import (
 from .analysis.steps import find_steps
 from .analysis.summary import analyze_with_nesting
 from .analysis.views import memory_timeline, representative_step, stack_tree, step_timeline
-from .diagnose.causes import rank_findings
-from .diagnose.distributed_rules import diagnose_job
 from .diagnose.engine import diagnose
 from .diagnose.facts import Facts
 from .errors import TorchneckError
@@ -36,8 +34,7 @@ from .model.analysis import Compiled, RankAnalysis
 from .model.base import Record, to_builtins, to_json
 from .model.findings import Finding
 from .model.report import OpLine, Report, RunSection, Target
-from .ranks import FULL_RANKS_MAX, map_per_rank, merge_rank_findings
-from .trace.loader import find_trace_files, load_trace
+from .trace.loader import load_trace
 
 GPU_TAIL_NOTE_SHARE = 0.2
 """Say that the CPU runs ahead when the GPU finishes the steps' work this long (as a share of
@@ -194,51 +191,32 @@ def analyse_trace_file_or_error(path: str, rank: int | None = None, tables: Tabl
 
 
 def report_from_traces(paths: list[str], rank: int | None = None, progress=None,
-                       tables: TableOptions | None = None) -> Report:
-    """Analyse existing trace files (a file, or a directory of per-rank traces). With several
-    ranks: each rank's findings (tagged with its rank), plus the straggler and communication
-    findings from comparing them."""
-    from .analysis.distributed import compare_ranks, rank_summary
+                       tables: TableOptions | None = None, *, workers: int | None = None,
+                       scheduler: str | None = None, rank_progress=None, engine_notice=None) -> Report:
+    """Analyse existing trace files (a file, or a directory of per-rank traces; local paths or
+    fsspec URLs). With several ranks (`cluster.job`: per-rank tasks on `workers` local Dask
+    processes or an existing `scheduler`, `rank_progress(done, total)` as ranks finish): each
+    rank's findings (tagged with its rank), plus the stragglers and communication findings
+    from comparing them; a rank file that cannot be read is listed in the warnings."""
+    from .cluster.job import report_from_rank_files
+    from .cluster.remote import list_traces, local_copy
 
-    files = []
-    for p in paths:
-        files += [str(f) for f in find_trace_files(p)]
-    if len(files) == 1:  # in this process, with the progress bar
-        found = [analyse_trace_file(files[0], rank, progress, tables=tables)]
-    else:
-        found = map_per_rank(analyse_trace_file_or_error, files, [rank] * len(files), [tables] * len(files))
-    broken = [r for r in found if isinstance(r, str)]
-    done = [r for r in found if isinstance(r, TraceResult)]
-    if not done and broken:
-        raise TorchneckError(f"none of the {len(files)} trace files could be read (the first: {broken[0]})")
-    if not done:
-        raise TorchneckError(f"no trace for rank {rank} among {len(files)} file(s)")
-    analyses = [r.analysis for r in done]
-    main = analyses[0]
-    per_rank: dict[int, list[Finding]] = {}
-    for i, r in enumerate(done):
-        a = r.analysis
-        key = a.trace.rank if a.trace.rank is not None else i
-        found_on_rank = diagnose(Facts(analysis=a, ops_by_line=[to_builtins(e) for e in r.ops_by_line]))
-        for f in found_on_rank:
-            f.rank = a.trace.rank
-        per_rank.setdefault(key, found_on_rank)
-    findings = merge_rank_findings(per_rank) if len(per_rank) > 1 else per_rank[next(iter(per_rank))]
-    distributed = None
-    if len(analyses) > 1:
-        summaries = [rank_summary(a.trace.rank if a.trace.rank is not None else i, to_builtins(a), path=a.trace.path)
-                     for i, a in enumerate(analyses)]
-        distributed = compare_ranks(summaries)
-        distributed["failed"] = []
-        findings = diagnose_job(distributed, main.steps.count) + findings
-    findings = rank_findings(findings)
-    warnings = [w for a in analyses for w in a.trace.warnings]
-    if broken:  # the ranks analysed without them
-        warnings += [f"{len(broken)} of {len(files)} trace files could not be read and were left out:", *broken]
-    if len(analyses) > FULL_RANKS_MAX:  # the others are summarised in `distributed.ranks`
-        analyses = analyses[:1]
-    return Report(kind="analyze", verdict=verdict(main, None, findings), findings=findings, ranks=analyses,
-                  warnings=warnings, views=done[0].views, ops_by_line=done[0].ops_by_line, distributed=distributed)
+    files = list_traces(paths)
+    if len(files) > 1:
+        return report_from_rank_files(files, rank, workers, scheduler, rank_progress, engine_notice, tables)
+    with local_copy(files[0]) as local:  # in this process, with the progress bar
+        result = analyse_trace_file(str(local), rank, progress, tables=tables)
+        if result is not None and str(local) != files[0]:  # a remote file: named by its URL, not its copy's path
+            tr = result.analysis.trace
+            tr.path, tr.warnings = files[0], [w.replace(str(local), files[0]) for w in tr.warnings]
+    if result is None:
+        raise TorchneckError(f"no trace for rank {rank} among 1 file(s)")
+    analysis = result.analysis
+    findings = diagnose(Facts(analysis=analysis, ops_by_line=[to_builtins(e) for e in result.ops_by_line]))
+    for f in findings:
+        f.rank = analysis.trace.rank
+    return Report(kind="analyze", verdict=verdict(analysis, None, findings), findings=findings, ranks=[analysis],
+                  warnings=list(analysis.trace.warnings), views=result.views, ops_by_line=result.ops_by_line)
 
 
 def trace_views(trace, nesting) -> dict:

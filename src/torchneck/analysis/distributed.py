@@ -1,19 +1,15 @@
 """Many ranks: communication per rank, and the rank the others wait for.
 
 Two stages, so a job with thousands of ranks scales: `collectives` runs on one rank's trace
-(in that rank's own process) and returns a small summary; `compare_ranks` merges the summaries
-of all ranks (a few KB each) without touching a trace.
-
-Why durations find the straggler: a collective ends on every rank at about the same moment (it
-cannot finish before its last participant arrives), so the time a rank spends inside it is
-(last arrival - its own arrival) + the transfer itself. The rank that arrives last spends the
-least; every other rank's excess over it is time spent waiting for it. Durations need no clock
-alignment between hosts, unlike start times.
+(in that rank's own task) and goes into a small summary (`cluster.summary.RankSummary`);
+`compare_ranks` merges the summaries of all ranks (a few KB each) without touching a trace, with
+the job reducer (`cluster.reduce`, which says how stragglers are found).
 """
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,18 +18,17 @@ from .groups import distinct
 from .intervals import overlapping_rows, union_length
 from .steps import Step, is_communication
 
+if TYPE_CHECKING:
+    from ..cluster.summary import RankSummary
+    from ..model.analysis import RankAnalysis
+    from ..model.findings import Finding
+
 _TYPES = (
     ("all_reduce", r"all_?reduce"), ("reduce_scatter", r"reduce_?scatter"), ("all_gather", r"all_?gather"),
     ("all_to_all", r"all_?to_?all"), ("broadcast", r"broadcast"), ("barrier", r"barrier"),
     ("send_recv", r"send|recv|sendrecv"), ("reduce", r"reduce"), ("gather", r"gather"), ("scatter", r"scatter"),
 )
 _TYPE_RES = [(name, re.compile(p, re.IGNORECASE)) for name, p in _TYPES]
-
-STRAGGLER_MIN_SHARE = 0.05
-"""A straggler is reported when the others' wait is >= 5 % of the median step ..."""
-STRAGGLER_MIN_US = 500.0
-"""... and >= 0.5 ms per step: below that, collective jitter, not a slow rank."""
-
 
 def collective_type(name: str) -> str:
     """all_reduce, all_gather, ... from an NCCL kernel, gloo annotation or c10d op name."""
@@ -43,23 +38,30 @@ def collective_type(name: str) -> str:
     return "other"
 
 
-def collectives(table: EventTable, steps: list[Step]) -> dict:
-    """Communication of one rank within its steps.
+def collective_rows(table: EventTable, steps: list[Step]) -> tuple[np.ndarray, str, list[str], np.ndarray]:
+    """The rank's collective events within its steps, in time order: (rows, side, type names,
+    each row's code into those names). Host side: collective ops and annotations (`gloo:*`,
+    `nccl:*`, `c10d::*`, `record_param_comms`) on CPU threads; device side: NCCL/RCCL kernels,
+    which win when present (on the GPU they are what a rank waits; gloo jobs wait on the host)."""
+    key = tuple((s.start, s.end) for s in steps)
+    cached = getattr(table, "_collective_rows", None)  # the analyses and the per-call summary both ask
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    found = _collective_rows(table, steps)
+    table._collective_rows = (key, found)  # type: ignore[attr-defined]
+    return found
 
-    Host side: collective ops and annotations (`gloo:*`, `nccl:*`, `c10d::*`,
-    `record_param_comms`) on CPU threads; device side: NCCL/RCCL kernels. `time_us` is the union
-    of their spans (host and device counted separately, never twice), per type and in total;
-    `per_step_us` divides by the number of steps. On the GPU the device figure is what a rank
-    waits; on CPU-only jobs (gloo) the host figure is.
-    """
+
+def _collective_rows(table: EventTable, steps: list[Step]) -> tuple[np.ndarray, str, list[str], np.ndarray]:
+    empty: tuple[np.ndarray, str, list[str], np.ndarray] = (np.empty(0, int), "", [], np.empty(0, np.int16))
     if not steps:
-        return {"present": False}
+        return empty
     lo, hi = min(s.start for s in steps), max(s.end for s in steps)
     ids = table.names_matching(is_communication)
     rows = overlapping_rows(table.ts, table.dur, lo, hi, mask=lambda block: ids[table.name[block]]) \
         if ids.any() else np.empty(0, int)
     if not len(rows):
-        return {"present": False}
+        return empty
     device = table.cat[rows] == Cat.KERNEL
     side = "device" if device.any() else "host"
     rows = rows[device] if side == "device" else rows[in_categories(table.cat[rows], (Cat.CPU_OP, Cat.USER_ANNOTATION))]
@@ -71,7 +73,17 @@ def collectives(table: EventTable, steps: list[Step]) -> dict:
     kind_names = sorted(set(kind_of_name))
     code_of_name = np.array([kind_names.index(k) for k in kind_of_name], dtype=np.int16)
     codes = code_of_name[np.searchsorted(present, names)]
-    del names
+    return rows, side, kind_names, codes
+
+
+def collectives(table: EventTable, steps: list[Step]) -> dict:
+    """Communication of one rank within its steps (`collective_rows`). `time_us` is the union
+    of their spans (host and device counted separately, never twice), per type and in total;
+    `per_step_us` divides by the number of steps."""
+    rows, side, kind_names, codes = collective_rows(table, steps)
+    if not len(rows):
+        return {"present": False}
+    lo, hi = min(s.start for s in steps), max(s.end for s in steps)
     by_type = []
     for code, kind in enumerate(kind_names):
         r = rows[codes == code]
@@ -82,42 +94,42 @@ def collectives(table: EventTable, steps: list[Step]) -> dict:
             "steps": len(steps), "by_type": sorted(by_type, key=lambda d: -d["time_us"])}
 
 
-def rank_summary(rank: int, analysis: dict | None, **extra) -> dict:
-    """What the merge needs of one rank's trace analysis (`summary.analyze_trace`): a few
-    hundred bytes, whatever the trace's size."""
-    steps = (analysis or {}).get("steps")
-    return {"rank": rank, "median_step_us": steps["median_us"] if steps else None,
-            "steps": steps["count"] if steps else 0,
-            "comm": (analysis or {}).get("comm") or {"present": False}, **extra}
+def rank_summary(rank: int, analysis: RankAnalysis | None, findings: list[Finding] | None = None,
+                 **extra: Any) -> RankSummary:
+    """What the merge needs of one rank's trace analysis (`summary.analyze_trace`) and findings:
+    a `cluster.summary.RankSummary`, a few KB whatever the trace's size."""
+    from ..cluster.tasks import summary_of
+
+    path = extra.pop("path", None) or (analysis.trace.path if analysis else "")
+    return summary_of(analysis, findings or [], rank=rank, path=str(path), **extra)
 
 
-def compare_ranks(ranks: list[dict]) -> dict:
-    """Merge per-rank summaries (`rank_summary`). Returns the per-rank table, the step-time
-    spread, and the straggler, if any."""
-    ranks = sorted((r for r in ranks if r.get("rank") is not None), key=lambda r: r["rank"])
-    steps = [r["median_step_us"] for r in ranks if r.get("median_step_us")]
-    out: dict = {
-        "world_size": len(ranks),
-        "ranks": ranks,
-        "step_spread_pct": 100.0 * (max(steps) - min(steps)) / min(steps) if len(steps) > 1 and min(steps) else 0.0,
-        "straggler": None,
-    }
-    comm = [(r["rank"], r["comm"]["per_step_us"]) for r in ranks if (r.get("comm") or {}).get("present")]
-    if len(comm) < 2:
-        return out
-    slowest_rank, least_wait = min(comm, key=lambda x: x[1])
-    waits = {rank: us - least_wait for rank, us in comm if rank != slowest_rank}
-    if not waits:  # every file said it was the same rank
-        return out
-    mean_wait = float(np.mean(list(waits.values())))
-    step = float(np.median(steps)) if steps else 0.0
-    if mean_wait >= STRAGGLER_MIN_US and step and mean_wait >= STRAGGLER_MIN_SHARE * step:
-        out["straggler"] = {
-            "rank": slowest_rank,
-            "wait_per_step_us": mean_wait,
-            "wait_share": mean_wait / step,
-            "waits_us": {str(k): v for k, v in waits.items()},
-            "comm_per_step_us": {str(k): v for k, v in comm},
-            "median_step_us": step,
-        }
-    return out
+def compare_ranks(ranks: list) -> dict:
+    """Merge per-rank summaries (`rank_summary`, or rows of a report's `distributed.ranks`)
+    with the job reducer (`cluster.reduce.reduce_ranks`): the per-rank table, distributions,
+    the stragglers."""
+    from ..cluster.reduce import reduce_ranks
+    from ..cluster.summary import RankSummary
+
+    return reduce_ranks([r if isinstance(r, RankSummary) else _from_row(r) for r in ranks
+                         if (r.rank if isinstance(r, RankSummary) else r.get("rank")) is not None])
+
+
+def _from_row(row: dict):
+    """A `RankSummary` from a `distributed.ranks` row (e.g. a node's report.json, merged later)."""
+    from ..cluster.summary import CollectiveType, Comm, RankSummary, StepStats
+
+    med = row.get("median_step_us")
+    steps = None
+    if med:
+        steps = StepStats(source="", count=row.get("steps") or 1, median_us=med, mean_us=med, min_us=med, max_us=med,
+                          window_us=med * (row.get("steps") or 1), breakdown_us={})
+    c = row.get("comm") or {}
+    comm = Comm()
+    if c.get("present"):
+        comm = Comm(present=True, side=c.get("side", ""), time_us=c.get("time_us", 0.0), per_step_us=c["per_step_us"],
+                    steps=row.get("steps") or 0,
+                    by_type=[CollectiveType(type=t["type"], count=t.get("count", 0), time_us=t.get("time_us", 0.0),
+                                            per_step_us=t.get("per_step_us", 0.0)) for t in c.get("by_type") or []])
+    return RankSummary(rank=row["rank"], path=row.get("path") or "", host=row.get("host"),
+                       status=row.get("status") or "ok", exit_code=row.get("exit_code"), steps=steps, comm=comm)

@@ -6,6 +6,7 @@ Definitions follow Holistic Trace Analysis (HTA) where it has one, so numbers ca
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from ..model.analysis import (
 from ..trace.table import GPU_CATEGORIES, Cat, EventTable, in_categories
 from .groups import distinct, totals_by_id
 from .intervals import ROW_BLOCK, UnionLength, ascending, merge, overlapping_rows
-from .steps import is_communication
+from .steps import NAMES_CACHED, is_communication
 
 KERNEL_WAIT_US = 30.0
 """A gap between consecutive kernels on one stream shorter than this, with work already queued,
@@ -44,6 +45,7 @@ _FAMILIES = [
 ]
 
 
+@lru_cache(maxsize=NAMES_CACHED)  # the same kernels in every rank of a job
 def kernel_family(name: str) -> str:
     """Coarse family of a kernel by name: triton (inductor), nccl, gemm, conv, ... or other."""
     for family, pattern in _FAMILIES:

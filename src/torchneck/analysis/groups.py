@@ -113,7 +113,7 @@ def totals_by_id(ids: np.ndarray, weights: np.ndarray | None = None) -> tuple[np
     for a in range(0, len(ids), step):
         block = ids[a:a + step]
         count += np.bincount(block, minlength=size)
-        if total is not None:
+        if total is not None and weights is not None:
             total += np.bincount(block, weights=weights[a:a + step], minlength=size)
     present = np.flatnonzero(count)
     return present, count[present], total[present] if total is not None else count[present].astype(np.float64)

@@ -14,27 +14,45 @@ without the Python frames of `with_stack` traces), `ops` (CPU ops run under it a
 `top_ops` (by self time, the ops whose innermost label it is) and `where` (the user's lines
 whose torch calls ran under it, by the ops' self time).
 
+`inside` names the label around it (its first instance's).
+What the time outside ops is: `other_threads_us`, the part of it during which torch ops ran on
+another thread of the process (autograd's device threads run a backward pass while the thread
+that called it waits under its label); `runs_backward`, a backward pass runs while it is open, on its
+thread or another (its time outside ops is then mostly the wait for the engine's threads, whose
+ops a filtered trace may lack);
+`calls` (`with_stack` traces), the calls made under it outside torch ops, the largest first:
+NumPy's `argwhere`, a tokenizer, `time.sleep`.
+
 Which annotations are labels: user annotations other than torch's and torchneck's own
 (`INTERNAL_LABELS`: profiler steps, the optimizer's, compiled regions, DataLoader, collectives,
 torchneck's per-line spans), which are reported by their own analyses.
 
 For the diagnosis rules: `innermost_labels` names the label around any rows of the table;
-`label_for_ops` finds, in a report's label table, the label a finding's ops ran under, and
-`label_phrase` says it in a sentence.
+`label_for_ops` finds, in a report's label table, the label a finding's ops ran under,
+`label_of` the label a finding lies in (by its ops or its lines), and `label_phrase` says it
+in a sentence.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 
 import numpy as np
 
 from ..sites import LINE_PREFIX
 from ..trace.table import Cat, EventTable, Trace, in_categories
-from .nesting import Nesting, Rows
+from .nesting import Nesting, Rows, host_nesting
 from .ops import has_line_marks, row_blocks
-from .trace_stacks import describe_site, enclosing_user_frames, has_call_stacks, user_code_of
+from .trace_stacks import (
+    describe_site,
+    enclosing_user_frames,
+    has_call_stacks,
+    is_user_frame_file,
+    parse_frame_name,
+    user_code_of,
+)
 
 INTERNAL_LABELS = re.compile(
     r"^(ProfilerStep#|Optimizer\.\w+#|Torch-Compiled Region|CompiledFunction|## Call CompiledFxGraph|"
@@ -51,6 +69,16 @@ the user's Python."""
 TOP_OPS = 25
 """Ops listed per label (by self time): enough for a rule to find the ops of its finding."""
 WHERE_LINES = 3
+CALLS = 3
+"""Calls listed per label: the one that explains its time outside ops, and the next two."""
+CALLS_MIN_SHARE = 0.05
+"""Calls are looked for under labels whose time outside ops is at least 5 % of the window: below,
+no rule reads them, and a `with_stack` trace's Python events are many."""
+CALLS_MAX_INSTANCES = 256
+"""Instances of one label whose Python calls are read (the first ones): a label run each step
+repeats the same calls."""
+BACKWARD_OP = "autograd::engine::evaluate_function"
+"""The autograd engine's op around each backward function: under a label, a backward pass."""
 MAX_PLACED_ROWS = 1 << 17
 """Op rows kept to place the labels' time in the user's code (1 MB): beyond, the rest of the
 ops go unplaced (their time is still counted). None are kept when the trace cannot place ops."""
@@ -102,10 +130,18 @@ def label_table(trace: Trace, nesting: Nesting, rows: Rows, window_us: float, to
     placed = 0 if _can_place(trace) else MAX_PLACED_ROWS
     span = _span_names(t)
     at = _LabelAt(t, labels, outer)
+    busy = _Busy()
+    is_backward = t.names_matching(lambda s: s.startswith(BACKWARD_OP))
+    backward_at: list[np.ndarray] = []
     for block in _index_blocks(rows):
         work = block[_covering(t, block, span)]
         if not len(work):
             continue
+        backward_at.append(t.ts[work[is_backward[t.name[work]]]])
+        up = nesting.parent[work]
+        outermost = up < 0  # not inside other torch work: the intervals `busy` merges
+        outermost[~outermost] = ~_covering(t, up[~outermost].astype(np.int64), span)
+        busy.add(t, work[outermost])
         lab = at(work)
         under = lab >= 0
         work, lab = work[under], lab[under]
@@ -140,8 +176,11 @@ def label_table(trace: Trace, nesting: Nesting, rows: Rows, window_us: float, to
         for i in inner.tolist():
             op_rows[int(outer[i])].extend(op_rows[i])
     by_op = ops_by_label.result(label_names)
+    elsewhere = busy.elsewhere(t, labels, dur)
+    backward = np.sort(np.concatenate(backward_at or [np.empty(0)]))
+    in_backward = np.searchsorted(backward, t.ts[labels] + dur) > np.searchsorted(backward, t.ts[labels])
     return _by_name(trace, nesting, labels, outer, dur, covered_total, children, op_count, by_op, op_rows,
-                    window_us, top)
+                    window_us, top, elsewhere, busy, in_backward)
 
 
 def _top_level(t: EventTable, nesting: Nesting, span: np.ndarray, parent: np.ndarray, label_row: np.ndarray
@@ -318,7 +357,7 @@ def _depths(outer: np.ndarray) -> np.ndarray:
 def _by_name(trace: Trace, nesting: Nesting, labels: np.ndarray, outer: np.ndarray, dur: np.ndarray,
              covered: np.ndarray, children: np.ndarray, op_count: np.ndarray,
              by_op: dict[tuple[int, int], list[float]], op_rows: list[list[np.ndarray]], window_us: float,
-             top: int) -> list[dict]:
+             top: int, elsewhere: np.ndarray, busy: _Busy, in_backward: np.ndarray) -> list[dict]:
     """Instances grouped by name. Totals over the outermost instances of a name (a label nested
     in one of its own name is inside its time already); counts over all."""
     t = trace.events
@@ -341,6 +380,7 @@ def _by_name(trace: Trace, nesting: Nesting, labels: np.ndarray, outer: np.ndarr
         ops_us = float(covered[top_idx].sum())
         mine = sorted(((s, c, op) for (lab, op), (s, c) in by_op.items() if lab == nid), key=lambda x: (-x[0], x[2]))
         top_ops = [{"name": t.strings[op], "self_us": s, "count": int(c)} for s, c, op in mine[:TOP_OPS]]
+        outside = max(total - ops_us, 0.0)
         rows = [r for i in top_idx.tolist() for r in op_rows[i]]
         placed = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)  # each op under one instance
         where = user_code_of(trace, nesting, placed, top=WHERE_LINES) if len(placed) else []
@@ -355,15 +395,126 @@ def _by_name(trace: Trace, nesting: Nesting, labels: np.ndarray, outer: np.ndarr
             "pct": 100.0 * total / window_us if window_us > 0 else 0.0,
             "self_us": float(dur[top_idx].sum() - children[top_idx].sum()),
             "ops_us": ops_us,
-            "outside_ops_us": max(total - ops_us, 0.0),
-            "outside_ops_pct": 100.0 * max(total - ops_us, 0.0) / total if total > 0 else 0.0,
+            "outside_ops_us": outside,
+            "outside_ops_pct": 100.0 * outside / total if total > 0 else 0.0,
             "ops": int(op_count[top_idx].sum()),
             "top_ops": top_ops,
             "where": where,
             "opened_at": opened_at,
+            "inside": _inside(t, labels, outer, top_idx),
+            "other_threads_us": min(float(elsewhere[top_idx].sum()), outside),
+            "runs_backward": bool(in_backward[idx_arr].any()),
+            "calls": _calls(trace, labels[top_idx[:CALLS_MAX_INSTANCES]], busy)
+            if len(trace.python) and outside >= CALLS_MIN_SHARE * window_us else [],
         })
     out.sort(key=lambda r: (-r["total_us"], r["name"]))
     return out[:top]
+
+
+def _inside(t: EventTable, labels: np.ndarray, outer: np.ndarray, instances: np.ndarray) -> str | None:
+    """The name of the label around the first of these instances, if any."""
+    up = int(outer[instances[0]]) if len(instances) else -1
+    return t.strings[int(t.name[labels[up]])] if up >= 0 else None
+
+
+class _Busy:
+    """Where each thread runs torch work: the intervals of its top-level covering events (ops,
+    runtime calls), merged per thread, so that the time a span overlaps them is two binary
+    searches."""
+
+    def __init__(self) -> None:
+        self.parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self._merged: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def add(self, t: EventTable, rows: np.ndarray) -> None:
+        thread = t.thread[rows]
+        for th in np.unique(thread).tolist():
+            mine = rows[thread == th]
+            self.parts.setdefault(int(th), []).append((t.ts[mine], t.ts[mine] + t.dur[mine]))
+
+    def merged(self, threads: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The union of these threads' intervals: starts, ends, and the length before each."""
+        if threads not in self._merged:
+            parts = [p for th in threads for p in self.parts.get(th, [])]
+            start = np.concatenate([p[0] for p in parts] or [np.empty(0)])
+            end = np.concatenate([p[1] for p in parts] or [np.empty(0)])
+            order = np.argsort(start, kind="stable")
+            start, end = start[order], np.maximum.accumulate(end[order]) if len(end) else end
+            new = np.ones(len(start), dtype=bool)
+            new[1:] = start[1:] > end[:-1]  # an interval starting after all before it ended
+            first = np.flatnonzero(new)
+            last = np.append(first[1:], len(start)) - 1
+            s, e = start[first], end[last]
+            self._merged[threads] = (s, e, np.concatenate([[0.0], np.cumsum(e - s)]))
+        return self._merged[threads]
+
+    def overlap(self, threads: tuple[int, ...], start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Per span [start, end), the time the threads' torch work covers of it."""
+        s, e, before = self.merged(threads)
+        if not len(s):
+            return np.zeros(len(start))
+        i = np.searchsorted(e, start, side="right")  # the first interval ending after the span starts
+        j = np.searchsorted(s, end, side="left")  # intervals starting before it ends: [0, j)
+        out = before[j] - before[np.minimum(i, j)]
+        has = j > i
+        out[has] -= np.maximum(start[has] - s[i[has]], 0.0) + np.maximum(e[j[has] - 1] - end[has], 0.0)
+        return np.maximum(out, 0.0)
+
+    def elsewhere(self, t: EventTable, labels: np.ndarray, dur: np.ndarray) -> np.ndarray:
+        """Per label, the time torch work ran on the process's other threads while it was open."""
+        out = np.zeros(len(labels))
+        pid_of = t.threads.pid
+        thread = t.thread[labels]
+        for th in np.unique(thread).tolist():
+            others = tuple(o for o in self.parts if o != th and pid_of[o] == pid_of[th])
+            if not others:
+                continue
+            at = np.flatnonzero(thread == th)
+            start = t.ts[labels[at]]
+            out[at] = self.overlap(others, start, start + dur[at])
+        return out
+
+
+HEX_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>?$")
+
+
+def _calls(trace: Trace, instances: np.ndarray, busy: _Busy) -> list[dict]:
+    """The calls made under these label instances outside torch ops, the largest first: Python
+    events on the label's thread that are not the user's frames, made by the user's code (or by
+    the frame that opened the label), each weighed by its time that no torch op of the thread
+    covers. `share` is that time over the instances' time outside ops."""
+    t, py = trace.events, trace.python
+    acc: dict[tuple[str, str, int], list[float]] = {}
+    outside_total = 0.0
+    for row in instances.tolist():
+        th, start, end = int(t.thread[row]), float(t.ts[row]), float(t.ts[row] + t.dur[row])
+        outside_total += (end - start) - float(busy.overlap((th,), np.array([start]), np.array([end]))[0])
+        lo, hi = np.searchsorted(py.ts, [start, end])
+        rows = np.arange(lo, hi)[py.thread[lo:hi] == th]
+        if not len(rows):
+            continue
+        sub = py.select(rows)
+        parent = host_nesting(replace(sub, cat=np.full(len(sub), int(Cat.USER_ANNOTATION), dtype=np.int8))).parent
+        names = [sub.strings[int(n)] for n in sub.name.tolist()]
+        frames = [parse_frame_name(n) for n in names]
+        users = np.array([f is not None and is_user_frame_file(f[2]) for f in frames], dtype=bool)
+        by_user = (parent < 0) | users[np.maximum(parent, 0)]
+        pick = np.flatnonzero(by_user & ~users & (sub.ts + sub.dur <= end))
+        if not len(pick):
+            continue
+        s = sub.ts[pick]
+        e = s + sub.dur[pick]
+        free = (e - s) - busy.overlap((th,), s, e)
+        for k, us in zip(pick.tolist(), free.tolist()):
+            f = frames[k]
+            key = (f[0], f[2], f[1]) if f else (HEX_ADDRESS.sub("", names[k]).strip("<>"), "", 0)
+            slot = acc.setdefault(key, [0.0, 0])
+            slot[0] += us
+            slot[1] += 1
+    ranked = sorted(acc.items(), key=lambda kv: (-kv[1][0], kv[0]))[:CALLS]
+    return [{"name": name, "file": file, "line": line, "outside_ops_us": us, "count": int(n),
+             "share": 100.0 * us / outside_total if outside_total > 0 else 0.0}
+            for (name, file, line), (us, n) in ranked if us > 0]
 
 
 def label_for_ops(labels: list[dict], ops: Iterable[str]) -> dict | None:
@@ -376,6 +527,49 @@ def label_for_ops(labels: list[dict], ops: Iterable[str]) -> dict | None:
         if us > best_us:
             best, best_us = lab, us
     return best
+
+
+OPS_UNDER_LABEL = 0.5
+"""A finding's ops are inside a label when at least half their self time ran under it: a matmul
+run once under a label and a thousand times outside is not that label's."""
+
+
+def label_of(labels: list[dict], ops: Iterable[str], lines: Iterable[tuple[str, int]],
+             op_self_us: dict[str, float]) -> dict | None:
+    """The label (a row of a report's label table) a finding lies in, or None: the one its ops
+    ran under (`label_for_ops`), when that holds `OPS_UNDER_LABEL` of their self time over the
+    window (`op_self_us`, by op name); else the label whose ops were called from one of its lines,
+    when the trace places calls at their line (`torchneck run`; a `with_stack` frame names a
+    whole function, which may run ops under several labels and outside them). Of nested labels,
+    the innermost."""
+    ops = list(ops)
+    if ops:
+        found = label_for_ops(labels, ops)
+        if found is not None:
+            under = sum(o["self_us"] for o in found.get("top_ops") or [] if o["name"] in ops)
+            known = [n for n in ops if n in op_self_us]
+            if known and under >= OPS_UNDER_LABEL * sum(op_self_us[n] for n in known):
+                return found
+    wanted = set(lines)
+    hits = [lab for lab in labels or [] if any((w["file"], w["line"]) in wanted
+                                              for w in lab.get("where") or [] if w.get("source") == "trace")]
+    innermost = [lab for lab in hits if not any(o.get("inside") == lab["name"] for o in hits)]
+    if len(innermost) == 1 and all(_encloses(labels, lab["name"], innermost[0]) for lab in hits):
+        return innermost[0]
+    return None
+
+
+def _encloses(labels: list[dict], outer: str, label: dict) -> bool:
+    """Whether the label named `outer` is `label` or one around it."""
+    by_name = {lab["name"]: lab for lab in labels}
+    seen: set[str] = set()
+    at: dict | None = label
+    while at is not None and at["name"] not in seen:
+        if at["name"] == outer:
+            return True
+        seen.add(at["name"])
+        at = by_name.get(at.get("inside") or "")
+    return False
 
 
 def label_phrase(label: dict) -> str:

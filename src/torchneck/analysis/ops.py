@@ -481,8 +481,8 @@ def conv_bias_before_batch_norm(table: EventTable, nesting: Nesting, rows: np.nd
             continue  # no bias (an empty shape), or shapes not recorded
         if c[1][0] == b[0][1]:  # the conv's output channels are what the norm normalises
             hits.append(conv)
-    hits = np.asarray(hits, dtype=np.int64)
-    return ConvBiasBn(recorded=True, pairs=int(len(hits)), conv_us=float(table.dur[hits].sum()) if len(hits) else 0.0)
+    rows = np.asarray(hits, dtype=np.int64)
+    return ConvBiasBn(recorded=True, pairs=int(len(rows)), conv_us=float(table.dur[rows].sum()) if len(rows) else 0.0)
 
 
 def annotation_table(table: EventTable, rows: Rows, top: int = 20) -> list[Annotation]:

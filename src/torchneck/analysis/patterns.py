@@ -65,7 +65,8 @@ def unaligned_half_matmuls(table: EventTable, nesting: Nesting, rows: np.ndarray
     if not recorded or not names.any() or not half.any():
         return HalfMatmulUnaligned(recorded=recorded)
     cache: dict = {}
-    hits, by_shape = [], {}
+    hits: list[int] = []
+    by_shape: dict[tuple[str, str], int] = {}
     for r in ops.tolist():
         shapes = _json(table, int(table.shapes[r]), cache) or []
         matrices = [s for s in shapes if isinstance(s, list) and len(s) >= 2]
@@ -73,8 +74,8 @@ def unaligned_half_matmuls(table: EventTable, nesting: Nesting, rows: np.ndarray
             hits.append(r)
             key = (table.strings[table.name[r]], json.dumps(matrices))
             by_shape[key] = by_shape.get(key, 0) + 1
-    hits = np.asarray(hits, dtype=np.int64)
-    return HalfMatmulUnaligned(recorded=True, count=int(len(hits)), kernel_us=_launched_kernel_us(table, hits),
+    rows = np.asarray(hits, dtype=np.int64)
+    return HalfMatmulUnaligned(recorded=True, count=int(len(rows)), kernel_us=_launched_kernel_us(table, rows),
                                shapes=[ShapeExample(op=op, shapes=json.loads(s), count=n)
                                        for (op, s), n in sorted(by_shape.items(), key=lambda kv: -kv[1])[:top]])
 

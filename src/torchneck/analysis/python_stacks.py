@@ -72,11 +72,39 @@ def load_samples(data: dict) -> Samples:
     # format 3: the thread's CPU seconds over each sample's interval (NaN when unknown)
     cpu = np.array([s[2] if len(s) > 2 and s[2] >= 0 else np.nan for s in raw], dtype=np.float64)
     # format 4: seconds the thread was ready to run while another process had the CPU
-    runq = np.array([s[3] if len(s) > 3 and s[3] >= 0 else np.nan for s in raw], dtype=np.float64)
+    runq = _runq_to_its_interval(dur, cpu, np.array([s[3] if len(s) > 3 and s[3] >= 0 else np.nan for s in raw],
+                                                    dtype=np.float64))
     user_frame, leaf, leaf_user, tool, importing, compiling, loading, unsampled = (
         col[stack_of] if len(stack_of) else col[:0] for col in per_stack)
     return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool, importing, compiling, loading,
                    data.get("start_monotonic_ns"), [table[k] for k in stack_of.tolist()], cpu, runq, unsampled)
+
+
+def _runq_to_its_interval(dur: np.ndarray, cpu: np.ndarray, runq: np.ndarray) -> np.ndarray:
+    """Give each sample back the run-queue time that arrived in a later sample's reading.
+
+    Linux adds a wait in the run queue to the thread's schedstat when the thread gets the CPU
+    back, so on a loaded machine a sample taken after a long C call (NumPy's argwhere, a matmul)
+    shows little of the wait it was preempted for, and the next samples show more than their
+    interval holds (CPU + ready > wall). Left so, the long call's interval looks like time off
+    the CPU not ready to run (a wait on I/O or a lock), and a computing line was taken for a
+    waiting one. Any excess is moved back, one sample at a time, to the samples before it."""
+    if not len(runq) or not np.isfinite(runq).any():
+        return runq
+    out = runq.copy()
+    used = np.nan_to_num(cpu)
+    carry = 0.0
+    for i in range(len(out) - 1, -1, -1):  # backwards: an excess flows to the samples before it
+        if not np.isfinite(out[i]):
+            carry = 0.0
+            continue
+        out[i] += carry
+        room = max(0.0, dur[i] - used[i])
+        carry = max(0.0, out[i] - room)
+        out[i] -= carry
+    if carry > 0.0 and np.isfinite(out[0]):
+        out[0] += carry  # nothing before the first sample: it keeps what is left
+    return out
 
 
 def _frame_mask(frames: list[list], predicate) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -40,6 +41,13 @@ class Step:
         return self.end - self.start
 
 
+NAMES_CACHED = 1 << 16
+"""Distinct names whose classification a process remembers: one rank trace holds hundreds, and a
+worker analysing hundreds of ranks of one job sees the same ones again (the regular expressions
+cost ~10 ms a small rank otherwise); bounded for processes that read many unrelated traces."""
+
+
+@lru_cache(maxsize=NAMES_CACHED)
 def is_communication(name: str) -> bool:
     """Collective / point-to-point communication, by kernel or op name (NCCL, RCCL, gloo, c10d);
     never torchneck's own line spans, whose file path may contain such a word."""
@@ -54,7 +62,7 @@ def find_steps(table: EventTable) -> list[Step]:
     2. Else the spans between consecutive ends of `Optimizer.step#...` annotations.
     3. Else one step covering the whole trace (the window).
     """
-    cached = getattr(table, "_steps", None)  # the analyses and the views both ask
+    cached = table._steps  # the analyses and the views both ask
     if cached is None:
         cached = table._steps = tuple(_find_steps(table))
     return list(cached)

@@ -55,9 +55,11 @@ def analyze_trace(trace: Trace, nesting: Nesting | None = None,
 
 
 def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None,
-                         tables: TableOptions | None = None) -> tuple[RankAnalysis, Nesting]:
+                         tables: TableOptions | None = None, lean: bool = False) -> tuple[RankAnalysis, Nesting]:
     """`analyze_trace`, and the host nesting it used, for callers that need it afterwards (the
-    views, ops per source line): computed here, when not given, while the GPU analyses run."""
+    views, ops per source line): computed here, when not given, while the GPU analyses run.
+    `lean`: without the key_averages table, which no rule reads (the ranks of a many-rank job
+    that only give a summary: a quarter of a small rank's analysis time)."""
     t = trace.events
     steps = find_steps(t)
     lo = min(s.start for s in steps)
@@ -76,7 +78,7 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None,
         if nested is not None:
             nesting = nested.result()
         assert nesting is not None
-        averages = background.submit(key_averages, trace, nesting, tables)  # the whole trace, as torch's
+        averages = None if lean else background.submit(key_averages, trace, nesting, tables)  # as torch's
         cpu_ops = nesting.ops_in(rows)  # what the op analyses read of them (a view, not a copy)
         ops = Ops(
             by_name=op_table(t, nesting, cpu_ops),
@@ -96,7 +98,7 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None,
         compiled = compiled_summary(t, nesting, rows, lo, cpu_hi)
         labels = label_table(trace, nesting, rows, span)
         gpu, breakdown, comm = gpu.result(), breakdown.result(), comm.result()
-        averaged = averages.result()
+        averaged = averages.result() if averages is not None else None
     durations = np.array([s.duration for s in steps])
     totals = {k: float(sum(b[k] for b in breakdown)) for k in BREAKDOWN_CATEGORIES}
     analysis = RankAnalysis(

@@ -144,7 +144,7 @@ def _user_frame_index(python: EventTable) -> tuple[EventTable, np.ndarray]:
     """The user's frames among a trace's Python events, and each one's enclosing user frame
     (or -1), found by the host ops' call-stack walk over them alone; built once per table (the
     per-line, float64 and sync analyses each place rows)."""
-    cached = getattr(python, "_user_frames", None)
+    cached = python._user_frames
     if cached is None:
         frames = python.select(user_frames(python))
         as_host = replace(frames, cat=np.full(len(frames), int(Cat.USER_ANNOTATION), dtype=np.int8))

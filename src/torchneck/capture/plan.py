@@ -168,9 +168,13 @@ class SteadyState:
         self.steady_since_ns: int | None = None
         self.last_busy_ns: int | None = None
         self._fresh_seen = 0
+        self._stacks: set[int] = set()  # distinct stacks sampled since `steady_since_ns`
 
-    def update(self, now_ns: int, n_samples: int, fresh_total: int, busy: bool) -> bool:
-        """True once the stacks have repeated for STEADY_HOLD_S without start-up work."""
+    def update(self, now_ns: int, n_samples: int, fresh_total: int, busy: bool,
+               stacks: set[int] | None = None) -> bool:
+        """True once the stacks have repeated for STEADY_HOLD_S without start-up work, over more
+        than one stack (`stacks`: those of the new samples): one stack held all along is one long
+        call (a sleep, loading a file), set-up rather than a loop."""
         fresh = fresh_total - self._fresh_seen
         self._fresh_seen = fresh_total
         if busy:
@@ -178,9 +182,15 @@ class SteadyState:
         repeating = n_samples > 0 and not busy and fresh <= STEADY_FRESH_MAX * n_samples
         if not repeating:
             self.steady_since_ns = None
+            self._stacks = set()
             return False
         if self.steady_since_ns is None:
             self.steady_since_ns = now_ns
+        if stacks is not None:
+            self._stacks |= stacks
+            if len(self._stacks) < 2:
+                self.steady_since_ns = now_ns  # one call so far: the steady state has not begun
+                return False
         return (now_ns - self.steady_since_ns) / 1e9 >= STEADY_HOLD_S
 
     def fallback_due(self, now_ns: int, started_ns: int) -> bool:

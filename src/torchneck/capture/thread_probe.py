@@ -11,7 +11,6 @@ other load. The probe measures which one it is on this machine, so the finding c
 from __future__ import annotations
 
 import os
-import statistics
 import time
 
 PROBE_SIZE = 512
@@ -53,6 +52,8 @@ def probe_oversubscription(threads: int, cores: int) -> dict | None:
                 fit.append(per_call(cores))
     finally:
         torch.set_num_threads(threads)
+    import statistics  # here: 90 ms of imports (fractions) that a run without the probe need not pay
+
     at_threads, at_cores = statistics.median(over), statistics.median(fit)
     return {"threads": threads, "cores": cores, "op": f"torch.mm {PROBE_SIZE}x{PROBE_SIZE} float32",
             "seconds_at_threads": at_threads, "seconds_at_cores": at_cores,

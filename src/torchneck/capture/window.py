@@ -18,17 +18,18 @@ whole-run recording whose events would cost memory and seconds to convert.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import threading
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..sites import is_user_file
 from .dynamo_guard import is_compiling
+from .kineto import Kineto
 from .lines import LineMarking
 from .plan import (
     MIN_STEPS,
@@ -44,7 +45,7 @@ from .plan import (
     loop_site,
 )
 from .sampler import CHECK_INTERVAL_NS, RECORDING_CHECK_INTERVAL_NS
-from .spans import OpenSpans, own_span
+from .spans import OpenSpans
 
 CLOCK_RANK = {"optimizer": 3, "dataloader": 2, "module": 1}
 MODULE_SITES_KEPT = 20
@@ -104,7 +105,7 @@ class ProfiledWindow:
                                           "max_window_mb": options.max_window_mb,
                                           "slice_s": options.duration or options.slice_s,
                                           "steps": options.steps, "warmup": options.warmup})
-        self._prof: _Kineto | None = None
+        self._prof: Kineto | None = None
         self.state = "waiting"  # waiting -> recording -> done
         self.aside = False  # the script's own profiler has run: torchneck records nothing more
         self._busy = False  # a hook or check is running: a signal-handler check must not re-enter
@@ -117,6 +118,7 @@ class ProfiledWindow:
         self._spans = OpenSpans()
         self._rss = MemoryProbe()
         self._rss_base = 0
+        self._bound_base = 0  # what the bound compares to: after a steps window's first step
         self._steady = SteadyState()
         self._sessions = 0  # torchneck recordings started (their spans are told apart by number)
         self._superseded = False  # a slice has been replaced by a step window (only once)
@@ -158,7 +160,8 @@ class ProfiledWindow:
         now = time.monotonic_ns()
         try:
             with self._ours():
-                prof = _Kineto(self.options)
+                o = self.options
+                prof = Kineto(o.record_shapes, o.profile_memory, o.with_stack)
                 prof.start()
         except Exception as exc:  # never let the profiler take the user's run down
             self.export_error = f"{type(exc).__name__}: {exc}"
@@ -175,7 +178,7 @@ class ProfiledWindow:
         cap.stopped_by = None
         log.step_marks = []
         self._rss.reset()
-        self._rss_base = self._rss.settled(0.0)
+        self._rss_base = self._bound_base = self._rss.settled(0.0)
         self._mark_step()
         self._lines.marked = False
         self._lines.start()
@@ -193,8 +196,8 @@ class ProfiledWindow:
 
             self.sampler.record_synthetic(TOOL_FRAME)
 
-    def _recorded_bytes(self, settle_s: float = RSS_SETTLE_S) -> int:
-        return max(0, self._rss.settled(settle_s) - self._rss_base)
+    def _recorded_bytes(self, settle_s: float = RSS_SETTLE_S, since: int | None = None) -> int:
+        return max(0, self._rss.settled(settle_s) - (self._rss_base if since is None else since))
 
     def _over_bounds(self, now: int, factor: float = 1.0, settle_s: float = RSS_SETTLE_S) -> str | None:
         """Which bound the recording window has passed, if any (`--all` has none)."""
@@ -203,7 +206,7 @@ class ProfiledWindow:
         elapsed = self._elapsed_s(now)
         if elapsed >= factor * self.options.max_window_s:
             return "time_bound"
-        if self._recorded_bytes(settle_s) >= factor * self.options.max_window_mb * (1 << 20):
+        if self._recorded_bytes(settle_s, self._bound_base) >= factor * self.options.max_window_mb * (1 << 20):
             return "memory_bound"
         return None
 
@@ -288,6 +291,8 @@ class ProfiledWindow:
             elif opts.duration is None and recorded >= opts.steps:
                 self.finish("steps")
             else:
+                if recorded == 1:  # the first step holds the profiler's one-time buffers (~8 MB measured)
+                    self._bound_base = self._rss.settled(0.0)
                 bound = None if recorded < MIN_STEPS else self._over_bounds(now, settle_s=0.0)  # a step
                 if bound:  # boundary: the step's own tensors are freed
                     self.finish(bound)
@@ -376,7 +381,7 @@ class ProfiledWindow:
         self._seen_samples = total
         busy_of = sampler.stack_busy
         busy = any(busy_of[sample[0]] for sample in recent if sample[0] < len(busy_of))
-        steady = self._steady.update(now, len(recent), sampler.fresh, busy)
+        steady = self._steady.update(now, len(recent), sampler.fresh, busy, {sample[0] for sample in recent})
         cap = self.capture
         since = self._steady.steady_since_ns
         if steady and since is not None and (cap.steady_from_ns is None or since < cap.steady_from_ns):
@@ -515,7 +520,7 @@ class ProfiledWindow:
         """Count the user's line that called a top-level module (a few µs a call): the line an
         inference fix (`torch.inference_mode()`) goes around, which the trace cannot name."""
         sites = self.log.top_module_sites
-        frame = sys._getframe(2)
+        frame: types.FrameType | None = sys._getframe(2)
         while frame is not None and not is_user_file(frame.f_code.co_filename):
             frame = frame.f_back
         if frame is None:
@@ -594,85 +599,6 @@ class ProfiledWindow:
 
     def close(self) -> None:
         self._rss.close()
-
-
-class _Kineto:
-    """One recording of torch's Kineto profiler, through `torch.autograd.profiler.profile`.
-
-    Not `torch.profiler.profile`: its start does `hasattr(torch, "_inductor")`, which imports
-    inductor (~1.4 s here) in every script, compiled or not. Steps are marked with our own
-    `ProfilerStep#N` record_function, as torch.profiler does.
-    """
-
-    def __init__(self, options: WindowOptions, memory: bool = True):
-        import torch
-
-        use_device = "cuda" if torch.cuda.is_available() else None
-        self._prof = torch.autograd.profiler.profile(
-            use_cpu=True, use_device=use_device, record_shapes=options.record_shapes,
-            profile_memory=options.profile_memory and memory, with_stack=options.with_stack, use_kineto=True)
-        self._step: Any = None
-        self.step_num = 0
-
-    def start(self) -> None:
-        import torch
-
-        from .profilers import record_concrete_inputs
-
-        record_concrete_inputs(False)  # values of small inputs: memory the analyses never read
-        with _quiet_stderr():
-            self._prof.__enter__()
-        try:
-            torch.autograd._add_metadata_json("torchneck", '"1"')
-            if torch.distributed.is_available() and torch.distributed.is_initialized():
-                info = {"backend": torch.distributed.get_backend(), "rank": torch.distributed.get_rank(),
-                        "world_size": torch.distributed.get_world_size()}
-                torch.autograd._add_metadata_json("distributedInfo", json.dumps(info))
-        except Exception:
-            pass
-
-    def begin_step(self) -> None:
-        self.end_step()
-        step = own_span()(f"ProfilerStep#{self.step_num}")
-        step.__enter__()
-        self._step = step
-
-    def end_step(self) -> None:
-        if self._step is not None:
-            self._step.__exit__(None, None, None)
-            self._step = None
-
-    def stop(self) -> None:
-        from .profilers import record_concrete_inputs
-
-        self.end_step()
-        try:
-            with _quiet_stderr():
-                self._prof.__exit__(None, None, None)
-        finally:
-            record_concrete_inputs(None)
-
-    def export(self, path: Path) -> None:
-        self._prof.export_chrome_trace(str(path))
-
-
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Kineto prints 'USDT ... profiler_start/stop' on fd 2 at every start and stop; those lines
-    are noise in the user's output. The redirect lasts only for the call."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def _gzip_file(src: Path, dst: Path) -> None:

@@ -1,25 +1,31 @@
-"""Rules over many ranks (the merged summaries of `analysis/distributed.py`): the straggler
-the others wait for, and communication that costs time even on the rank that waits least."""
+"""Rules over many ranks (the merged `distributed` section, `cluster/reduce.py`): the stragglers
+(by collective wait or by step time, grouped by host), and communication that costs time even on
+the rank that waits least."""
 
 from __future__ import annotations
 
+from ..cluster.reduce import rank_ranges
 from ..model.findings import Finding
-from .facts import where_of
+from .causes import estimate_savings
+from .facts import Facts, where_of
 from .rule import make_finding
 
 DOCS_DDP = "https://pytorch.org/docs/stable/notes/ddp.html"
 
 
 class Straggler:
-    """One rank arrives last at the collectives; the others wait for it.
+    """Ranks the others wait for (see `cluster/reduce.py`); one finding, naming the costliest
+    and the others flagged (top 10, with the distribution), a slow host as such.
 
-    Time lost: the other ranks' mean wait per step (their time in collectives minus the
-    straggler's, see `analysis/distributed.py`), times the profiled steps. `where`: the
-    straggler's own costliest finding, i.e. what makes it late."""
+    Time lost: by collective wait, the other ranks' mean wait per step (their time in
+    collectives minus the straggler's); by step time, the straggler's excess over the other
+    ranks' median step (what they wait for it once they synchronise); times the profiled steps.
+    `where`: the straggler's own costliest finding, i.e. what makes it late."""
 
     kind = "straggler"
-    summary = "One rank arrives last at the collectives; the others wait for it."
+    summary = "Ranks the others wait for at the collectives (slow steps, or a slow host)."
     docs = DOCS_DDP
+    saving_basis = "the other ranks' wait for it per step (collective wait or step-time excess), times the steps"
 
     def check(self, dist: dict, steps: int) -> list[Finding]:
         s = dist.get("straggler")
@@ -28,19 +34,42 @@ class Straggler:
         cause = s.get("cause") or {}
         lost = s["wait_per_step_us"] * steps / 1e6
         because = f"; its biggest problem: {cause['title']}" if cause.get("title") else ""
+        flagged = dist.get("stragglers") or []
+        slow_hosts = [h for h in dist.get("hosts") or [] if h["slow"]]
+        count = dist.get("stragglers_flagged", len(flagged))
+        if slow_hosts and s["rank"] in slow_hosts[0]["stragglers"]:
+            h = slow_hosts[0]
+            who = (f"Host {h['host']} is slow: its ranks {rank_ranges(h['stragglers'])} "
+                   f"({len(h['stragglers'])} of {len(h['ranks'])}) are the stragglers")
+            subject = "them"
+        else:
+            who = f"Rank {s['rank']} is the straggler"
+            subject = "it"
+        if s.get("basis") == "step_time":
+            what = (f"{who}: {'its' if subject == 'it' else 'their'} steps take {s['own_step_us'] / 1e3:.1f} ms, "
+                    f"{s['own_step_us'] / s['others_step_us']:.2f}x the other ranks' median "
+                    f"({s['others_step_us'] / 1e3:.1f} ms)")
+        else:
+            what = (f"{who}: the other ranks wait {s['wait_per_step_us'] / 1e3:.1f} ms per step "
+                    f"({100 * s['wait_share']:.0f}% of a step) in collectives for {subject}")
+        others = count - (len(slow_hosts[0]["stragglers"]) if subject == "them" else 1)
+        more = f"; {others} more rank(s) are slow too" if others > 0 else ""
         return [make_finding(
             kind=self.kind,
-            title=(f"Rank {s['rank']} is the straggler: the other ranks wait {s['wait_per_step_us'] / 1e3:.1f} ms "
-                   f"per step ({100 * s['wait_share']:.0f}% of a step) in collectives for it{because}"),
+            title=what + more + because,
             time_lost_s=lost, time_lost_pct=100 * s["wait_share"],
             where=where_of(cause.get("where") or []),
-            evidence={"rank": s["rank"], "wait_per_step_us": s["wait_per_step_us"], "waits_us": s["waits_us"],
-                      "comm_per_step_us": s["comm_per_step_us"], "median_step_us": s["median_step_us"],
+            evidence={"rank": s["rank"], "basis": s.get("basis"), "wait_per_step_us": s["wait_per_step_us"],
+                      "median_step_us": s["median_step_us"], "stragglers": flagged, "flagged": count,
+                      "step_time_us": dist.get("step_time_us"), "comm_per_step_us": dist.get("comm_per_step_us"),
+                      "slow_hosts": [{k: h[k] for k in ("host", "ranks", "stragglers")} for h in slow_hosts],
                       "cause": cause or None},
             fix=(f"Make rank {s['rank']} as fast as the others: " + _cause_fix(cause.get("kind"))
+                 + (" Every rank of one host being slow points at the host: its GPUs' clocks and temperature "
+                    "(nvidia-smi -q -d PERFORMANCE), its network link, other jobs on it." if slow_hosts else "")
                  + " Uneven work per rank (unbalanced shards, variable sequence lengths, rank-0-only logging or "
                    "checkpointing inside the step) has the same effect."),
-            docs=DOCS_DDP, rank=s["rank"])]
+            docs=DOCS_DDP, rank=s["rank"], confidence="estimated", saving_basis=self.saving_basis)]
 
 
 def _cause_fix(kind: str | None) -> str:
@@ -55,11 +84,14 @@ class Communication:
     """Collectives take a large share of the step even on the rank that waits least (the
     straggler): that part is transfer, not waiting, and is not hidden behind compute.
 
-    Time lost: that rank's time in collectives per step, times the profiled steps."""
+    Time lost: that rank's exposed time in collectives per step (the part not overlapped by its
+    GPU's compute, when the trace shows kernels; all of it for host-side collectives), times the
+    profiled steps: the most that overlapping and sending less could save."""
 
     kind = "communication"
     summary = "Collectives take much of each step even on the rank that waits least."
     docs = DOCS_DDP
+    saving_basis = "that rank's communication not overlapped by compute per step, times the steps (at most)"
     MIN_SHARE = 0.15
     """Below 15 % of a step, communication is normal for data-parallel training."""
 
@@ -73,26 +105,36 @@ class Communication:
         if share < self.MIN_SHARE:
             return []
         types = ", ".join(f"{t['type']} {t['per_step_us'] / 1e3:.1f} ms" for t in comm["by_type"][:3])
+        own_overlap = least.get("overlap_pct")
+        exposed_us = comm["per_step_us"] * (1 - own_overlap / 100 if own_overlap is not None else 1.0)
+        overlap = dist.get("overlap_pct")
+        hidden = (f"; {overlap['p50']:.0f}% of it overlaps compute on the median rank"
+                  f" (p10 {overlap['p10']:.0f}%, p90 {overlap['p90']:.0f}%)") if overlap else ""
         return [make_finding(
             kind=self.kind,
             title=(f"Communication takes {100 * share:.0f}% of each step even on rank {least['rank']}, "
-                   f"the one that waits least ({types})"),
-            time_lost_s=comm["per_step_us"] * steps / 1e6, time_lost_pct=100 * share,
-            evidence={"rank": least["rank"], "per_step_us": comm["per_step_us"], "by_type": comm["by_type"],
-                      "side": comm["side"], "median_step_us": least["median_step_us"]},
+                   f"the one that waits least ({types}){hidden}"),
+            time_lost_s=exposed_us * steps / 1e6, time_lost_pct=100 * exposed_us / least["median_step_us"],
+            evidence={"rank": least["rank"], "per_step_us": comm["per_step_us"], "exposed_per_step_us": exposed_us,
+                      "by_type": comm["by_type"],
+                      "side": comm["side"], "median_step_us": least["median_step_us"], "overlap_pct": overlap,
+                      "collectives": dist.get("collectives") or []},
             fix=("Overlap it with compute and send less: DDP overlaps gradient all-reduce with backward by "
                  "buckets (tune bucket_cap_mb; gradient_as_bucket_view=True), accumulate gradients locally "
                  "with model.no_sync() over several micro-batches, compress gradients (DDP comm hooks, e.g. "
                  "fp16/bf16 compression), or use a larger batch per rank."),
-            docs=DOCS_DDP, rank=least["rank"])]
+            docs=DOCS_DDP, rank=least["rank"], confidence="upper_bound", saving_basis=self.saving_basis)]
 
 
 JOB_RULES = (Straggler(), Communication())
 
 
-def diagnose_job(dist: dict, steps: int) -> list[Finding]:
-    """Findings across ranks; `steps`: the profiled steps of the main rank."""
+def diagnose_job(dist: dict, steps: int, facts: Facts | None = None) -> list[Finding]:
+    """Findings across ranks; `steps`: the profiled steps of the main rank. Their savings are
+    put on the same horizon as the ranks' own findings (`causes.estimate_savings`): `facts`
+    of the main rank's run (its wall time and start-up) for a job run; the window for traces."""
     out: list[Finding] = []
     for rule in JOB_RULES:
         out += rule.check(dist, steps)
+    estimate_savings(out, facts or Facts())
     return out

@@ -66,6 +66,7 @@ def where_of(items: list[Any]) -> list[Where]:
     out = []
     for d in items:
         get = d.get if isinstance(d, dict) else (lambda k, default=None, d=d: getattr(d, k, default))
-        if get("file") and get("line") is not None:
-            out.append(Where(file=get("file"), line=int(get("line")), function=get("function") or ""))
+        file, line = get("file"), get("line")
+        if file and line is not None:
+            out.append(Where(file=str(file), line=int(line), function=get("function") or ""))
     return out

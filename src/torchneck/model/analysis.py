@@ -381,6 +381,20 @@ class LabelOp(Record):
     count: int
 
 
+class LabelCall(Record):
+    """A call made under a label outside torch ops (a `with_stack` trace's Python events)."""
+
+    name: str
+    file: str = ""
+    line: int = 0
+    """The called function's first line (the trace's frames say no more)."""
+    outside_ops_us: float = 0.0
+    """Its time that no torch op of the thread covers."""
+    count: int = 0
+    share: float = 0.0
+    """`outside_ops_us` over the label's time outside ops, in %."""
+
+
 class Label(Record):
     """A record_function label of the user's over the window (analysis/labels.py): its time, the
     part covered by torch ops, the rest (Python, NumPy, waits), its ops and where it runs."""
@@ -399,6 +413,16 @@ class Label(Record):
     top_ops: list[LabelOp] = []
     where: list[CodeSite] = []
     opened_at: CodeSite | None = None
+    inside: str | None = None
+    """The label around it (around its first instance), if any."""
+    other_threads_us: float = 0.0
+    """Of `outside_ops_us`, the time torch ops ran on another thread of the process (the label's
+    thread likely waits on them: autograd's device threads in a backward pass)."""
+    runs_backward: bool = False
+    """A backward pass runs while it is open (autograd engine ops on any thread): its time outside
+    ops is mostly the wait for autograd's threads."""
+    calls: list[LabelCall] = []
+    """The calls under it outside torch ops, the largest first (`with_stack` traces)."""
 
 
 class KeyAveragesOptions(Record):

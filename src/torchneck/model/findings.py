@@ -38,7 +38,8 @@ class Finding(Record):
     `symptoms` are other findings this one explains (GPU idle explained by data loading,
     compile time explained by a graph break...), each with the seconds it explains in
     `explained_s`. `evidence` holds the rule's own figures (its evidence type, in
-    docs/rules.md). `rank` is set on findings of one rank of a multi-rank job.
+    docs/rules.md). `label` names the user's `record_function` label the problem
+    lies in. `rank` is set on findings of one rank of a multi-rank job.
     """
 
     kind: str
@@ -59,6 +60,8 @@ class Finding(Record):
     confidence: Confidence = "estimated"
     saving_basis: str = ""
     """How the saving was estimated, in one line."""
+    label: str | None = None
+    """The user's `record_function` label its ops or line ran under, when they did."""
     symptoms: list[Finding] = []
     explained_s: float | None = None
     """On a symptom: the seconds of its time its cause explains."""

@@ -18,7 +18,7 @@ from .base import Record
 from .diff import DiffSection
 from .findings import Finding
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 """report.json's format version: bumped only when a field changes meaning or disappears (new
 fields are added within a version)."""
 

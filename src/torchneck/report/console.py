@@ -33,6 +33,10 @@ def _short(path: str, width: int = 40) -> str:
     return path if len(path) <= width else "…" + path[-(width - 1):]
 
 
+RANK_ROWS = 16
+"""Up to this many ranks the terminal lists each; beyond, their quantiles and the top ranks."""
+
+
 def _origin_cell(o: Origin | None) -> str:
     """'inductor (graph 1/0)' / 'ATen fallback (graph 2/0)' / '' for an op or kernel of a compiled run."""
     if not o:
@@ -77,8 +81,9 @@ class ConsoleRenderer:
                 c.print(f"[dim]{escape(line)}[/]")
         c.print()
         c.print(escape(report.verdict))
-        if (report.capture or {}).get("summary"):  # what was measured, over what span, and why
-            c.print(f"[dim]{escape(report.capture['summary'])}[/]")
+        summary = (report.capture or {}).get("summary")
+        if summary:  # what was measured, over what span, and why
+            c.print(f"[dim]{escape(summary)}[/]")
         self._findings(report.findings)
         comp = report.compile or {}
         if comp.get("present"):
@@ -460,9 +465,19 @@ class ConsoleRenderer:
             self.console.print(t)
 
     def _distributed(self, d: dict) -> None:
-        """Per-rank steps and communication, the straggler, failed ranks."""
+        """Per-rank steps and communication, the straggler, failed ranks; beyond `RANK_ROWS`
+        ranks, their distribution and the top ranks only (report.json and the HTML have all)."""
         c = self.console
-        t = Table(title=f"Ranks ({d['world_size']}; step time spread {d['step_spread_pct']:.0f}%)",
+        rows = d["ranks"]
+        if len(rows) > RANK_ROWS:
+            self._rank_quantiles(d)
+            named = [r["rank"] for r in d.get("stragglers") or []]
+            rest = sorted((r for r in rows if r["rank"] not in named),
+                          key=lambda r: -max(r.get("step_excess_us") or 0.0, r.get("lateness_us") or 0.0))
+            by_rank = {r["rank"]: r for r in rows}
+            rows = ([by_rank[n] for n in named if n in by_rank] + rest)[:self.top]
+        t = Table(title=f"Ranks ({d['world_size']}; step time spread {d['step_spread_pct']:.0f}%)"
+                  + (f": the top {len(rows)}" if len(rows) < len(d["ranks"]) else ""),
                   box=box.SIMPLE, title_justify="left", pad_edge=False)
         rank_cols: tuple[tuple[str, Justify], ...] = (("rank", "left"), ("status", "left"), ("steps", "right"),
                                                       ("median step ms", "right"), ("collectives ms/step", "right"),
@@ -470,7 +485,7 @@ class ConsoleRenderer:
         for col, just in rank_cols:
             t.add_column(col, justify=just)
         straggler = (d.get("straggler") or {}).get("rank")
-        for r in d["ranks"]:
+        for r in rows:
             comm = r.get("comm") or {}
             top = comm.get("by_type") or []
             mark = " [bold red](straggler)[/]" if r["rank"] == straggler else ""
@@ -481,6 +496,21 @@ class ConsoleRenderer:
         c.print(t)
         for f in d.get("failed") or []:
             c.print(f"  [red]rank {f['rank']}: {escape(str(f['status']))}[/] {escape(str(f.get('error') or ''))}")
+
+    def _rank_quantiles(self, d: dict) -> None:
+        """Per-rank figures as a distribution over the ranks."""
+        t = Table(title="Across ranks", box=box.SIMPLE, title_justify="left", pad_edge=False)
+        t.add_column("per rank")
+        names = ("min", "p10", "p50", "p90", "p99", "max")
+        for name in names:
+            t.add_column(name, justify="right")
+        for key, label, fmt in (("step_time_us", "median step ms", _ms),
+                                ("comm_per_step_us", "collectives ms/step", _ms),
+                                ("overlap_pct", "comm overlapped %", lambda v: f"{v:.0f}")):
+            q = d.get(key)
+            if q:
+                t.add_row(label, *(fmt(q[n]) for n in names))
+        self.console.print(t)
 
     def _ranks(self, ranks: list[RankAnalysis]) -> None:
         t = Table(title="Ranks", box=box.SIMPLE, title_justify="left", pad_edge=False)

@@ -110,8 +110,9 @@ class HtmlRenderer:
         text += f"exit code {run.exit_code} · wall {run.wall_s or 0:.2f} s · cpu {run.cpu_s or 0:.2f} s"
         out = f'<p class="run">{_e(text)}</p>'
         out += "".join(f'<p class="run env">{_e(line)}</p>' for line in environment_lines(report.env))
-        if (report.capture or {}).get("summary"):  # what was measured, over what span, and why
-            out += f'<p class="run">{_e(report.capture["summary"])}</p>'
+        summary = (report.capture or {}).get("summary")
+        if summary:  # what was measured, over what span, and why
+            out += f'<p class="run">{_e(summary)}</p>'
         if run.error:
             out += f'<p class="error">The script did not finish normally: {_e(run.error)}</p>'
         return out

@@ -47,6 +47,12 @@ THREAD_MIN_BYTES = 24 << 20
 releases the GIL; measured on this 2-core VM: 62 MB 0.33 -> 0.22 s, 35 MB 0.21 -> 0.16 s,
 10 MB even)."""
 
+TRIM_MIN_BYTES = 32 << 20
+"""Uncompressed size from which the loader gives freed memory back to the OS after decoding
+(`return_freed_memory`): below it only a few MB are freed, and giving them back costs their
+page faults again in the next load (a worker reading hundreds of small rank traces: ~3 ms of a
+~16 ms load of a 1.4 MB trace, measured interleaved)."""
+
 PARALLEL_MIN_BYTES = 96 << 20
 """Uncompressed size from which slices the native scanner declines (so msgspec decodes them,
 holding the GIL) go to worker processes; below it the pool's start-up (~0.1 s) costs more than
@@ -89,7 +95,9 @@ def load_trace(
     finally:
         meta.uncompressed_bytes = source.total
         source.close()
-    return_freed_memory()  # the decoding threads' freed slices, before the sort needs room
+    large = source.total >= TRIM_MIN_BYTES
+    if large:
+        return_freed_memory()  # the decoding threads' freed slices, before the sort needs room
     events, python, memory = merger.finish()
     if not len(events):
         others = merger.others + len(python)
@@ -102,7 +110,8 @@ def load_trace(
         raise TraceError(f"{path}: the trace holds no events (empty \"traceEvents\")")
     _spans_not_ops(events)
     del merger
-    return_freed_memory()
+    if large:
+        return_freed_memory()
     if meta.rank is None:
         meta.rank = rank_from_path(path)
     return Trace(events=events, python=python, memory=memory, meta=meta)

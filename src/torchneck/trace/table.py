@@ -211,6 +211,9 @@ class EventTable:
     arg_pairs: np.ndarray  # int32 (k + 1, 2): per args id, the shapes and types text ids; (-1, -1) last
     strings: list[str]
     threads: Threads
+    # Derived once per table by the analyses that several others ask for (steps, user frames).
+    _steps: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    _user_frames: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return int(self.ts.shape[0])

@@ -293,7 +293,7 @@ class Recompiles(Rule[RecompileEvidence]):
                 where = where_of([{"file": r["file"], "line": after_break, "function": r["function"]}]) + where
             ev = RecompileEvidence(recompilations=r["count"], recompile_s=r["recompile_s"], reasons=r["reasons"],
                                    hit_recompile_limit=bool(hit), limit_name=limit,
-                                   caused_by_break_at_line=after_break)
+                                   caused_by_break_at_line=int(str(after_break)) if after_break else None)
             out.append(self.finding(ev, title=title, lost_s=ev.recompile_s,
                                     pct=_wall_pct(ev.recompile_s, facts.run_wall_s), where=where,
                                     severity="high" if hit else None))

@@ -276,10 +276,13 @@
     const dist = DATA.distributed;
     if (dist && dist.ranks && dist.ranks.length) {
       const straggler = dist.straggler ? dist.straggler.rank : null;
+      const flagged = new Set((dist.stragglers || []).map((r) => r.rank));
       const rows = dist.ranks.map((r) => ({
-        rank: r.rank, straggler: r.rank === straggler ? "yes" : "", status: r.status || "", steps: r.steps,
+        rank: r.rank, straggler: r.rank === straggler || flagged.has(r.rank) ? "yes" : "", host: r.host || "",
+        status: r.status || "", steps: r.steps,
         median_step_ms: r.median_step_us ? r.median_step_us / 1e3 : null,
         collectives_ms_per_step: r.comm && r.comm.present ? r.comm.per_step_us / 1e3 : null,
+        late_ms_per_step: r.lateness_us != null ? r.lateness_us / 1e3 : null,
         top_collective: r.comm && r.comm.by_type && r.comm.by_type.length ? r.comm.by_type[0].type : "",
       }));
       specs.unshift({ id: "ranks", title: "Ranks", rows, cols: Object.keys(rows[0]).map((k) => [k, k.replaceAll("_", " ")]) });
