@@ -189,3 +189,21 @@ def test_env_json_holds_what_a_misconfiguration_check_needs(run_dir):
     report = read_report(run_dir)
     assert report["env"]["build"]["git_version"] == torch.version.git_version
     assert report["env"]["settings_at_end"]["cudnn_benchmark"] is True
+
+
+def test_one_sampled_stack_is_a_loop_only_on_the_cpu():
+    """A loop of one line shows one stack, as does a sleep: the thread's CPU share tells them
+    apart (a sleep before the steps was taken for the steady state, start-up read 0.01 s)."""
+    from torchneck.capture.plan import STEADY_HOLD_S, SteadyState
+
+    def held(on_cpu):
+        steady, now, fresh = SteadyState(), 0, 1
+        for _ in range(int(STEADY_HOLD_S / 0.01) + 5):
+            now += 10_000_000
+            if steady.update(now, 10, fresh, False, {7}, on_cpu):
+                return True
+        return False
+
+    assert held(0.95)  # acc = acc * 0.99 + x.sin(): the same line, computing
+    assert not held(0.01)  # time.sleep(1.0): the same line, waiting
+    assert not held(None)  # no CPU clock: one stack is not enough evidence

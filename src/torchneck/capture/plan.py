@@ -55,6 +55,9 @@ be in its steady state: longer than a burst of set-up code that happens to repea
 STEADY_FRESH_MAX = 0.2
 """Share of a check's samples allowed to show a stack never seen before: start-up code (imports,
 building a model) shows mostly new stacks; a loop shows the same few again and again."""
+STEADY_ON_CPU_MIN = 0.5
+"""A single sampled stack counts as a loop when the thread ran on the CPU at least half the time
+(run-queue waits left out); a sleep or a blocking read runs ~0 %."""
 FALLBACK_S = 2.0
 """Without a steady state, a slice is profiled this long after start-up work last ran: a program
 that never repeats (one big function) still gets ops to look at."""
@@ -171,10 +174,12 @@ class SteadyState:
         self._stacks: set[int] = set()  # distinct stacks sampled since `steady_since_ns`
 
     def update(self, now_ns: int, n_samples: int, fresh_total: int, busy: bool,
-               stacks: set[int] | None = None) -> bool:
-        """True once the stacks have repeated for STEADY_HOLD_S without start-up work, over more
-        than one stack (`stacks`: those of the new samples): one stack held all along is one long
-        call (a sleep, loading a file), set-up rather than a loop."""
+               stacks: set[int] | None = None, on_cpu: float | None = None) -> bool:
+        """True once the stacks have repeated for STEADY_HOLD_S without start-up work. One stack
+        held all along while the thread is off the CPU (`stacks`: those of the new samples;
+        `on_cpu`: the thread's CPU share over them, run-queue time left out) is one blocking call
+        (a sleep, a read), set-up rather than a loop; one stack on the CPU may be a loop of one
+        line (`acc = acc * 0.99 + x.sin()`), whose samples all show the same line."""
         fresh = fresh_total - self._fresh_seen
         self._fresh_seen = fresh_total
         if busy:
@@ -188,7 +193,7 @@ class SteadyState:
             self.steady_since_ns = now_ns
         if stacks is not None:
             self._stacks |= stacks
-            if len(self._stacks) < 2:
+            if len(self._stacks) < 2 and (on_cpu is None or on_cpu < STEADY_ON_CPU_MIN):
                 self.steady_since_ns = now_ns  # one call so far: the steady state has not begun
                 return False
         return (now_ns - self.steady_since_ns) / 1e9 >= STEADY_HOLD_S

@@ -381,7 +381,8 @@ class ProfiledWindow:
         self._seen_samples = total
         busy_of = sampler.stack_busy
         busy = any(busy_of[sample[0]] for sample in recent if sample[0] < len(busy_of))
-        steady = self._steady.update(now, len(recent), sampler.fresh, busy, {sample[0] for sample in recent})
+        steady = self._steady.update(now, len(recent), sampler.fresh, busy, {sample[0] for sample in recent},
+                                     _on_cpu_share(recent))
         cap = self.capture
         since = self._steady.steady_since_ns
         if steady and since is not None and (cap.steady_from_ns is None or since < cap.steady_from_ns):
@@ -626,3 +627,16 @@ def _gzip_copy(src: Path, dst: Path) -> None:
     tmp = dst.with_suffix(".tmp")
     shutil.copyfile(src, tmp)
     _gzip_file(tmp, dst)
+
+
+def _on_cpu_share(samples: list) -> float | None:
+    """The sampled thread's CPU time over the wall time between the first and last of `samples`
+    ((stack, wall ns, thread CPU ns, run-queue ns) readings), its run-queue waits left out; None
+    with fewer than two samples or no CPU clock."""
+    if len(samples) < 2 or len(samples[0]) < 3 or samples[0][2] < 0 or samples[-1][2] < 0:
+        return None
+    first, last = samples[0], samples[-1]
+    wall = last[1] - first[1]
+    if len(first) > 3 and first[3] >= 0 and last[3] >= 0:
+        wall -= last[3] - first[3]
+    return (last[2] - first[2]) / wall if wall > 0 else None
