@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -79,11 +78,11 @@ def verdict(analysis: RankAnalysis | None, phases: dict | None, findings: list[F
 
 def report_from_run_dir(run_dir: Path, tables: TableOptions | None = None) -> Report:
     """Analyse a run directory written by `torchneck run` (`tables`: the key_averages table's options)."""
-    from .capture.recover import load_run_evidence
+    from .capture.recover import load_run_evidence, read_json
 
     run_dir = Path(run_dir)
     run, samples_data, warnings = load_run_evidence(run_dir)  # whatever the run left: see capture/recover.py
-    env = _read_json(run_dir / "env.json", required=False) or {}
+    env = read_json(run_dir / "env.json", required=False) or {}
     env["settings_at_end"] = run.get("settings_at_end")
     samples = load_samples(samples_data or {})
     phases = run_phases(run)
@@ -114,7 +113,7 @@ def report_from_run_dir(run_dir: Path, tables: TableOptions | None = None) -> Re
     else:  # the profiled steps alone: start-up (imports) would dwarf them in the whole run's graph
         w0, w1 = phases["window_offsets_s"]
         views["stacks_window"] = stack_tree(samples, w0, w1)
-    compiled = compile_summary(_read_json(run_dir / "compile.json", required=False), env.get("torch"))
+    compiled = compile_summary(read_json(run_dir / "compile.json", required=False), env.get("torch"))
     if compiled.get("present"):
         trace_compiled = to_builtins(analysis.compiled) if analysis else None
         compiled["wall_split"] = wall_split(compiled, trace_compiled, run.get("wall_s") or 0.0,
@@ -239,14 +238,3 @@ def read_report(path: Path) -> Report:
         raise TorchneckError(f"{path}: not a torchneck report ({exc})") from None
     except msgspec.DecodeError as exc:
         raise TorchneckError(f"{path}: not JSON ({exc})") from None
-
-
-def _read_json(path: Path, required: bool = True):
-    if not path.exists():
-        if required:
-            raise TorchneckError(f"{path.parent}: not a torchneck run directory (no {path.name})")
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise TorchneckError(f"{path}: unreadable ({exc})") from None

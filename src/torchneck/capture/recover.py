@@ -27,11 +27,11 @@ UNFINISHED = "unfinished"
 def load_run_evidence(run_dir: Path) -> tuple[dict, dict | None, list[str]]:
     """(run.json, samples.json's content or None, sentences on what is missing or recovered)."""
     run_dir = Path(run_dir)
-    run = _read_json(run_dir / "run.json")
+    run = read_json(run_dir / "run.json")
     if not isinstance(run, dict) or "started_monotonic_ns" not in run:
         raise TorchneckError(f"{run_dir / 'run.json'}: not a torchneck run.json")
     notes: list[str] = []
-    samples = _read_json(run_dir / "samples.json", required=False)
+    samples = read_json(run_dir / "samples.json", required=False)
     partial = run_dir / PARTIAL_NAME
     if samples is None and partial.exists():
         samples = read_partial(partial)
@@ -95,7 +95,9 @@ def _crash_summary(path: Path) -> str | None:
     return f"{what} at {user[0]}:{user[1]} in {user[2]}"
 
 
-def _read_json(path: Path, required: bool = True):
+def read_json(path: Path, required: bool = True):
+    """A run directory's JSON file; an optional one (`required=False`) that is missing or damaged
+    reads as None (a run killed hard leaves what it had), a required one is one clear error."""
     if not path.exists():
         if required:
             raise TorchneckError(f"{path.parent}: not a torchneck run directory (no {path.name})")
