@@ -127,3 +127,28 @@ def test_run_queue_time_read_late_goes_back_to_the_preempted_sample():
     assert fixed[3] == 0.0 and dur[3] - cpu[3] - fixed[3] == pytest.approx(0.050)  # the sleep still waits
     unknown = np.full(5, np.nan)
     assert np.isnan(_runq_to_its_interval(dur, cpu, unknown)).all()
+
+
+def test_a_long_c_call_outside_the_window_is_what_the_window_saw_on_that_line():
+    """A sample holding one long C call is taken for op time outside the trace's window, unless
+    the window saw the same line's long calls outside ops (NumPy's tanh is not a torch op)."""
+    import numpy as np
+
+    from torchneck.analysis.python_stacks import Samples
+    from torchneck.analysis.run import _op_seconds_beyond_window
+
+    # frame 0: a NumPy line, frame 1: a line after a big torch product; two samples of each in
+    # the window (by in_window), two outside; every sample one 10 ms C call.
+    uf = np.array([0, 1, 0, 1, 0, 1, 0, 1])
+    n = len(uf)
+    s = Samples(frames=[["f", "a.py", 10], ["f", "a.py", 11]], end_s=np.arange(1, n + 1) * 0.01,
+                dur_s=np.full(n, 0.01), user_frame=uf, leaf_is_user=np.ones(n, bool), leaf_frame=uf,
+                tool=np.zeros(n, bool), importing=np.zeros(n, bool), compiling=np.zeros(n, bool),
+                loading=np.zeros(n, bool), start_monotonic_ns=0, stacks=[[int(f)] for f in uf],
+                cpu_s=np.full(n, 0.01), runq_s=np.zeros(n))
+    in_window = np.array([True] * 4 + [False] * 4)
+    op_s = np.array([0.0, 0.01, 0.0, 0.01, 0, 0, 0, 0])  # the trace: line 10's calls ran no op
+    est = _op_seconds_beyond_window(s, op_s, in_window)
+    assert est[4:].tolist() == [0.0, 0.01, 0.0, 0.01]
+    unseen = _op_seconds_beyond_window(s, op_s, np.zeros(n, bool))  # no window: the old guess
+    assert unseen.tolist() == [0.01] * n

@@ -234,3 +234,15 @@ def test_a_sigterm_after_the_script_waits_for_its_evidence(tmp_path):
                         str(SCRIPTS / "python_hotspot.py")], capture_output=True, text=True, timeout=300)
     assert r.returncode == -signal.SIGTERM, r.stderr
     assert json.loads((out / "run.json").read_text())["status"] == "ok"
+
+
+def test_hotspot_names_the_line_that_calls_the_hot_helper(run_dir):
+    """The helper's loop is where the time goes; the loop's one call site is where the fix goes:
+    the finding names both, the hot line first."""
+    script = SCRIPTS / "caller_path.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    [hot] = [f for f in read_report(run_dir)["findings"] if f["kind"] == "python_hotspot"][:1]
+    lines = [w["line"] for w in hot["where"]]
+    assert lines[:2] == [planted_line(script, "# HOT"), planted_line(script, "# CALLER")]
+    assert hot["where"][1]["function"] == "<module>"

@@ -218,6 +218,9 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
             entry = {"file": file, "line": line, "function": fn, "total_s": tot, "self_s": own,
                      "pct": 100 * tot / total if total else 0.0, "library": callee,
                      "library_is_torch": _is_torch_file(callee_file)}
+            callers = _user_callers(s, fid, win)
+            if callers:
+                entry["callers"] = callers
             if known:
                 entry["outside_ops_s"] = out
             if cpu_known:
@@ -269,6 +272,56 @@ def _is_torch_file(path: str) -> bool:
         return True
     local = _local_torch_dir()
     return local is not None and os.path.realpath(path).startswith(local)
+
+
+CALLER_SHARE = 0.5
+"""A caller is named when at least half of the line's time came through it: one call path, not
+one of many callers of a shared helper."""
+CALLERS_KEPT = 2
+"""User frames named up the call path of a hot line: the line that calls the helper (where a fix
+often goes: tokenize once, save less often) and the one above it."""
+
+
+_LIBRARY_PATH = re.compile(r"[/\\](lib|Lib)[/\\]python\d[^/\\]*[/\\]|[/\\](site|dist)-packages[/\\]")
+"""A Python installation's library, recognised by path when the run was recorded on another
+machine (its stdlib is not this one's): `contextlib` is not the user's caller."""
+
+
+def _user_callers(s: Samples, user_fid: int, win: np.ndarray) -> list[dict]:
+    """The user's lines that called a hot line, innermost first, while one call path carries most
+    of its time: the hot line is where time is spent, a caller is often where the fix goes
+    (a tokenizer's inner loop is hot; the Dataset line that tokenizes every epoch is the cause)."""
+    rows = np.flatnonzero(win & (s.user_frame == user_fid))
+    if not len(rows):
+        return []
+    weight = s.dur_s[rows]
+    total = float(weight.sum())
+    paths = []  # per sample: the user frames above the hot line, innermost first
+    for i in rows.tolist():
+        st = s.stacks[i]
+        k = len(st) - 1 - st[::-1].index(user_fid) if user_fid in st else -1
+        paths.append([f for f in reversed(st[:max(k, 0)])
+                      if is_user_file(s.frames[f][1]) and not _LIBRARY_PATH.search(s.frames[f][1])][:CALLERS_KEPT])
+    out: list[dict] = []
+    for depth in range(CALLERS_KEPT):
+        by_frame: dict[int, float] = {}
+        for path, w in zip(paths, weight.tolist()):
+            if len(path) > depth and all(path[d] == out_fid for d, out_fid in enumerate(_fids(out))):
+                by_frame[path[depth]] = by_frame.get(path[depth], 0.0) + w
+        if not by_frame:
+            break
+        fid, w = max(by_frame.items(), key=lambda kv: kv[1])
+        if total <= 0 or w / total < CALLER_SHARE:
+            break
+        fn, file, line = s.frames[fid]
+        out.append({"file": file, "line": line, "function": fn, "share": w / total, "_fid": fid})
+    for c in out:
+        del c["_fid"]
+    return out
+
+
+def _fids(callers: list[dict]) -> list[int]:
+    return [c["_fid"] for c in callers]
 
 
 def _library_callee(s: Samples, user_fid: int, win: np.ndarray) -> tuple[str, str]:

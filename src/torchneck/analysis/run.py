@@ -301,9 +301,15 @@ def _op_seconds_beyond_window(samples: Samples, op_s: np.ndarray, in_window: np.
     # turn), most likely the op of the line before (`a * b` on big tensors is not a call: the
     # signal waits for the next line's). Inside the window the trace tells; outside it, such a
     # sample is taken for op time rather than for Python.
+    # When the window saw such samples on the same line, what they were there (a NumPy call on the
+    # line is not an op: numpy_roundtrip's tanh line was taken for op time) is the estimate.
     cpu = np.nan_to_num(samples.cpu_s) if samples.cpu_s is not None and len(samples.cpu_s) == len(own) else own
     one_call = samples.leaf_is_user & (np.minimum(cpu, own) >= ONE_C_CALL_S)
-    estimate = np.where(one_call, samples.dur_s, estimate)
+    seen = known & one_call
+    op_in_calls = np.bincount(uf[seen], weights=np.minimum(op_s * keep, own)[seen], minlength=n)
+    own_in_calls = np.bincount(uf[seen], weights=own[seen], minlength=n)
+    call_share = np.divide(op_in_calls, own_in_calls, out=np.ones(n), where=own_in_calls > 0)
+    estimate = np.where(one_call, call_share[np.maximum(uf, 0)] * samples.dur_s, estimate)
     return np.where(in_window, op_s, estimate)
 
 

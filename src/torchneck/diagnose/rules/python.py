@@ -129,7 +129,8 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
             else:
                 what = f"in {library}" if callee and line["self_s"] < 0.5 * outside else "in Python"
                 title = f"{line['function']}() spends {100 * share:.0f}% of each step {what}, outside torch ops"
-            out.append(self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost), where=where_of([line]),
+            callers = line.get("callers") or []  # one call path carries the line's time: the fix may go there
+            out.append(self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost), where=where_of([line, *callers]),
                                     docs=DOCS["dataloader"] if ev.waits else None))
         return out
 
