@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -343,6 +344,12 @@ def _report_hard_exit(ns: argparse.Namespace, result) -> None:
     sys.stderr.flush()
 
 
+def _status(console, message: str):
+    """A spinner on a terminal; nothing otherwise (rich's spinners cost ~65 ms of imports, paid by
+    every run a script or CI makes)."""
+    return console.status(message) if console.is_terminal else contextlib.nullcontext()
+
+
 def _analyse_result(result) -> tuple[Report | None, Path | None, int]:
     """Analyse a captured run: (report, run dir, exit code); the report is None when the
     analysis failed (the evidence is kept)."""
@@ -353,7 +360,7 @@ def _analyse_result(result) -> tuple[Report | None, Path | None, int]:
     if outcome.error:
         err.print(f"[yellow]torchneck: {outcome.error}[/]")
     try:
-        with err.status("torchneck: analysing the run…"):
+        with _status(err, "torchneck: analysing the run…"):
             report = build_run_report(result.run_dir)
     except TorchneckError as exc:
         err.print(f"torchneck: analysis failed: {exc}; the raw evidence is kept in {result.run_dir}")
@@ -382,7 +389,7 @@ def _launch_and_analyse(ns: argparse.Namespace, target, options) -> tuple[Report
     code = launch_job(target, options, run_dir, torchrun, ns.timeout)
     err = _stderr_console()
     try:
-        with err.status("torchneck: analysing the ranks…"):
+        with _status(err, "torchneck: analysing the ranks…"):
             report = write_job_report(run_dir)
     except TorchneckError as exc:
         err.print(f"torchneck: analysis failed: {exc}; the raw evidence is kept in {run_dir}")
