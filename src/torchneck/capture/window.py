@@ -381,7 +381,9 @@ class ProfiledWindow:
         self._seen_samples = total
         busy_of = sampler.stack_busy
         busy = any(busy_of[sample[0]] for sample in recent if sample[0] < len(busy_of))
-        steady = self._steady.update(now, len(recent), sampler.fresh, busy, {sample[0] for sample in recent},
+        synthetic = (sampler._tool_sid, sampler._unsampled_sid)  # torchneck's own work is not a second stack
+        steady = self._steady.update(now, len(recent), sampler.fresh, busy,
+                                     {sample[0] for sample in recent if sample[0] not in synthetic},
                                      _on_cpu_share(recent))
         cap = self.capture
         since = self._steady.steady_since_ns
