@@ -359,6 +359,11 @@ def _analyse_result(result) -> tuple[Report | None, Path | None, int]:
         sys.stderr.write(outcome.traceback)
     if outcome.error:
         err.print(f"[yellow]torchneck: {outcome.error}[/]")
+    from .trace.allocator import return_large_frees_promptly
+
+    # The script is over: torchneck's allocator settings from here, never during the script (all
+    # its allocations of 1 MB or more mapped afresh: its tensors' page faults, not its own speed).
+    return_large_frees_promptly()
     try:
         with _status(err, "torchneck: analysing the run…"):
             report = build_run_report(result.run_dir)
@@ -387,6 +392,9 @@ def _launch_and_analyse(ns: argparse.Namespace, target, options) -> tuple[Report
     torchrun = TorchrunOptions(ns.nproc_per_node, ns.nnodes, ns.node_rank, ns.master_addr, ns.master_port,
                                ns.rdzv_backend, ns.rdzv_endpoint, ns.rdzv_id)
     code = launch_job(target, options, run_dir, torchrun, ns.timeout)
+    from .trace.allocator import return_large_frees_promptly
+
+    return_large_frees_promptly()  # the ranks ran in their own processes; the analysis runs here
     err = _stderr_console()
     try:
         with _status(err, "torchneck: analysing the ranks…"):
@@ -561,9 +569,10 @@ def main(argv: list[str] | None = None) -> int:
     if ns.command is None:
         parser.print_help()
         return 2
-    from .trace.loader import return_large_frees_promptly
+    if ns.command not in ("run", "compile"):  # those run the user's script in this process first
+        from .trace.allocator import return_large_frees_promptly
 
-    return_large_frees_promptly()
+        return_large_frees_promptly()
     try:
         if ns.command == "run":
             return cmd_run(ns)
