@@ -68,6 +68,8 @@ def test_a_pure_python_loop_before_quick_steps_is_the_top_hotspot(run_dir):
     assert (top["function"], top["line"]) == ("featurize", planted_line(script))
     finding = report["findings"][0]
     assert finding["kind"] == "python_hotspot" and finding["where"][0]["line"] == planted_line(script)
+    # Its caller once: the list comprehension's frame and the line holding it are one place.
+    assert [w["line"] for w in finding["where"]] == [planted_line(script), planted_line(script, "# CALLER")]
     capture = report["capture"]
     assert capture["plan"] == "steps" and capture["replaced"].startswith("a loop window")
     assert capture["steady_from_s"] < 1.0  # the loop, not the first optimizer step, ends start-up
@@ -207,3 +209,20 @@ def test_one_sampled_stack_is_a_loop_only_on_the_cpu():
     assert held(0.95)  # acc = acc * 0.99 + x.sin(): the same line, computing
     assert not held(0.01)  # time.sleep(1.0): the same line, waiting
     assert not held(None)  # no CPU clock: one stack is not enough evidence
+
+
+def test_a_loop_sampled_sparsely_still_reaches_its_steady_state():
+    """On a loaded machine a 10 ms check can hold a single sample: one stack not seen before among
+    it must not reset the steady state (new stacks are judged over the newest 10 samples)."""
+    from torchneck.capture.plan import STEADY_HOLD_S, SteadyState
+
+    steady, now, fresh = SteadyState(), 0, 3
+    for i in range(int(STEADY_HOLD_S / 0.01) + 30):  # the first 10 samples still hold the start-up stacks
+        now += 10_000_000
+        fresh += i % 6 == 5  # a new stack (a line of the loop not sampled before) every 6th sample
+        if steady.update(now, 1, fresh, False, {1, 2}, 0.99):
+            break
+    else:
+        raise AssertionError("a loop sampled once per check never became the steady state")
+    busy_then_loop = SteadyState()
+    assert not busy_then_loop.update(10_000_000, 1, 50, True, {9}, 0.99)  # imports: start-up

@@ -300,8 +300,19 @@ def _user_callers(s: Samples, user_fid: int, win: np.ndarray) -> list[dict]:
     for i in rows.tolist():
         st = s.stacks[i]
         k = len(st) - 1 - st[::-1].index(user_fid) if user_fid in st else -1
-        paths.append([f for f in reversed(st[:max(k, 0)])
-                      if is_user_file(s.frames[f][1]) and not _LIBRARY_PATH.search(s.frames[f][1])][:CALLERS_KEPT])
+        path: list[int] = []
+        place = tuple(s.frames[user_fid][1:])
+        for f in reversed(st[:max(k, 0)]):
+            _, file, line = s.frames[f]
+            if not is_user_file(file) or _LIBRARY_PATH.search(file):
+                continue
+            if (file, line) == place:
+                continue  # a comprehension's frame and the line holding it: one place in the code
+            place = (file, line)
+            path.append(f)
+            if len(path) == CALLERS_KEPT:
+                break
+        paths.append(path)
     out: list[dict] = []
     for depth in range(CALLERS_KEPT):
         by_frame: dict[int, float] = {}

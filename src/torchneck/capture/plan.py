@@ -55,6 +55,11 @@ be in its steady state: longer than a burst of set-up code that happens to repea
 STEADY_FRESH_MAX = 0.2
 """Share of a check's samples allowed to show a stack never seen before: start-up code (imports,
 building a model) shows mostly new stacks; a loop shows the same few again and again."""
+STEADY_MIN_SAMPLES = 10
+"""That share is judged over the newest checks holding at least 10 samples: on a loaded machine
+signals coalesce (~80 samples/s measured on the shared VM), a 10 ms check then holds one sample,
+and one stack not seen before among one sample reset a tokenizer loop's steady state over and
+over (its report then had the loop in start-up and no finding on it)."""
 STEADY_ON_CPU_MIN = 0.5
 """A single sampled stack counts as a loop when the thread ran on the CPU at least half the time
 (run-queue waits left out); a sleep or a blocking read runs ~0 %."""
@@ -172,6 +177,7 @@ class SteadyState:
         self.last_busy_ns: int | None = None
         self._fresh_seen = 0
         self._stacks: set[int] = set()  # distinct stacks sampled since `steady_since_ns`
+        self._checks: list[tuple[int, int]] = []  # (samples, new stacks) of the newest checks
 
     def update(self, now_ns: int, n_samples: int, fresh_total: int, busy: bool,
                stacks: set[int] | None = None, on_cpu: float | None = None) -> bool:
@@ -184,7 +190,14 @@ class SteadyState:
         self._fresh_seen = fresh_total
         if busy:
             self.last_busy_ns = now_ns
-        repeating = n_samples > 0 and not busy and fresh <= STEADY_FRESH_MAX * n_samples
+        self._checks.append((n_samples, fresh))
+        pooled = pooled_fresh = kept = 0
+        for n, f in reversed(self._checks):  # the newest checks, back to STEADY_MIN_SAMPLES samples
+            pooled, pooled_fresh, kept = pooled + n, pooled_fresh + f, kept + 1
+            if pooled >= STEADY_MIN_SAMPLES:
+                break
+        del self._checks[:-kept]
+        repeating = n_samples > 0 and not busy and pooled_fresh <= STEADY_FRESH_MAX * pooled
         if not repeating:
             self.steady_since_ns = None
             self._stacks = set()
