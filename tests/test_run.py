@@ -272,3 +272,18 @@ def test_the_script_allocates_as_under_plain_python(run_dir):
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == bare.stdout.strip()
+
+
+def test_tiny_ops_of_a_recursive_helper_name_the_line_that_starts_it(run_dir):
+    """The tiny ops are issued inside a recursive helper; the finding names the helper's lines,
+    then, past the helper's calls of itself, the line that starts the recursion (where a larger
+    leaf or one vectorised op goes)."""
+    script = SCRIPTS / "recursive_tiny_ops.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    [tiny] = [f for f in read_report(run_dir)["findings"] if f["kind"] == "dispatch_overhead"]
+    lines = [w["line"] for w in tiny["where"]]
+    assert lines[0] == planted_line(script, "# HOT")
+    assert planted_line(script, "# CALLER") in lines
+    callers = lines[lines.index(planted_line(script, "# CALLER")):]
+    assert all(w["function"] != "tree_sum" for w in tiny["where"][len(lines) - len(callers):])

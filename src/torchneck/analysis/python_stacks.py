@@ -301,13 +301,16 @@ def _user_callers(s: Samples, user_fid: int, win: np.ndarray) -> list[dict]:
         st = s.stacks[i]
         k = len(st) - 1 - st[::-1].index(user_fid) if user_fid in st else -1
         path: list[int] = []
-        place = tuple(s.frames[user_fid][1:])
+        hot_function, hot_file, hot_line = s.frames[user_fid]
+        place = (hot_file, hot_line)
         for f in reversed(st[:max(k, 0)]):
-            _, file, line = s.frames[f]
+            function, file, line = s.frames[f]
             if not is_user_file(file) or _LIBRARY_PATH.search(file):
                 continue
             if (file, line) == place:
                 continue  # a comprehension's frame and the line holding it: one place in the code
+            if (function, file) == (hot_function, hot_file):
+                continue  # the hot function calling itself: the caller is the line that started the recursion
             place = (file, line)
             path.append(f)
             if len(path) == CALLERS_KEPT:

@@ -137,14 +137,20 @@ class DispatchOverhead(Rule[Dispatch]):
         names = {o.name for o in forward[: self.NAMED_OPS]}
         return [self.finding(d, title=f"{per_step:.0f} tiny ops per step, issued one by one: per-op overhead "
                                       f"takes {100 * d.tiny_run_share:.0f}% of the time",
-                             lost_s=lost, pct=facts.pct(lost), where=facts.lines_for_ops(names), ops=sorted(names))]
+                             lost_s=lost, pct=facts.pct(lost), where=facts.with_callers(facts.lines_for_ops(names)),
+                             ops=sorted(names))]
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """The Python of a loop issuing tiny ops is the same problem as their per-op overhead (one
         fix, vectorising the loop); on a GPU each tiny op is a tiny kernel the CPU must launch."""
         if symptom.kind == "python_hotspot":
-            here = {(w.file, w.function) for w in cause.where}
-            same = any((w.file, w.function) in here for w in symptom.where)
+            # The functions issuing the ops, and the very lines calling them; not the whole function
+            # that calls the helper: a loop elsewhere in it is a problem of its own.
+            issuing = facts.lines_for_ops(set(cause.ops)) or cause.where
+            here = {(w.file, w.function) for w in issuing}
+            calling = {(w.file, w.line) for w in cause.where}
+            same = any((w.file, w.function) in here for w in symptom.where) or \
+                bool(symptom.where) and (symptom.where[0].file, symptom.where[0].line) in calling
             return Explanation(symptom.time_lost_s) if same else None
         if symptom.kind == "op_hotspot":  # the dominant op is one of the tiny ones, called many times
             small = symptom.evidence.get("mean_us", float("inf")) < self.SMALL_CALL_US
