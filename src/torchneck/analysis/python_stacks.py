@@ -297,11 +297,11 @@ def _user_callers(s: Samples, user_fid: int, win: np.ndarray) -> list[dict]:
     weight = s.dur_s[rows]
     total = float(weight.sum())
     paths = []  # per sample: the user frames above the hot line, innermost first
+    hot_function, hot_file, hot_line = s.frames[user_fid]
     for i in rows.tolist():
         st = s.stacks[i]
         k = len(st) - 1 - st[::-1].index(user_fid) if user_fid in st else -1
         path: list[int] = []
-        hot_function, hot_file, hot_line = s.frames[user_fid]
         place = (hot_file, hot_line)
         for f in reversed(st[:max(k, 0)]):
             function, file, line = s.frames[f]
