@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from torchneck.cluster import remote, sizes, tasks
-from torchneck.cluster.engine import Dask
+from torchneck.cluster.engine import BATCH_MAX, Dask, batches
 from torchneck.cluster.reduce import others_median, rank_ranges
 from torchneck.cluster.replicas import make_rank_set
 from torchneck.cluster.summary import RankSummary, decode
@@ -329,6 +329,34 @@ def test_collective_size_scan_across_block_boundaries(monkeypatch):
     monkeypatch.setattr(sizes, "BLOCK_BYTES", 4999)
     monkeypatch.setattr(sizes, "CARRY_BYTES", 3000)
     assert sizes.collective_sizes(SOURCE) == whole
+
+
+def test_sizes_from_the_bytes_the_loader_kept_equal_a_second_read(monkeypatch):
+    from torchneck.trace.loader import load_trace
+
+    kept = sizes.Kept()
+    trace = load_trace(SOURCE, workers=1, tap=kept)
+    data = kept.data(trace.meta.uncompressed_bytes)
+    assert data is not None and len(data) == trace.meta.uncompressed_bytes
+    assert sizes.sizes_in(data) == sizes.collective_sizes(SOURCE) and len(sizes.sizes_in(data)) == 48
+    small = sizes.Kept(limit=1 << 20)  # a document over the limit is not kept: the file is read again
+    load_trace(SOURCE, workers=1, tap=small)
+    assert small.data(trace.meta.uncompressed_bytes) is None and not small.blocks
+    seen = []  # a task whose tap missed blocks reads the file again rather than trusting them
+    monkeypatch.setattr(sizes.Kept, "data", lambda self, total: None)
+    monkeypatch.setattr(sizes, "collective_sizes", lambda path: seen.append(path) or {})
+    summarise_batch([RankItem(str(SOURCE))], TaskOptions(one_lane=True))
+    assert seen == [SOURCE] or seen == [str(SOURCE)]
+
+
+@pytest.mark.parametrize("n, workers", [(1, 4), (7, 1), (10, 2), (128, 2), (512, 2), (2048, 2), (5000, 64)])
+def test_batches_cover_every_item_in_order_and_shrink_towards_the_end(n, workers):
+    cut = batches(list(range(n)), workers)
+    assert [i for b in cut for i in b] == list(range(n))
+    sizes_ = [len(b) for b in cut]
+    assert max(sizes_) <= BATCH_MAX and all(a >= b for a, b in zip(sizes_, sizes_[1:]))
+    assert sizes_[-1] <= max(1, sizes_[0] // 4)  # the last batches are small: workers finish together
+    assert len(cut) <= -(-n // sizes_[0]) + 3 * 4 * workers  # bookkeeping stays bounded
 
 
 @given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=2, max_size=40))

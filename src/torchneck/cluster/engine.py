@@ -29,6 +29,9 @@ BATCHES_PER_WORKER = 4
 long), few enough that bookkeeping stays small."""
 BATCH_MAX = 32
 """Ranks per batch at most: the progress bar moves, and a retry redoes little."""
+TAIL_FRACTION = 8
+"""The last batches shrink to 1/8 of the first (4 small ranks of a first 32): smaller would cost
+more bookkeeping than the balance it buys."""
 CONNECT_TIMEOUT_S = 10
 """How long to wait for an existing scheduler to answer."""
 LOCAL_CLUSTER_MIN_RANKS = 8
@@ -51,11 +54,22 @@ Progress = Callable[[int, int], None]
 
 
 def batches(items: list, workers: int) -> list[list]:
-    """Items cut into about `BATCHES_PER_WORKER` batches a worker, at most `BATCH_MAX` each."""
+    """Items cut into batches that shrink towards the end (guided self-scheduling): each is about
+    1/`BATCHES_PER_WORKER` of what is left for a worker, at most `BATCH_MAX`, and never smaller
+    than `TAIL_FRACTION` of the first. Dask hands tasks out in the order submitted, so the small
+    ones come last and the workers finish together: with equal batches of 32 small ranks (~0.5 s
+    each) one worker could idle for most of a batch at the end of a 5 s job."""
     if not items:
         return []
-    size = max(1, min(BATCH_MAX, math.ceil(len(items) / max(1, workers * BATCHES_PER_WORKER))))
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    lanes = max(1, workers * BATCHES_PER_WORKER)
+    first = max(1, min(BATCH_MAX, math.ceil(len(items) / lanes)))
+    least = max(1, first // TAIL_FRACTION)
+    out, at = [], 0
+    while at < len(items):
+        size = max(least, min(first, math.ceil((len(items) - at) / lanes)))
+        out.append(items[at:at + size])
+        at += size
+    return out
 
 
 class InProcess:

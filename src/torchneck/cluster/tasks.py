@@ -83,11 +83,12 @@ def _summarise_local(item: RankItem, options: TaskOptions, local, times: TaskTim
     from ..model.base import to_builtins
     from ..pipeline import op_lines, trace_views
     from ..trace.loader import load_trace
-    from .sizes import collective_sizes
+    from .sizes import Kept, collective_sizes, sizes_in
 
     t = time.perf_counter()
+    kept = Kept()
     try:
-        trace = load_trace(local, workers=1 if options.one_lane else None)
+        trace = load_trace(local, workers=1 if options.one_lane else None, tap=kept)
     except TraceError as exc:
         return RankFailure(path=item.path, rank=rank_from_path(local), status="unreadable",
                            error=str(exc).replace(str(local), item.path))
@@ -110,7 +111,12 @@ def _summarise_local(item: RankItem, options: TaskOptions, local, times: TaskTim
             full = FullRank(analysis=analysis, views=trace_views(trace, nesting), ops_by_line=ops_lines)
         times.analyse_s = time.perf_counter() - t
         t = time.perf_counter()
-        groups = collective_groups(trace, collective_sizes(local) if analysis.comm.present else {})
+        sizes: dict = {}
+        if analysis.comm.present:
+            data = kept.data(trace.meta.uncompressed_bytes)
+            sizes = sizes_in(data) if data is not None else collective_sizes(local)
+        del kept
+        groups = collective_groups(trace, sizes)
         times.sizes_s = time.perf_counter() - t
     except Exception as exc:  # a bug met on this rank's data: the rank is listed, the job goes on
         if os.environ.get("TORCHNECK_DEBUG"):

@@ -64,6 +64,7 @@ def load_trace(
     progress: Callable[[int, int], None] | None = None,
     workers: int | None = None,
     keep_correlation: bool = False,
+    tap: Callable[[bytes], None] | None = None,
 ) -> Trace:
     """Load one trace file into a `Trace`.
 
@@ -71,11 +72,14 @@ def load_trace(
     regions that leave the rest sound become warnings in `trace.meta.warnings`.
     `progress(bytes_read, file_size)` is called after every slice. Correlation ids are
     resolved into `events.launcher` (`trace.launches`) and then dropped, unless
-    `keep_correlation` (`events.correlation` is None otherwise).
+    `keep_correlation` (`events.correlation` is None otherwise). `tap(block)` sees the
+    decompressed bytes read in order; with more than one worker an uncompressed file's middle
+    is read by the workers at their offsets, past the tap (its blocks then fall short of
+    `meta.uncompressed_bytes`).
     """
     path = Path(path)
     meta = TraceMeta(path=str(path))
-    source = Source(path, meta.warnings)
+    source = Source(path, meta.warnings, tap)
     size = meta.compressed_bytes = source.size
     merger = Merger(meta, expected_bytes=size if source.plain_file else 0, keep_correlation=keep_correlation)
     est_uncompressed = size * (10 if source.compressed else 1)

@@ -31,6 +31,11 @@ if os.environ.get("TORCHNECK_PURE_PYTHON"):  # to compare the two
     _order = None
 
 
+PERMUTE_THREADS_MIN_ROWS = 1 << 17
+"""Rows from which the in-place permutation runs on two threads: below it (a small rank trace,
+~1 ms of walking) starting the threads costs about what the second core saves, and a Dask
+worker's other core is busy with another rank anyway."""
+
 class _Columns:
     """Growable numpy columns: chunks are copied into one buffer per column (grown by half when
     full), so the finished table is never held twice as a list of parts plus its concatenation.
@@ -381,10 +386,15 @@ class Merger:
             del parts
         del ts, dur, cat
         sparse = self._sparse_columns(order[:m], n)
-        with ThreadPoolExecutor(2) as pool:  # two walks on two cores (the C walk drops the GIL)
-            for done in [pool.submit(_order.permute, tuple(c[:n] for c in group), order)
-                         for group in _halves_by_width(list(x.cols.values()))]:
-                done.result()
+        halves = [tuple(c[:n] for c in group) for group in _halves_by_width(list(x.cols.values()))]
+        if n < PERMUTE_THREADS_MIN_ROWS:
+            for group in halves:
+                _order.permute(group, order)
+        else:
+            with ThreadPoolExecutor(2) as pool:  # two walks on two cores (the C walk drops the GIL)
+                for done in [pool.submit(_order.permute, group, order) for group in halves]:
+                    done.result()
+        del halves
         del order
         main: dict[str, Any] = {}
         python: dict[str, Any] = {}

@@ -16,6 +16,7 @@ import select
 import stat
 import threading
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -55,11 +56,13 @@ to would otherwise be waited on forever."""
 class Source:
     """The decompressed bytes of one trace, read in order (`read`); `total` counts them.
     `plain_file` is True for an uncompressed regular file: it may also be read at any offset
-    (the parallel loader's workers do), and `size` is then its length."""
+    (the parallel loader's workers do), and `size` is then its length. `tap`, when given, is
+    handed every block `read` returns, in order."""
 
-    def __init__(self, path: Path, warnings: list[str]):
+    def __init__(self, path: Path, warnings: list[str], tap: Callable[[bytes], None] | None = None):
         self.path = path
         self.warnings = warnings
+        self.tap = tap
         self.total = 0
         self.eof = False
         self.raw, st = _open(path)
@@ -102,6 +105,8 @@ class Source:
             self._prefix = b""
         if not data:
             self.eof = True
+        elif self.tap is not None:
+            self.tap(data)
         self.total += len(data)
         return data
 
