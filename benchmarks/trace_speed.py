@@ -12,7 +12,9 @@ worktree, its C extensions built there) are interleaved with this checkout's and
 printed: this VM's speed drifts by a quarter within minutes, so only runs taken turn about
 compare two versions fairly. Targets: 1 GB in <= 2.5 s and <= 200 MB RSS; 3 GB (--sizes 3000)
 in <= 300 MB; 8 GB (--sizes 8000: ~20 M events, past `spill.SPILL_ROWS`, so the table and the
-host nesting live in temporary files under a watched ceiling) in <= 300 MB. A run that fails (a
+host nesting live in temporary files under a watched ceiling) in <= 300 MB. With --workers N, `analyze --workers N`
+(the byte ranges decoded by N local Dask workers, the columns merged by the client: the path a
+cluster takes for one huge trace) is interleaved with them. A run that fails (a
 revision that runs out of memory) is reported as such, with its last line of error. With
 --source, another trace is replicated instead (e.g. the CPU-only
 ../shared/traces/rank_non_gpu__rank_non_gpu.json.gz: nearly every event a CPU op, the heaviest
@@ -142,6 +144,9 @@ def main() -> None:
                         help="skip the interleaved baseline without the native scanner")
     parser.add_argument("--source", type=Path, default=SOURCE,
                         help="the .json.gz trace to replicate (default: tests/data/trace_diff__control__control)")
+    parser.add_argument("--workers", type=int, default=0, metavar="N",
+                        help="also time `analyze --workers N` (the trace's byte ranges decoded by N local Dask "
+                             "worker processes, merged by the client), interleaved")
     parser.add_argument("--against", metavar="REV",
                         help="also time git revision REV (e.g. HEAD~3, a tag), interleaved, and print the ratio")
     args = parser.parse_args()
@@ -175,9 +180,11 @@ def run(args: argparse.Namespace, other_src: Path | None) -> None:
     results = {}
     for mb, path in files.items():
         cmd = [sys.executable, "-m", "torchneck", "analyze", "--quiet", str(path)]
-        runs, pure, other = [], [], []
+        runs, pure, other, split = [], [], [], []
         for _ in range(args.repeat):  # interleaved: with the C extensions, then without, then REV
             runs.append(measure(cmd))
+            if args.workers:
+                split.append(measure([*cmd, "--workers", str(args.workers)]))
             if not args.no_pure:
                 pure.append(measure(cmd, TORCHNECK_PURE_PYTHON="1"))
             if other_src is not None:
@@ -190,6 +197,11 @@ def run(args: argparse.Namespace, other_src: Path | None) -> None:
         print(f"{real_mb:7.0f} MB  torchneck analyze  {wall:6.2f} s  {real_mb / wall:6.0f} MB/s  "
               f"peak RSS {rss:6.0f} MB ({verdict} {RSS_TARGET_MB} MB; per run "
               f"{' '.join(f'{w:.2f} s/{r:.0f} MB' for w, r in runs)})", flush=True)
+        if split:
+            swall = statistics.median(r[0] for r in split)
+            print(f"{real_mb:7.0f} MB  on {args.workers} Dask workers {swall:6.2f} s  {real_mb / swall:6.0f} MB/s  "
+                  f"largest process peak RSS {max(r[1] for r in split):6.0f} MB  (x{wall / swall:.2f} the one-process "
+                  f"path; per run {' '.join(f'{w:.2f} s' for w, _ in split)})", flush=True)
         if pure:
             pwall = statistics.median(r[0] for r in pure)
             prss = max(r[1] for r in pure)

@@ -172,6 +172,52 @@ def test_512_ranks_on_a_running_dask_cluster_and_on_local_workers_name_the_slow_
     assert again["distributed"]["failed"] == dist["failed"]
 
 
+def test_one_uncompressed_trace_is_split_by_byte_ranges_across_the_cluster_workers(tmp_path, dask_cluster,
+                                                                                   monkeypatch):
+    """Issue 26, item 5: one trace's byte ranges, cut at event boundaries, decoded by a running
+    cluster's worker processes (each reads its range from the file), the columns merged on the
+    client: the very report of loading it here. Sizes scaled down (35 MB in 2 MB ranges)."""
+    from torchneck.cluster import engine as eng
+    from torchneck.model.base import to_builtins
+    from torchneck.pipeline import report_from_traces
+
+    path = tmp_path / "one.pt.trace.json"
+    path.write_bytes(__import__("gzip").open(DATA / "trace_diff__control__control.json.gz").read())
+    monkeypatch.setattr(eng, "SPLIT_MIN_BYTES", 8 << 20)
+    monkeypatch.setattr(eng.RangePool, "range_bytes", 2 << 20)
+    sent: list[tuple] = []
+    submit = eng.RangePool.apply_async
+    monkeypatch.setattr(eng.RangePool, "apply_async",
+                        lambda self, fn, args: sent.append(args) or submit(self, fn, args))
+    told: list[str] = []
+    split = to_builtins(report_from_traces([str(path)], scheduler=dask_cluster, engine_notice=told.append))
+    here = to_builtins(report_from_traces([str(path)]))
+    ranges = [a for a in sent if len(a) == 3]
+    assert len(ranges) >= 10 and told == [f"Dask scheduler {dask_cluster}: byte ranges of one trace"]
+    assert all(a[0] == str(path.resolve()) and a[2] - a[1] <= (2 << 20) + (64 << 10) for a in ranges)
+    assert split == here and split["ranks"][0]["trace"]["path"] == str(path)
+    assert here["ranks"][0]["trace"]["events"] == 74_937  # of 109,123 entries (flows, metadata...)
+    before = len(sent)  # a compressed trace is one stream: loaded here, nothing sent
+    report_from_traces([str(DATA / "torch18_cpu__train.json.gz")], scheduler=dask_cluster, engine_notice=told.append)
+    assert len(sent) == before and len(told) == 1
+
+
+def test_a_range_whose_task_fails_is_decoded_by_the_client():
+    from torchneck.cluster.engine import _RangeResult
+
+    class Lost:  # a future whose worker died after Dask's retries
+        released = False
+
+        def result(self):
+            raise OSError("worker lost")
+
+        def release(self):
+            self.released = True
+
+    lost = Lost()
+    assert _RangeResult(lost, lambda a, b: a + b, (2, 3)).get() == 5 and lost.released
+
+
 def test_s3_traces_read_by_the_cluster_workers_the_client_only_lists(tmp_path, s3_server, dask_cluster, monkeypatch):
     """Rank files in S3 (moto's server), read by URL: `--scheduler`'s workers fetch their own
     ranks; this process (the client) lists and never opens a rank file."""

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -168,10 +169,10 @@ class TraceResult(Record):
 
 
 def analyse_trace_file(path: str, rank: int | None = None, progress=None, with_views: bool = True,
-                       tables: TableOptions | None = None) -> TraceResult | None:
-    """One trace file -> its analysis; None when it is not the wanted rank. Runs in a worker
-    process for multi-rank input, so only this small summary crosses back."""
-    trace = load_trace(path, progress=progress)
+                       tables: TableOptions | None = None, pool=None) -> TraceResult | None:
+    """One trace file -> its analysis; None when it is not the wanted rank. `pool`: a cluster's
+    workers decode the file's byte ranges (`cluster.engine.RangePool`)."""
+    trace = load_trace(path, progress=progress, pool=pool)
     if rank is not None and trace.meta.rank is not None and trace.meta.rank != rank:
         return None
     analysis, nesting = analyze_with_nesting(trace, tables=tables)
@@ -197,17 +198,29 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None,
     processes or an existing `scheduler`, `rank_progress(done, total)` as ranks finish): each
     rank's findings (tagged with its rank), plus the stragglers and communication findings
     from comparing them; a rank file that cannot be read is listed in the warnings."""
+    from .cluster.engine import RangePool
     from .cluster.job import report_from_rank_files
     from .cluster.remote import list_traces, local_copy
 
     files = list_traces(paths)
     if len(files) > 1:
         return report_from_rank_files(files, rank, workers, scheduler, rank_progress, engine_notice, tables)
-    with local_copy(files[0]) as local:  # in this process, with the progress bar
-        result = analyse_trace_file(str(local), rank, progress, tables=tables)
-        if result is not None and str(local) != files[0]:  # a remote file: named by its URL, not its copy's path
-            tr = result.analysis.trace
-            tr.path, tr.warnings = files[0], [w.replace(str(local), files[0]) for w in tr.warnings]
+    split = _split_engine(files[0], workers, scheduler)
+    if split is not None:  # one huge trace: its byte ranges decoded on the cluster's workers
+        with split as engine:
+            if engine_notice:
+                engine_notice(f"{engine.name}: byte ranges of one trace")
+            shared = str(Path(files[0]).resolve())  # the workers' working directory may differ
+            result = analyse_trace_file(shared, rank, progress, tables=tables, pool=RangePool(engine))
+            if result is not None:
+                tr = result.analysis.trace
+                tr.path, tr.warnings = files[0], [w.replace(shared, files[0]) for w in tr.warnings]
+    else:
+        with local_copy(files[0]) as local:  # in this process, with the progress bar
+            result = analyse_trace_file(str(local), rank, progress, tables=tables)
+            if result is not None and str(local) != files[0]:  # a remote file: named by its URL, not its copy's path
+                tr = result.analysis.trace
+                tr.path, tr.warnings = files[0], [w.replace(str(local), files[0]) for w in tr.warnings]
     if result is None:
         raise TorchneckError(f"no trace for rank {rank} among 1 file(s)")
     analysis = result.analysis
@@ -216,6 +229,26 @@ def report_from_traces(paths: list[str], rank: int | None = None, progress=None,
         f.rank = analysis.trace.rank
     return Report(kind="analyze", verdict=verdict(analysis, None, findings), findings=findings, ranks=[analysis],
                   warnings=list(analysis.trace.warnings), views=result.views, ops_by_line=result.ops_by_line)
+
+
+def _split_engine(file: str, workers: int | None, scheduler: str | None):
+    """The Dask engine that decodes one trace's byte ranges, or None: only when a cluster was
+    asked for (`--workers N`, `--scheduler`, `TORCHNECK_SCHEDULER`) and the trace is a local
+    (or shared) uncompressed file of at least `SPLIT_MIN_BYTES`. A compressed file is one
+    stream that cannot be entered in the middle; a URL is fetched, then read here."""
+    from .cluster.engine import SCHEDULER_ENV, SPLIT_MIN_BYTES, Dask, make_engine
+
+    scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
+    if not scheduler and not workers:
+        return None
+    try:
+        with open(file, "rb") as f:
+            if f.read(2) == b"\x1f\x8b" or os.fstat(f.fileno()).st_size < SPLIT_MIN_BYTES:
+                return None
+    except OSError:  # a URL, or unreadable: the usual path says why
+        return None
+    engine = make_engine(workers, scheduler)
+    return engine if isinstance(engine, Dask) else None
 
 
 def trace_views(trace, nesting) -> dict:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import TraceError
 from . import decode
@@ -65,6 +65,7 @@ def load_trace(
     workers: int | None = None,
     keep_correlation: bool = False,
     tap: Callable[[bytes], None] | None = None,
+    pool: RangePool | None = None,
 ) -> Trace:
     """Load one trace file into a `Trace`.
 
@@ -75,7 +76,8 @@ def load_trace(
     `keep_correlation` (`events.correlation` is None otherwise). `tap(block)` sees the
     decompressed bytes read in order; with more than one worker an uncompressed file's middle
     is read by the workers at their offsets, past the tap (its blocks then fall short of
-    `meta.uncompressed_bytes`).
+    `meta.uncompressed_bytes`). `pool` decodes an uncompressed file's byte ranges elsewhere
+    (a Dask cluster's workers: `cluster.engine.RangePool`), the columns merged here.
     """
     path = Path(path)
     meta = TraceMeta(path=str(path))
@@ -87,7 +89,9 @@ def load_trace(
     if workers is None:
         workers = min(2, os.cpu_count() or 1) if est_uncompressed >= THREAD_MIN_BYTES else 1
     try:
-        if workers > 1:
+        if pool is not None and source.plain_file:
+            _load_parallel(source, meta, merger, pool.workers, progress, size, pool=pool)
+        elif workers > 1:
             _load_parallel(source, meta, merger, workers, progress, size,
                            processes=forced or est_uncompressed >= PARALLEL_MIN_BYTES)
         else:
@@ -152,8 +156,22 @@ def _load_serial(source: Source, meta: TraceMeta, merger: Merger, progress, size
             progress(min(source.total, size * 20), size)
 
 
+class RangePool(Protocol):
+    """Decodes byte ranges of a file somewhere else: `apply_async(decode_range, (path, start,
+    stop)).get()`, as a `multiprocessing` pool does, `workers` at a time, `range_bytes` each."""
+
+    workers: int
+    range_bytes: int
+
+    def apply_async(self, fn: Callable, args: tuple) -> Any: ...
+
+    def __enter__(self) -> RangePool: ...
+
+    def __exit__(self, *exc) -> None: ...
+
+
 def _load_parallel(source: Source, meta: TraceMeta, merger: Merger, workers: int, progress, size: int,
-                   processes: bool = True) -> None:
+                   processes: bool = True, pool: RangePool | None = None) -> None:
     """Decode slices in worker threads (native scanner) or processes (msgspec). Slices are cut
     optimistically; one that fails in a worker (a false boundary) is re-decoded together with
     the following slice, in order; slices that keep failing (over `RETRY_BLOCKS` blocks of them)
@@ -164,11 +182,13 @@ def _load_parallel(source: Source, meta: TraceMeta, merger: Merger, workers: int
     load time) and without a second interpreter's memory. A slice it declines later is decoded
     by msgspec in its thread (holding the GIL: correct, only not parallel). Traces whose first
     slice it declines (ROCm's string fields, odd types) go to forked processes when
-    `processes` (files over `PARALLEL_MIN_BYTES`, or workers asked for), else stay in threads."""
+    `processes` (files over `PARALLEL_MIN_BYTES`, or workers asked for), else stay in threads.
+    A `pool` given (a cluster's workers) decodes every range but the first, whatever the probe."""
     import multiprocessing as mp
-    from multiprocessing.pool import Pool, ThreadPool
+    from multiprocessing.pool import ThreadPool
 
-    gen = slice_events(source, meta, as_ranges=source.plain_file)  # ranges: workers read them at any offset
+    gen = slice_events(source, meta, as_ranges=source.plain_file,  # ranges: workers read them at any offset
+                       range_bytes=pool.range_bytes if pool is not None else slicing.BLOCK_BYTES)
     path = str(source.path)
 
     def bytes_of(piece: Piece) -> bytes:
@@ -178,14 +198,16 @@ def _load_parallel(source: Source, meta: TraceMeta, merger: Merger, workers: int
         first = gen.send(None)
     except StopIteration:
         return
-    probe = None
-    if decode.scans_natively() and not isinstance(first, (TailPiece, Damaged)):
+    probe = None  # a cluster's pool takes the first range too: the workers start at once
+    if pool is None and decode.scans_natively() and not isinstance(first, (TailPiece, Damaged)):
         data = bytes_of(first)
         probe = decode._scan_columns(data)
         if probe is not None:
             probe = _sized(probe, len(data))
-    pool_cm: Pool
-    if probe is not None or not processes:
+    pool_cm: Any
+    if pool is not None:
+        pool_cm = pool
+    elif probe is not None or not processes:
         pool_cm = ThreadPool(workers)  # declined and small: msgspec in threads, as serial, no fork
     else:
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")

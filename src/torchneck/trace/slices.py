@@ -102,11 +102,12 @@ def _array_ends(buf: bytes) -> Iterator[int]:
         yield m.end() - 1
 
 
-def slice_events(source: Source, meta: TraceMeta, as_ranges: bool = False) -> Generator[Piece, bool | int | None, None]:
+def slice_events(source: Source, meta: TraceMeta, as_ranges: bool = False,
+                 range_bytes: int = BLOCK_BYTES) -> Generator[Piece, bool | int | None, None]:
     """Yield byte slices each holding whole events separated by commas; parse the top level.
     With `as_ranges` (an uncompressed file), most of the array comes as (start, stop) file
-    offsets instead of bytes. The caller sends back whether each slice decoded (for a `Damaged`
-    region: how many of its bytes the salvage used).
+    offsets instead of bytes, about `range_bytes` each. The caller sends back whether each slice
+    decoded (for a `Damaged` region: how many of its bytes the salvage used).
 
     Memory stays bounded whatever the bytes: runs of blanks are dropped a block at a time, a
     slice that still fails once `RETRY_BLOCKS` blocks are buffered goes out as a `Damaged`
@@ -121,8 +122,8 @@ def slice_events(source: Source, meta: TraceMeta, as_ranges: bool = False) -> Ge
         # found in small probes; workers read their own bytes. The tail goes on in byte mode.
         pos = source.total - len(buf)
         size = source.size
-        while pos + 2 * BLOCK_BYTES < size:
-            probe_end = pos + BLOCK_BYTES
+        while pos + range_bytes + BLOCK_BYTES < size:
+            probe_end = pos + range_bytes
             probe_start = max(pos + 1, probe_end - _PROBE_BYTES)
             window = source.pread(probe_start, probe_end - probe_start)
             cut = _last_boundary(window, len(window))
