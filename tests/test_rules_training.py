@@ -72,6 +72,45 @@ def test_autograd_in_inference_costs_the_model_calls_not_the_hottest_line():
     assert f.time_lost_s == 1_000.0 / 1e6 * AutogradInInference.AUTOGRAD_OVERHEAD
 
 
+INFERENCE_SCRIPT = """\
+import contextlib, sys, torch
+model = torch.nn.Linear(4, 4).eval()
+with torch.inference_mode(False):
+    for _ in range(10):
+        y = model(torch.randn(2, 4))
+
+def predict(x):
+    return model(x)
+
+with torch.no_grad() if "--fixed" in sys.argv else contextlib.nullcontext():
+    for _ in range(10):
+        predict(torch.randn(2, 4))
+
+with open(__file__) as fh:
+    for _ in range(10):
+        out = model(torch.randn(2, 4))
+"""
+
+
+@fires("autograd_in_inference")
+def test_autograd_in_inference_names_the_with_that_sets_the_grad_mode(tmp_path):
+    """The line to change is the `with` that decides the grad mode around the model call (in
+    its function or up its call path); with none, the loop to wrap follows the call."""
+    script = tmp_path / "infer.py"
+    script.write_text(INFERENCE_SCRIPT)
+    f = str(script)
+
+    def where(line, function="<module>", callers=()):
+        clock = dict(CLOCK, top_module_sites=[{"file": f, "line": line, "function": function, "calls": 10}])
+        sampled = {"window": {"lines": [{"file": f, "line": line, "function": function, "callers": list(callers)}]}}
+        (found,) = AutogradInInference().check(facts(analysis=_inference(), clock=clock, python=sampled))
+        return [w.line for w in found.where]
+
+    assert where(5) == [3, 5]  # inference_mode(False) around the loop
+    assert where(8, "predict", [{"file": f, "line": 12, "function": "<module>"}]) == [10, 8]  # the caller's with
+    assert where(16) == [16, 15]  # no grad context (a file's): the call, then the loop to wrap
+
+
 @silent("autograd_in_inference")
 def test_autograd_in_inference_silent_when_a_backward_ran_or_outputs_have_no_grad():
     training = _inference(by_name=("aten::addmm", "autograd::engine::evaluate_function: AddmmBackward0"))

@@ -1,0 +1,59 @@
+"""The user's source around a line, for rules that know where time went but must name the line to
+change: the `with` that sets the grad mode around a model call, the loop that holds it.
+
+Read at diagnosis time from the files the run names (relative names from the directory the
+report is made in); a file that cannot be read or parsed answers nothing, and the rule keeps the
+line it had.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import linecache
+
+
+@functools.lru_cache(maxsize=128)
+def _tree(file: str) -> ast.Module | None:
+    source = "".join(linecache.getlines(file))
+    if not source:
+        return None
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def enclosing(file: str, line: int) -> list[ast.stmt]:
+    """The statements of `file` whose extent holds `line`, outermost first, from the innermost
+    function or class that holds it (the `def` itself left out: its body is the frame's code), the
+    statement at `line` last; [] when the source is not readable."""
+    tree = _tree(file)
+    if tree is None:
+        return []
+    out: list[ast.stmt] = []
+    body: list[ast.stmt] = tree.body
+    while True:
+        inner = next((s for s in body if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+        if inner is None:
+            return out
+        if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out = []
+        else:
+            out.append(inner)
+        children = [getattr(inner, name, []) for name in ("body", "orelse", "finalbody")]
+        body = [s for block in children for s in block]
+        body += [s for h in getattr(inner, "handlers", []) for s in h.body]
+        body += [s for case in getattr(inner, "cases", []) for s in case.body]
+
+
+def names_in(node: ast.AST) -> set[str]:
+    """The names and attribute names an expression uses (`torch.inference_mode()` ->
+    {"torch", "inference_mode"})."""
+    out: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            out.add(n.attr)
+    return out
