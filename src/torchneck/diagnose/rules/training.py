@@ -246,7 +246,7 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
                     "typical MLP)")
     MIN_GRAD_SHARE = 0.5
     """Most model calls must have built a graph (one stray call is not a pattern)."""
-    GRAD_CONTEXTS = frozenset({"inference_mode", "no_grad", "enable_grad", "set_grad_enabled", "nullcontext"})
+    GRAD_CONTEXTS = ("inference_mode", "no_grad", "enable_grad", "set_grad_enabled", "nullcontext")
     """Context managers that set the grad mode of their block, and `contextlib.nullcontext`, the
     stand-in of an optional context (`torch.no_grad() if eval else nullcontext()`)."""
     AUTOGRAD_OVERHEAD = 0.10
@@ -293,7 +293,7 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
         for frame in frames:
             for stmt in reversed(enclosing(frame.file, frame.line)):
                 if isinstance(stmt, (ast.With, ast.AsyncWith)) and \
-                        any(names_in(item.context_expr) & self.GRAD_CONTEXTS for item in stmt.items):
+                        any(names_in(item.context_expr) & set(self.GRAD_CONTEXTS) for item in stmt.items):
                     context = Where(file=frame.file, line=stmt.lineno, function=frame.function)
                     return [context] + [w for w in where if (w.file, w.line) != (context.file, context.line)]
         loops = [s for s in enclosing(call.file, call.line) if isinstance(s, (ast.For, ast.AsyncFor, ast.While))]
