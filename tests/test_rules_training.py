@@ -153,6 +153,27 @@ def test_input_pipeline_share_of_the_whole_steady_state_and_iterator_churn():
     assert "iterator once" in f.fix and "num_workers" not in f.fix
 
 
+@fires("input_pipeline")
+def test_input_pipeline_names_the_dataset_line_that_calls_the_slow_helper():
+    """A tokenizer's inner loop is where loading time goes; the __getitem__ line that tokenizes
+    every epoch, up the one call path that carries it, is where the fix goes (as in
+    a_trainer_tokenize: leaf lines in normalize(), the cause in data.py)."""
+    a = analysis()
+    a.steps.breakdown_total_us = {"dataloader": 40_000.0, "cpu_exec": 60_000.0}
+    callers = [{"file": "/x/tok.py", "line": 59, "function": "encode", "share": 1.0},
+               {"file": "/x/data.py", "line": 24, "function": "__getitem__", "share": 1.0}]
+    lines = [{"file": "/x/tok.py", "line": ln, "function": "normalize", "total_s": 1.0, "callers": callers}
+             for ln in (35, 33, 32, 38)]
+    python = {"window": {"sampled_s": 5.0, "lines": []}, "loading": {"sampled_s": 2.0, "lines": lines}}
+    [f] = InputPipeline().check(facts(analysis=a, python=python))
+    assert [(w.file, w.line) for w in f.where] == [("/x/tok.py", 35), ("/x/tok.py", 33), ("/x/tok.py", 32),
+                                                   ("/x/tok.py", 59), ("/x/data.py", 24)]
+    no_path = {"window": {"sampled_s": 5.0, "lines": []},
+               "loading": {"sampled_s": 2.0, "lines": [dict(ln, callers=[]) for ln in lines]}}
+    [f] = InputPipeline().check(facts(analysis=a, python=no_path))  # many callers: the hot lines alone
+    assert [w.line for w in f.where] == [35, 33, 32]
+
+
 @silent("input_pipeline")
 def test_input_pipeline_silent_when_the_loader_keeps_up():
     a = analysis()

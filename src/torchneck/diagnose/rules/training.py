@@ -30,7 +30,10 @@ class InputPipelineEvidence(Record):
 @register
 class InputPipeline(Rule[InputPipelineEvidence]):
     """The steps wait for the DataLoader: loading, decoding or collating in the main process
-    (num_workers=0), or workers too few or too slow.
+    (num_workers=0), or workers too few or too slow. Where: the sampled lines inside DataLoader
+    iteration, then the Dataset's line that calls them when one call path carries the first (a
+    tokenizer's inner loop is where time goes; the `__getitem__` line that tokenizes every epoch
+    is where a fix goes: tokenize once, or in the workers).
 
     Time lost: the steps' time inside DataLoader iteration (what parallel loading that keeps up
     would hide)."""
@@ -73,7 +76,8 @@ class InputPipeline(Rule[InputPipelineEvidence]):
         ev = InputPipelineEvidence(dataloader_s=dl, window_s=facts.window_s, sampled_share=sampled_share,
                                    loader_call=(lines[0].get("library") or "") if lines else "")
         return [self.finding(ev, title=f"Waiting for the DataLoader takes {100 * share:.0f}% of each step",
-                             lost_s=lost, pct=facts.pct(lost), where=where_of(lines[: self.LINES_SHOWN]),
+                             lost_s=lost, pct=facts.pct(lost),
+                             where=facts.with_callers(where_of(lines[: self.LINES_SHOWN]), "loading"),
                              ops=[n.name for n in a.ops.annotations if "DataLoader" in n.name][:2])]
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
