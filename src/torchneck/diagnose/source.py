@@ -57,3 +57,26 @@ def names_in(node: ast.AST) -> set[str]:
         elif isinstance(n, ast.Attribute):
             out.add(n.attr)
     return out
+
+
+def compile_call_lines(file: str) -> list[int]:
+    """The lines of `file` that call `torch.compile` (`torch.compile(model)`, `@torch.compile`,
+    `@torch.compile(mode=...)`, `compile(...)` imported from torch) or `nn.Module.compile`
+    (`model.compile()`), not `re.compile`; [] when the source is not readable."""
+    tree = _tree(file)
+    if tree is None:
+        return []
+    from_torch = any(isinstance(n, ast.ImportFrom) and n.module == "torch" and any(a.name == "compile" for a in n.names)
+                     for n in ast.walk(tree))
+    lines: set[int] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call):
+            f = n.func
+            if isinstance(f, ast.Attribute) and f.attr == "compile" and \
+                    not (isinstance(f.value, ast.Name) and f.value.id in ("re", "regex")) or \
+                    from_torch and isinstance(f, ast.Name) and f.id == "compile":
+                lines.add(n.lineno)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            lines.update(d.lineno for d in n.decorator_list
+                         if isinstance(d, ast.Attribute) and d.attr == "compile")  # a bare @torch.compile
+    return sorted(lines)
