@@ -57,7 +57,8 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
     """A line of the user's code spends a large share of the steps outside torch ops: Python
     loops, NumPy round trips, string work, waiting on I/O. Lines running inside DataLoader
     iteration are left to `input_pipeline`, torch's own overhead (autograd engine, optimizer
-    loop) to the rules on ops.
+    loop) to the rules on ops. A hot `for`/`while` line and the hot lines of its body are one
+    finding, at the loop (iterating and the per-element work are replaced together).
 
     Time lost: the line's sampled time outside torch ops, as a share of the sampled steady
     state applied to the window (what moving the work into tensor ops, or overlapping the
