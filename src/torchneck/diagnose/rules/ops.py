@@ -144,13 +144,17 @@ class DispatchOverhead(Rule[Dispatch]):
         """The Python of a loop issuing tiny ops is the same problem as their per-op overhead (one
         fix, vectorising the loop); on a GPU each tiny op is a tiny kernel the CPU must launch."""
         if symptom.kind == "python_hotspot":
+            from .python import asks_too_often  # here: importing it at the top would register python's rules first
+
+            if asks_too_often(symptom.evidence.get("calls_into") or ""):
+                return None  # tiny ops of work the line asks for too often: the line's problem (python.py)
             # The functions issuing the ops, and the very lines calling them; not the whole function
             # that calls the helper: a loop elsewhere in it is a problem of its own.
             issuing = facts.lines_for_ops(set(cause.ops)) or cause.where
             here = {(w.file, w.function) for w in issuing}
             calling = {(w.file, w.line) for w in cause.where}
-            same = any((w.file, w.function) in here for w in symptom.where) or \
-                bool(symptom.where) and (symptom.where[0].file, symptom.where[0].line) in calling
+            hot = symptom.where[0] if symptom.where else None  # the line itself, not its callers
+            same = hot is not None and ((hot.file, hot.function) in here or (hot.file, hot.line) in calling)
             return Explanation(symptom.time_lost_s) if same else None
         if symptom.kind == "op_hotspot":  # the dominant op is one of the tiny ones, called many times
             small = symptom.evidence.get("mean_us", float("inf")) < self.SMALL_CALL_US

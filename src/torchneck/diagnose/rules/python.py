@@ -36,6 +36,11 @@ REPEATED_WORK_FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
 a checkpoint, a new DataLoader iterator, a tensor printed) is done too often, not too slowly."""
 
 
+def asks_too_often(callee: str) -> bool:
+    """True when the line's time goes to set-up or reporting work (`REPEATED_WORK_FIXES`)."""
+    return any(n in callee for needles, _ in REPEATED_WORK_FIXES for n in needles)
+
+
 class PythonHotspotEvidence(Record):
     outside_torch_s: float
     """Sampled seconds on the line outside torch ops (its Python, NumPy, other libraries)."""
@@ -70,7 +75,7 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
     evidence_type = PythonHotspotEvidence
     confidence = "measured"
     saving_basis = "the line's sampled time outside torch ops (its share of the steps, over the run)"
-    explains = ("gpu_idle", "launch_bound")
+    explains = ("gpu_idle", "launch_bound", "dispatch_overhead")
     MIN_SHARE = 0.10
     """A line whose work outside torch ops (its own Python, NumPy, other libraries) takes 10 % of
     the steady state is worth moving into tensor ops; below that it is noise next to the ops."""
@@ -145,7 +150,15 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         return out
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
-        """While the line runs Python (or waits), the host launches nothing: the GPU idles as long."""
+        """While the line runs Python (or waits), the host launches nothing: the GPU idles as long.
+        Tiny ops issued from this very line by work it asks a library for too often (formatting a
+        tensor every step, a deep copy, a checkpoint: `asks_too_often`) are that call's cost: the
+        fix is to call it less, not to vectorise the ops."""
+        if symptom.kind == "dispatch_overhead":
+            here = (cause.where[0].file, cause.where[0].line) if cause.where else None
+            issued_here = bool(symptom.where) and (symptom.where[0].file, symptom.where[0].line) == here
+            if not (issued_here and asks_too_often(cause.evidence.get("calls_into") or "")):
+                return None
         return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
     def fix(self, evidence: PythonHotspotEvidence) -> str:
