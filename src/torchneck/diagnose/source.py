@@ -80,3 +80,43 @@ def compile_call_lines(file: str) -> list[int]:
             lines.update(d.lineno for d in n.decorator_list
                          if isinstance(d, ast.Attribute) and d.attr == "compile")  # a bare @torch.compile
     return sorted(lines)
+
+
+def argument_origin(file: str, line: int, function: str) -> int | None:
+    """Where the variable passed to `function(...)` at `line` was last assigned on the way to that
+    line (in the call's own block or one enclosing it, before it; an assignment in a branch
+    that does not hold the call may not have run): `a = np.random.rand(...)` for
+    `torch.from_numpy(a)`. None when the argument is not a plain name or the source unreadable."""
+    tree = _tree(file)
+    if tree is None:
+        return None
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno == line and n.args
+             and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) == function]
+    if not calls or not isinstance(calls[0].args[0], ast.Name):
+        return None
+    name = calls[0].args[0].id
+    path = enclosing(file, line)
+    blocks: list[list[ast.stmt]] = [_scope_body(tree, path)]
+    for stmt in path[:-1]:
+        blocks += [b for b in (getattr(stmt, k, []) for k in ("body", "orelse", "finalbody"))
+                   if any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in b)]
+    best = None
+    for block in blocks:
+        for s in block:
+            if s.lineno < line and isinstance(s, (ast.Assign, ast.AnnAssign)) and any(
+                    isinstance(t, ast.Name) and t.id == name
+                    for t in (s.targets if isinstance(s, ast.Assign) else [s.target])):
+                best = max(best or 0, s.lineno)
+    return best
+
+
+def _scope_body(tree: ast.Module, path: list[ast.stmt]) -> list[ast.stmt]:
+    """The body of the function (or module) that holds the statements of `path`."""
+    if not path:
+        return tree.body
+    first = path[0]
+    for n in ast.walk(tree):
+        body = getattr(n, "body", None)
+        if isinstance(body, list) and first in body:
+            return body
+    return tree.body

@@ -8,9 +8,10 @@ from typing import Any
 from ...model.analysis import CodeSite as CodeSiteRecord
 from ...model.analysis import ConvBiasBn, Dispatch, OpRow
 from ...model.base import Record
-from ...model.findings import Finding
+from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
+from ..source import argument_origin
 
 
 class OpHotspotEvidence(Record):
@@ -212,8 +213,13 @@ class DtypeFloat64(Rule[Float64Evidence]):
         sources = sorted(facts.sites_of("float64_source"), key=lambda c: c.get("how") != "set_default_dtype")
         sources = sources[: self.SOURCES_SHOWN]
         ran = where_of(f.where) or facts.lines_for_ops(names)
-        at = {(w.file, w.line) for w in where_of(sources)}
-        where = where_of(sources) + [w for w in ran if (w.file, w.line) not in at]
+        entered = []
+        for w in where_of(sources):  # the NumPy array made float64 before torch.from_numpy took it
+            made = argument_origin(w.file, w.line, "from_numpy")
+            entered += [Where(file=w.file, line=made, function=w.function)] if made else []
+            entered.append(w)
+        at = {(w.file, w.line) for w in entered}
+        where = entered + [w for w in ran if (w.file, w.line) not in at]
         return [self.finding(Float64Evidence(float64_self_s=s, ops=f.ops[:5], where=f.where, sources=sources),
                              title=f"float64 (double) tensors in {len(names)} op(s): "
                                    f"{100 * s / facts.window_s:.0f}% of the time",
