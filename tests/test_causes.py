@@ -110,6 +110,35 @@ def test_the_python_of_a_tiny_op_loop_is_the_per_op_overhead_not_a_second_proble
     assert {s.kind for s in found[0].symptoms} == {"python_hotspot", "op_hotspot"}  # the add's 40000 calls too
 
 
+def _tiny_op_run(python_lines, by_line):
+    d = Dispatch(top_level_ops=8000, ops_per_step=1600.0, tiny_ops=7500, tiny_us=300_000.0, tiny_share=0.3,
+                 tiny_run_us=600_000.0, tiny_run_ops=7500, tiny_run_share=0.6)
+    a = analysis(window_us=1_000_000.0, dispatch=d, by_name=[OpRow(name="aten::select", count=40_000,
+                                                                   self_us=100_000.0, total_us=100_000.0, mean_us=2.5)])
+    python = {"window": {"sampled_s": 1.0, "lines": python_lines}, "loading": {"lines": []}}
+    return diagnose(facts(analysis=a, python=python, ops_by_line=by_line))
+
+
+def test_tiny_ops_of_work_a_line_asks_for_every_step_are_that_line_s_problem():
+    """A tensor formatted every step (an f-string in a log call) runs thousands of tiny ops inside
+    Tensor.__repr__: the fix is to stop formatting, not to vectorise; the tiny ops go under the
+    line. Python that calls into NumPy below a line that issues tiny ops (a per-image NumPy
+    augmentation called from a list comprehension) is not their per-op overhead either."""
+    fmt = {"file": "/x/t.py", "line": 40, "function": "main", "total_s": 0.8, "self_s": 0.01, "outside_ops_s": 0.45,
+           "waiting_s": 0.0, "library": "Tensor.__repr__ (_tensor.py)", "library_is_torch": True}
+    by_line = [{"op": "aten::select", "file": "/x/t.py", "line": 40, "function": "main", "self_us": 100_000.0}]
+    found = _tiny_op_run([fmt], by_line)
+    assert [f.kind for f in found] == ["python_hotspot"] and found[0].where[0].line == 40
+    assert [s.kind for s in found[0].symptoms] == ["dispatch_overhead"] and "format" in found[0].fix
+    numpy = {"file": "/x/t.py", "line": 24, "function": "augment_one", "total_s": 0.45, "self_s": 0.01,
+             "outside_ops_s": 0.45, "waiting_s": 0.0, "library": "pad (_arraypad_impl.py)",
+             "callers": [{"file": "/x/t.py", "line": 79, "function": "<listcomp>", "share": 1.0}]}
+    by_line = [{"op": "aten::select", "file": "/x/t.py", "line": 79, "function": "<listcomp>", "self_us": 100_000.0}]
+    found = _tiny_op_run([numpy], by_line)
+    assert {f.kind for f in found} == {"python_hotspot", "dispatch_overhead"}
+    assert all(not f.symptoms for f in found)  # neither explains the other
+
+
 def test_autograd_in_inference_outranks_the_model_s_own_matmul():
     clock = {"kind": "module", "top_module_calls": 100, "top_module_outputs_with_grad": 100}
     a = analysis(window_us=100_000.0, by_name=[OpRow(name="aten::addmm", count=300, self_us=60_000.0,

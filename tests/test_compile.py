@@ -1,5 +1,6 @@
 """torch.compile diagnostics: the compile log of a live run, its analysis and the findings."""
 
+import json
 
 from conftest import SCRIPTS, planted_line, read_report, torchneck
 
@@ -56,6 +57,9 @@ def test_torchneck_clock_does_not_make_a_compiled_model_recompile(run_dir):
     assert frame["line"] == planted_line(script, "# COMPILED CALL")
     assert frame["label"].startswith("the compiled call at compiled_module.py:")
     assert report["run"]["phases"]["clock"] == "optimizer"
+    sites = json.loads((run_dir / "run.json").read_text())["call_sites"]
+    (site,) = [c for c in sites if c["what"] == "compile"]  # the line compile_time names first
+    assert (site["line"], site["backend"]) == (planted_line(script, "torch.compile("), "eager")
 
 
 def test_cold_compile_runs_without_inductor_caches(tmp_path):

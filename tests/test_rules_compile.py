@@ -76,6 +76,23 @@ def test_compile_time_is_a_share_of_the_run():
     assert f.severity == "medium" and "60% of the run" in f.title
 
 
+@fires("compile_time")
+def test_compile_time_names_the_torch_compile_call_first(tmp_path):
+    """Whether, what and how to compile is decided at the torch.compile call (a short job runs
+    faster eagerly): the recorded call site, or in an older run the calls in the compiled
+    function's file, come before the compiled function."""
+    script = tmp_path / "job.py"
+    script.write_text("import re, torch\npat = re.compile('x')\nclass M(torch.nn.Module):\n"
+                      "    def forward(self, x):\n        return x\nm = torch.compile(M())\n")
+    comp = dict(_compile(total_s=3.0), frames=[{"function": "forward", "file": str(script), "line": 4,
+                                               "compilations": 1, "compile_s": 3.0}])
+    site = {"what": "compile", "file": "/x/main.py", "line": 30, "function": "main", "backend": "inductor"}
+    [f] = CompileTime().check(facts(compile=comp, run_wall_s=5.0, call_sites=[site]))
+    assert [(w.file, w.line) for w in f.where] == [("/x/main.py", 30), (str(script), 4)]
+    [f] = CompileTime().check(facts(compile=comp, run_wall_s=5.0))  # no call recorded: the source's
+    assert [w.line for w in f.where] == [6, 4]  # torch.compile, not re.compile
+
+
 @silent("compile_time")
 def test_compile_time_silent_when_small():
     assert CompileTime().check(facts(compile=_compile(total_s=0.3), run_wall_s=5.0)) == []

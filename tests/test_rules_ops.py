@@ -101,6 +101,33 @@ def test_float64_points_first_at_where_float64_entered_torch():
     assert [w.line for w in f.where] == [40, 53] and "float32" in f.fix
 
 
+NUMPY_SOURCE = """\
+import sys
+import numpy as np
+import torch
+weights_np = np.random.rand(512, 16)
+if "--fixed" in sys.argv:
+    weights_np = weights_np.astype(np.float32)
+for _ in range(3):
+    mask = torch.sigmoid(torch.from_numpy(weights_np))
+    other = torch.from_numpy(np.ones(3))
+"""
+
+
+@fires("dtype_float64")
+def test_float64_names_where_the_numpy_array_was_made(tmp_path):
+    """torch.from_numpy(a) keeps a's dtype: the line that made `a` (NumPy's float64 default) comes
+    before the conversion; an assignment in a branch that does not hold the call may not have run."""
+    script = tmp_path / "mask.py"
+    script.write_text(NUMPY_SOURCE)
+    f64 = Float64Ops(recorded=True, self_us=30_000.0, count=20, ops=[_op("aten::sigmoid", 30_000.0)])
+    site = {"what": "float64_source", "how": "from_numpy", "file": str(script), "line": 8, "function": "<module>"}
+    [f] = DtypeFloat64().check(facts(analysis=analysis(float64=f64), call_sites=[site]))
+    assert [w.line for w in f.where] == [4, 8]
+    [f] = DtypeFloat64().check(facts(analysis=analysis(float64=f64), call_sites=[dict(site, line=9)]))
+    assert [w.line for w in f.where] == [9]  # not a plain variable: the conversion alone
+
+
 def test_float64_default_dtype_line_from_a_real_run(tmp_path):
     """The capture records where float64 entered torch; the finding names that line first."""
     script = tmp_path / "f64.py"

@@ -53,3 +53,34 @@ def test_python_hotspot_silent_for_torch_s_own_machinery():
     back = dict(call, line=18, library="Tensor.backward (_tensor.py)")
     assert PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(call, back))) == []
 
+
+
+LOOP_SCRIPT = """\
+import numpy as np
+def confusion(pred, target):
+    conf = np.zeros((10, 10), dtype=np.int64)
+    for p, t in zip(pred, target):
+        conf[t.item(), p.item()] += 1
+    total = conf.sum()
+    return conf / total
+"""
+
+
+@fires("python_hotspot")
+def test_python_hotspot_a_hot_loop_and_its_body_are_one_finding(tmp_path):
+    """Iterating a tensor element by element (the `for` line: a 0-d tensor per element) and the
+    per-element work in its body are one problem, replaced together: one finding at the loop,
+    naming the body's line, costing both. A hot line after the loop stays a finding of its own."""
+    script = tmp_path / "metrics.py"
+    script.write_text(LOOP_SCRIPT)
+
+    def line(n, total_s):
+        return dict(_line(n, total_s, 0.0, library="Tensor.__iter__ (_tensor.py)"), file=str(script))
+
+    python = _window(line(4, 0.5), line(5, 0.15), line(6, 0.2))
+    loop, after = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=python))
+    assert [w.line for w in loop.where] == [4, 5] and "the loop at line 4" in loop.title
+    assert abs(loop.time_lost_s - 0.65) < 1e-12 and [w.line for w in after.where] == [6]
+    cold_header = _window(line(4, 0.05), line(5, 0.3))  # the body's own work, the loop line not hot
+    [body] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=cold_header))
+    assert [w.line for w in body.where] == [5]

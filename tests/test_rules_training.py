@@ -72,6 +72,45 @@ def test_autograd_in_inference_costs_the_model_calls_not_the_hottest_line():
     assert f.time_lost_s == 1_000.0 / 1e6 * AutogradInInference.AUTOGRAD_OVERHEAD
 
 
+INFERENCE_SCRIPT = """\
+import contextlib, sys, torch
+model = torch.nn.Linear(4, 4).eval()
+with torch.inference_mode(False):
+    for _ in range(10):
+        y = model(torch.randn(2, 4))
+
+def predict(x):
+    return model(x)
+
+with torch.no_grad() if "--fixed" in sys.argv else contextlib.nullcontext():
+    for _ in range(10):
+        predict(torch.randn(2, 4))
+
+with open(__file__) as fh:
+    for _ in range(10):
+        out = model(torch.randn(2, 4))
+"""
+
+
+@fires("autograd_in_inference")
+def test_autograd_in_inference_names_the_with_that_sets_the_grad_mode(tmp_path):
+    """The line to change is the `with` that decides the grad mode around the model call (in
+    its function or up its call path); with none, the loop to wrap follows the call."""
+    script = tmp_path / "infer.py"
+    script.write_text(INFERENCE_SCRIPT)
+    f = str(script)
+
+    def where(line, function="<module>", callers=()):
+        clock = dict(CLOCK, top_module_sites=[{"file": f, "line": line, "function": function, "calls": 10}])
+        sampled = {"window": {"lines": [{"file": f, "line": line, "function": function, "callers": list(callers)}]}}
+        (found,) = AutogradInInference().check(facts(analysis=_inference(), clock=clock, python=sampled))
+        return [w.line for w in found.where]
+
+    assert where(5) == [3, 5]  # inference_mode(False) around the loop
+    assert where(8, "predict", [{"file": f, "line": 12, "function": "<module>"}]) == [10, 8]  # the caller's with
+    assert where(16) == [16, 15]  # no grad context (a file's): the call, then the loop to wrap
+
+
 @silent("autograd_in_inference")
 def test_autograd_in_inference_silent_when_a_backward_ran_or_outputs_have_no_grad():
     training = _inference(by_name=("aten::addmm", "autograd::engine::evaluate_function: AddmmBackward0"))
@@ -112,6 +151,27 @@ def test_input_pipeline_share_of_the_whole_steady_state_and_iterator_churn():
     [f] = InputPipeline().check(facts(analysis=a, python=python))
     assert round(f.time_lost_pct) == 80 and f.evidence["sampled_share"] == 0.8 and f.where[0].line == 58
     assert "iterator once" in f.fix and "num_workers" not in f.fix
+
+
+@fires("input_pipeline")
+def test_input_pipeline_names_the_dataset_line_that_calls_the_slow_helper():
+    """A tokenizer's inner loop is where loading time goes; the __getitem__ line that tokenizes
+    every epoch, up the one call path that carries it, is where the fix goes (as in
+    a_trainer_tokenize: leaf lines in normalize(), the cause in data.py)."""
+    a = analysis()
+    a.steps.breakdown_total_us = {"dataloader": 40_000.0, "cpu_exec": 60_000.0}
+    callers = [{"file": "/x/tok.py", "line": 59, "function": "encode", "share": 1.0},
+               {"file": "/x/data.py", "line": 24, "function": "__getitem__", "share": 1.0}]
+    lines = [{"file": "/x/tok.py", "line": ln, "function": "normalize", "total_s": 1.0, "callers": callers}
+             for ln in (35, 33, 32, 38)]
+    python = {"window": {"sampled_s": 5.0, "lines": []}, "loading": {"sampled_s": 2.0, "lines": lines}}
+    [f] = InputPipeline().check(facts(analysis=a, python=python))
+    assert [(w.file, w.line) for w in f.where] == [("/x/tok.py", 35), ("/x/tok.py", 33), ("/x/tok.py", 32),
+                                                   ("/x/tok.py", 59), ("/x/data.py", 24)]
+    no_path = {"window": {"sampled_s": 5.0, "lines": []},
+               "loading": {"sampled_s": 2.0, "lines": [dict(ln, callers=[]) for ln in lines]}}
+    [f] = InputPipeline().check(facts(analysis=a, python=no_path))  # many callers: the hot lines alone
+    assert [w.line for w in f.where] == [35, 33, 32]
 
 
 @silent("input_pipeline")

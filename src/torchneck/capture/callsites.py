@@ -1,5 +1,6 @@
 """Where the user's code configured something slow: the line that built each optimizer, turned
-on anomaly detection, set the number of threads, or brought float64 data into torch.
+on anomaly detection, set the number of threads, called torch.compile, or brought float64 data
+into torch.
 
 A trace shows the cost (an optimizer step, slow backward ops) but not the line to change; these
 calls happen once, so wrapping them costs nothing measurable. Each record carries the deepest
@@ -67,6 +68,20 @@ class CallSites:
             return set_threads(n)
 
         self._patch(torch, "set_num_threads", set_num_threads)
+        compile_, compiled_at = torch.compile, set()
+
+        def compile(*args, **kwargs):  # noqa: A001  (torch's own name)
+            where = _user_frame(2)  # each line once: a compile per step would fill the records
+            if where is not None and (where["file"], where["line"]) not in compiled_at:
+                compiled_at.add((where["file"], where["line"]))
+                backend = kwargs.get("backend", "inductor")
+                sites._add("compile", mode=kwargs.get("mode"),
+                           backend=backend if isinstance(backend, str) else getattr(backend, "__name__", "custom"))
+            return compile_(*args, **kwargs)
+
+        compile.__doc__ = compile_.__doc__
+        compile.__wrapped__ = compile_  # type: ignore[attr-defined]
+        self._patch(torch, "compile", compile)
         self._float64_sources(torch)
 
     def _float64_sources(self, torch) -> None:

@@ -152,8 +152,8 @@ class CaptureSession:
         if self._dormant and threading.current_thread() is self._main:
             self._dormant = False
             self.window._install_clocks()
+            self.compile_guard.install()  # the order of begin(): each restores what it wrapped
             self.call_sites.install()
-            self.compile_guard.install()
             self.sampler.resume()
 
     # -- hard endings --------------------------------------------------------------------------

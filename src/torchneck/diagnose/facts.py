@@ -59,14 +59,15 @@ class Facts(msgspec.Struct, kw_only=True):
         best = sorted(acc.items(), key=lambda kv: -kv[1])[:limit]
         return [Where(file=f, line=ln, function=fn) for (f, ln, fn), _ in best]
 
-    def with_callers(self, where: list[Where]) -> list[Where]:
+    def with_callers(self, where: list[Where], part: str = "window") -> list[Where]:
         """`where`, then the user's lines up the one call path that carries its first line's sampled
-        time (`python.window.lines[].callers`): ops issued inside a helper are changed where the
-        helper is called (batch the calls, a larger recursion leaf), which the ops cannot name."""
+        time (`python.<part>.lines[].callers`, the steady state's or the DataLoader's `loading`):
+        work done inside a helper is changed where the helper is called (batch the calls, a larger
+        recursion leaf, tokenize once), which the ops or the helper's own lines cannot name."""
         if not where or not self.python:
             return where
         first = (where[0].file, where[0].line)
-        for line in self.python.get("window", {}).get("lines", []):
+        for line in (self.python.get(part) or {}).get("lines", []):
             if (line.get("file"), line.get("line")) == first:
                 seen = {(w.file, w.line) for w in where}
                 return where + [c for c in where_of(line.get("callers") or []) if (c.file, c.line) not in seen]

@@ -14,9 +14,10 @@ from typing import Any
 from ...analysis.compile_guards import recompile_limit_name, torch_version_tuple
 from ...model.analysis import CompiledFrame
 from ...model.base import Record
-from ...model.findings import Finding, Severity
+from ...model.findings import Finding, Severity, Where
 from ..facts import Facts, where_of
 from ..rule import MEDIUM_SHARE, Explanation, Rule, register, severity_for, worse
+from ..source import compile_call_lines
 
 DOCS_BREAKS = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html#graph-breaks"
 DOCS_RECOMPILES = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html#recompilations"
@@ -348,7 +349,9 @@ class CompileTime(Rule[CompileTimeEvidence]):
 
     A one-time cost: `medium` when it is half the run or more (short jobs, or every run paying a
     cold compile), `info` otherwise; never `high`, because a long job amortises it. When graph
-    breaks and recompiles explain most of it, it is their symptom and says so."""
+    breaks and recompiles explain most of it, it is their symptom and says so. Where: the
+    torch.compile calls first (what compiles, how, or whether at all is decided there), then the
+    compiled functions."""
 
     kind = "compile_time"
     summary = "Compiling takes a large part of the run."
@@ -396,7 +399,8 @@ class CompileTime(Rule[CompileTimeEvidence]):
                               for f in frames],
             cache=c.get("cache", {}), caused_by=caused_by, explained_s=explained, unexplained_s=unexplained,
             mega_cache=version is None or version >= MEGA_CACHE_SINCE)
-        return [self.finding(ev, title=title, lost_s=t["total"], pct=100 * share, where=where_of(frames),
+        calls = where_of(facts.sites_of("compile")) or compile_calls_in(frames)
+        return [self.finding(ev, title=title, lost_s=t["total"], pct=100 * share, where=calls + where_of(frames),
                              severity=severity)]
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
@@ -432,3 +436,14 @@ def compile_causes(c: dict) -> list[dict]:
             d["recompiles"] += 1
     out += list(by_fn.values())
     return sorted(out, key=lambda x: -x["compile_s"])
+
+
+def compile_calls_in(frames: list[dict]) -> list[Where]:
+    """The `torch.compile(...)` calls (and `@torch.compile` decorators) in the source files of the
+    compiled functions: where the run recorded no call site (an older run), the lines that
+    decide compilation, when the source is readable here."""
+    out: list[Where] = []
+    for file in dict.fromkeys(f["file"] for f in frames if f.get("file")):
+        for line in compile_call_lines(file):
+            out.append(Where(file=file, line=line, function=""))
+    return out

@@ -8,9 +8,10 @@ from typing import Any
 from ...model.analysis import CodeSite as CodeSiteRecord
 from ...model.analysis import ConvBiasBn, Dispatch, OpRow
 from ...model.base import Record
-from ...model.findings import Finding
+from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
+from ..source import argument_origin
 
 
 class OpHotspotEvidence(Record):
@@ -144,13 +145,17 @@ class DispatchOverhead(Rule[Dispatch]):
         """The Python of a loop issuing tiny ops is the same problem as their per-op overhead (one
         fix, vectorising the loop); on a GPU each tiny op is a tiny kernel the CPU must launch."""
         if symptom.kind == "python_hotspot":
+            from .python import asks_too_often  # here: importing it at the top would register python's rules first
+
+            if asks_too_often(symptom.evidence.get("calls_into") or ""):
+                return None  # tiny ops of work the line asks for too often: the line's problem (python.py)
             # The functions issuing the ops, and the very lines calling them; not the whole function
             # that calls the helper: a loop elsewhere in it is a problem of its own.
             issuing = facts.lines_for_ops(set(cause.ops)) or cause.where
             here = {(w.file, w.function) for w in issuing}
             calling = {(w.file, w.line) for w in cause.where}
-            same = any((w.file, w.function) in here for w in symptom.where) or \
-                bool(symptom.where) and (symptom.where[0].file, symptom.where[0].line) in calling
+            hot = symptom.where[0] if symptom.where else None  # the line itself, not its callers
+            same = hot is not None and ((hot.file, hot.function) in here or (hot.file, hot.line) in calling)
             return Explanation(symptom.time_lost_s) if same else None
         if symptom.kind == "op_hotspot":  # the dominant op is one of the tiny ones, called many times
             small = symptom.evidence.get("mean_us", float("inf")) < self.SMALL_CALL_US
@@ -208,8 +213,13 @@ class DtypeFloat64(Rule[Float64Evidence]):
         sources = sorted(facts.sites_of("float64_source"), key=lambda c: c.get("how") != "set_default_dtype")
         sources = sources[: self.SOURCES_SHOWN]
         ran = where_of(f.where) or facts.lines_for_ops(names)
-        at = {(w.file, w.line) for w in where_of(sources)}
-        where = where_of(sources) + [w for w in ran if (w.file, w.line) not in at]
+        entered = []
+        for w in where_of(sources):  # the NumPy array made float64 before torch.from_numpy took it
+            made = argument_origin(w.file, w.line, "from_numpy")
+            entered += [Where(file=w.file, line=made, function=w.function)] if made else []
+            entered.append(w)
+        at = {(w.file, w.line) for w in entered}
+        where = entered + [w for w in ran if (w.file, w.line) not in at]
         return [self.finding(Float64Evidence(float64_self_s=s, ops=f.ops[:5], where=f.where, sources=sources),
                              title=f"float64 (double) tensors in {len(names)} op(s): "
                                    f"{100 * s / facts.window_s:.0f}% of the time",

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+
 from ...model.base import Record
 from ...model.findings import Finding
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
+from ..source import enclosing
 
 
 def _runs_the_model(callee: str, files: tuple[str, ...]) -> bool:
@@ -33,6 +36,11 @@ REPEATED_WORK_FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
 a checkpoint, a new DataLoader iterator, a tensor printed) is done too often, not too slowly."""
 
 
+def asks_too_often(callee: str) -> bool:
+    """True when the line's time goes to set-up or reporting work (`REPEATED_WORK_FIXES`)."""
+    return any(n in callee for needles, _ in REPEATED_WORK_FIXES for n in needles)
+
+
 class PythonHotspotEvidence(Record):
     outside_torch_s: float
     """Sampled seconds on the line outside torch ops (its Python, NumPy, other libraries)."""
@@ -54,7 +62,8 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
     """A line of the user's code spends a large share of the steps outside torch ops: Python
     loops, NumPy round trips, string work, waiting on I/O. Lines running inside DataLoader
     iteration are left to `input_pipeline`, torch's own overhead (autograd engine, optimizer
-    loop) to the rules on ops.
+    loop) to the rules on ops. A hot `for`/`while` line and the hot lines of its body are one
+    finding, at the loop (iterating and the per-element work are replaced together).
 
     Time lost: the line's sampled time outside torch ops, as a share of the sampled steady
     state applied to the window (what moving the work into tensor ops, or overlapping the
@@ -66,7 +75,7 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
     evidence_type = PythonHotspotEvidence
     confidence = "measured"
     saving_basis = "the line's sampled time outside torch ops (its share of the steps, over the run)"
-    explains = ("gpu_idle", "launch_bound")
+    explains = ("gpu_idle", "launch_bound", "dispatch_overhead")
     MIN_SHARE = 0.10
     """A line whose work outside torch ops (its own Python, NumPy, other libraries) takes 10 % of
     the steady state is worth moving into tensor ops; below that it is noise next to the ops."""
@@ -101,7 +110,7 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 op_s[k] = op_s.get(k, 0.0) + e["self_us"] / 1e6
         loading = {(ln["file"], ln["line"]): ln["total_s"]
                    for ln in facts.python.get("loading", {}).get("lines", [])}
-        out = []
+        hot: list[tuple[dict, float]] = []  # the lines considered, with their time outside torch ops
         for line in win["lines"][: self.LINES_CONSIDERED]:
             if loading.get((line["file"], line["line"]), 0.0) >= 0.5 * line["total_s"]:
                 continue  # the DataLoader's work: input_pipeline's
@@ -109,12 +118,15 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 outside = line["outside_ops_s"]
             else:
                 outside = max(line["total_s"] - op_s.get((line["file"], line["line"]), 0.0), line["self_s"])
-            share = outside / total
-            if share < self.MIN_SHARE or outside < self.MIN_SAMPLED_S:
-                continue
             if line.get("library_is_torch") and line["self_s"] < 0.5 * outside \
                     and _runs_the_model(line.get("library") or "", self.TORCH_MACHINERY_FILES):
                 continue  # torch's own overhead (autograd engine, optimizer loop): other rules' evidence
+            hot.append((line, outside))
+        out = []
+        for line, outside, body in _loops(hot, total * self.MIN_SHARE):
+            share = outside / total
+            if share < self.MIN_SHARE or outside < self.MIN_SAMPLED_S:
+                continue
             lost = share * facts.window_s
             callee = line.get("library") or ""
             waiting = line.get("waiting_s") or 0.0
@@ -129,13 +141,24 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
             else:
                 what = f"in {library}" if callee and line["self_s"] < 0.5 * outside else "in Python"
                 title = f"{line['function']}() spends {100 * share:.0f}% of each step {what}, outside torch ops"
+            if body:
+                title += f" (the loop at line {line['line']} and its body)"
             callers = line.get("callers") or []  # one call path carries the line's time: the fix may go there
-            out.append(self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost), where=where_of([line, *callers]),
+            out.append(self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost),
+                                    where=where_of([line, *body, *callers]),
                                     docs=DOCS["dataloader"] if ev.waits else None))
         return out
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
-        """While the line runs Python (or waits), the host launches nothing: the GPU idles as long."""
+        """While the line runs Python (or waits), the host launches nothing: the GPU idles as long.
+        Tiny ops issued from this very line by work it asks a library for too often (formatting a
+        tensor every step, a deep copy, a checkpoint: `asks_too_often`) are that call's cost: the
+        fix is to call it less, not to vectorise the ops."""
+        if symptom.kind == "dispatch_overhead":
+            here = (cause.where[0].file, cause.where[0].line) if cause.where else None
+            issued_here = bool(symptom.where) and (symptom.where[0].file, symptom.where[0].line) == here
+            if not (issued_here and asks_too_often(cause.evidence.get("calls_into") or "")):
+                return None
         return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
     def fix(self, evidence: PythonHotspotEvidence) -> str:
@@ -150,3 +173,26 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         return ("Do this work with torch ops on the tensors you already have (e.g. torch.nonzero / "
                 "torch.where instead of a NumPy round trip, vectorised ops instead of Python loops), "
                 "or move it out of the step.")
+
+
+def _loops(hot: list[tuple[dict, float]], least_s: float) -> list[tuple[dict, float, list[dict]]]:
+    """The hot lines, with the lines of a hot loop's body folded into its header's: iterating
+    (`for p, t in zip(pred, target)`: a 0-d tensor per element) and the per-element work in the
+    body (`conf[t.item(), p.item()] += 1`) are one problem, fixed by replacing the loop. A header
+    counts as hot with `least_s` of its own; each entry is (line, seconds, body lines)."""
+    at = {(ln["file"], ln["line"]): i for i, (ln, s) in enumerate(hot)}
+    into: dict[int, int] = {}
+    for i, (ln, _) in enumerate(hot):
+        for stmt in enclosing(ln["file"], ln["line"]):
+            header = at.get((ln["file"], stmt.lineno))
+            if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)) and stmt.lineno != ln["line"] \
+                    and header is not None and hot[header][1] >= least_s:
+                into[i] = header
+                break  # the outermost hot loop
+    out = []
+    for i, (ln, seconds) in enumerate(hot):
+        if i in into:
+            continue
+        body = [j for j, h in into.items() if h == i]
+        out.append((ln, seconds + sum(hot[j][1] for j in body), [hot[j][0] for j in body]))
+    return out

@@ -3,6 +3,7 @@ left on in inference."""
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,7 @@ from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
+from ..source import enclosing, names_in
 
 
 class InputPipelineEvidence(Record):
@@ -28,7 +30,10 @@ class InputPipelineEvidence(Record):
 @register
 class InputPipeline(Rule[InputPipelineEvidence]):
     """The steps wait for the DataLoader: loading, decoding or collating in the main process
-    (num_workers=0), or workers too few or too slow.
+    (num_workers=0), or workers too few or too slow. Where: the sampled lines inside DataLoader
+    iteration, then the Dataset's line that calls them when one call path carries the first (a
+    tokenizer's inner loop is where time goes; the `__getitem__` line that tokenizes every epoch
+    is where a fix goes: tokenize once, or in the workers).
 
     Time lost: the steps' time inside DataLoader iteration (what parallel loading that keeps up
     would hide)."""
@@ -71,7 +76,8 @@ class InputPipeline(Rule[InputPipelineEvidence]):
         ev = InputPipelineEvidence(dataloader_s=dl, window_s=facts.window_s, sampled_share=sampled_share,
                                    loader_call=(lines[0].get("library") or "") if lines else "")
         return [self.finding(ev, title=f"Waiting for the DataLoader takes {100 * share:.0f}% of each step",
-                             lost_s=lost, pct=facts.pct(lost), where=where_of(lines[: self.LINES_SHOWN]),
+                             lost_s=lost, pct=facts.pct(lost),
+                             where=facts.with_callers(where_of(lines[: self.LINES_SHOWN]), "loading"),
                              ops=[n.name for n in a.ops.annotations if "DataLoader" in n.name][:2])]
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
@@ -244,6 +250,9 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
                     "typical MLP)")
     MIN_GRAD_SHARE = 0.5
     """Most model calls must have built a graph (one stray call is not a pattern)."""
+    GRAD_CONTEXTS = ("inference_mode", "no_grad", "enable_grad", "set_grad_enabled", "nullcontext")
+    """Context managers that set the grad mode of their block, and `contextlib.nullcontext`, the
+    stand-in of an optional context (`torch.no_grad() if eval else nullcontext()`)."""
     AUTOGRAD_OVERHEAD = 0.10
     """Measured here: an 8-layer Linear+GELU stack, 64x256 inputs, 1 thread: 0.28-0.31 s per
     200 calls with grad, 0.264 s under inference_mode (7-15 %); more for small ops."""
@@ -266,6 +275,7 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
         lines = (facts.python or {}).get("window", {}).get("lines", [])[:1]
         where = where_of(sites[:1]) or where_of(lines) or facts.lines_for_ops(None, limit=1)
         at = {(w.file, w.line) for w in where}
+        where = self._grad_context(facts, where)
         in_calls = sum(e["self_us"] for e in facts.ops_by_line if (e.get("file"), e.get("line")) in at) / 1e6
         lost = (in_calls or facts.window_s) * self.AUTOGRAD_OVERHEAD
         return [self.finding(AutogradInInferenceEvidence(model_calls=calls, outputs_with_grad=with_grad,
@@ -273,6 +283,27 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
                                                          estimated_overhead=self.AUTOGRAD_OVERHEAD),
                              title=f"{with_grad} of {calls} model calls built an autograd graph that no backward used",
                              lost_s=lost, pct=facts.pct(lost), where=where)]
+
+    def _grad_context(self, facts: Facts, where: list[Where]) -> list[Where]:
+        """The line that decides the model call's grad mode first: the innermost `with` around
+        the call, in its function or up its sampled call path, that sets the grad mode
+        (`inference_mode(False)`, `enable_grad()`) or leaves it to a condition
+        (`... if fixed else nullcontext()`): the call is right, the context around it is what to
+        change. Without one, the outermost loop around the call follows it (the loop to wrap)."""
+        if not where:
+            return where
+        call = where[0]
+        frames = facts.with_callers([call])
+        for frame in frames:
+            for stmt in reversed(enclosing(frame.file, frame.line)):
+                if isinstance(stmt, (ast.With, ast.AsyncWith)) and \
+                        any(names_in(item.context_expr) & set(self.GRAD_CONTEXTS) for item in stmt.items):
+                    context = Where(file=frame.file, line=stmt.lineno, function=frame.function)
+                    return [context] + [w for w in where if (w.file, w.line) != (context.file, context.line)]
+        loops = [s for s in enclosing(call.file, call.line) if isinstance(s, (ast.For, ast.AsyncFor, ast.While))]
+        if loops and loops[0].lineno != call.line:
+            return [*where, Where(file=call.file, line=loops[0].lineno, function=call.function)]
+        return where
 
     def fix(self, evidence: AutogradInInferenceEvidence) -> str:
         return ("Run inference under `with torch.inference_mode():` (or torch.no_grad()); model.eval() "
