@@ -1214,3 +1214,15 @@ def test_name_masks_are_remembered_only_for_pure_predicates_over_the_same_string
     first.intern("aten::made_up_by_an_analysis")  # strings grow: the answer covers the new one
     grown = first.names_matching(_starts_with_aten)
     assert len(grown) == n + 1 and grown[-1]
+
+
+def test_largest_input_of_recorded_shapes_parsed_once_a_string():
+    from torchneck.analysis.ops import max_numel_of_shapes
+
+    table = load_trace(DATA / "torch18_cpu__train.json.gz", workers=1).events
+    a, b, c = (table.intern(t) for t in ("[[16, 64], [64], []]", "not json", "[[2, 3], [4], 7]"))
+    got = max_numel_of_shapes(table, np.array([-1, a, b, a, c]))
+    assert got.tolist() == [-1, 1024, -1, 1024, 6]
+    d = table.intern("[[1, 2, 3, 4]]")  # a string interned after the first call
+    assert max_numel_of_shapes(table, np.array([d, a, -1])).tolist() == [24, 1024, -1]
+    assert max_numel_of_shapes(table, np.array([], dtype=np.int32)).tolist() == []

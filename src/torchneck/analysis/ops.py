@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -111,17 +112,38 @@ class TinyRuns:
 def max_numel_of_shapes(table: EventTable, shape_ids: np.ndarray) -> np.ndarray:
     """For string ids of recorded input shapes (`[[16, 64], [64], []]`), the largest tensor's
     element count; -1 where no shapes were recorded or they cannot be read. Each distinct id is
-    parsed once."""
-    out = np.full(len(shape_ids), -1, dtype=np.int64)
+    parsed once a table (its answers kept in a lookup array indexed by string id: the blocks of
+    an analysis, millions of rows, then read it in one gather each, with no sort)."""
     ids = np.asarray(shape_ids)
-    for sid in np.unique(ids[ids >= 0]).tolist():
-        try:
-            shapes = json.loads(table.strings[sid])
-        except ValueError:
-            continue
-        sizes = [int(np.prod(s)) for s in shapes if isinstance(s, list) and all(isinstance(d, int) for d in s)]
-        out[ids == sid] = max(sizes, default=0)
+    out = np.full(len(ids), -1, dtype=np.int64)
+    valid = ids >= 0
+    if not valid.any():
+        return out
+    ids = ids[valid]
+    lut = table._numel_of_shapes
+    if lut is None or len(lut) < len(table.strings):  # strings only grow (`intern`)
+        grown = np.full(len(table.strings), _UNPARSED, dtype=np.int64)
+        if lut is not None:
+            grown[:len(lut)] = lut
+        lut = table._numel_of_shapes = grown
+    need = np.zeros(len(lut), dtype=bool)
+    need[ids] = True
+    for sid in np.flatnonzero(need & (lut == _UNPARSED)).tolist():
+        lut[sid] = _max_numel(table.strings[sid])
+    out[valid] = lut[ids]
     return out
+
+
+_UNPARSED = -2
+
+
+def _max_numel(text: str) -> int:
+    try:
+        shapes = json.loads(text)
+        return max((math.prod(s) for s in shapes if isinstance(s, list) and all(isinstance(d, int) for d in s)),
+                   default=0)
+    except (ValueError, TypeError):
+        return -1
 
 
 def top_level_numel(table: EventTable, nesting: Nesting, top: np.ndarray, ops: np.ndarray) -> np.ndarray:

@@ -242,6 +242,7 @@ class EventTable:
     # Derived once per table by the analyses that several others ask for (steps, user frames).
     _steps: tuple | None = field(default=None, init=False, repr=False, compare=False)
     _user_frames: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    _numel_of_shapes: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return int(self.ts.shape[0])
