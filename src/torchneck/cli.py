@@ -421,7 +421,7 @@ def write_job_report(run_dir: Path) -> Report:
 def build_run_report(run_dir: Path, tables=None) -> Report:
     """report.json/.txt/.html of a run directory: one process, or a multi-rank job (`tables`:
     the key_averages table's options, for one process)."""
-    from .jobs import is_job_dir
+    from .capture.recover import is_job_dir
     from .pipeline import write_run_report
 
     if is_job_dir(run_dir):

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from .analysis.distributed import compare_ranks, rank_summary
+from .capture.recover import is_job_dir  # noqa: F401  (the API's name for it)
 from .cluster.reduce import straggler_sentence
 from .diagnose.causes import rank_findings
 from .diagnose.distributed_rules import diagnose_job
@@ -22,10 +23,6 @@ from .model.base import Record, to_builtins
 from .model.report import Report, RunSection, Target
 from .pipeline import report_from_traces, write_run_report
 from .ranks import FULL_RANKS_MAX, map_per_rank, merge_rank_findings
-
-
-def is_job_dir(path: Path) -> bool:
-    return Path(path).is_dir() and (any(Path(path).glob("rank-*/env.json")) or (Path(path) / "job.json").exists())
 
 
 def rank_dirs(run_dir: Path) -> list[tuple[int, Path]]:

@@ -24,6 +24,12 @@ UNFINISHED = "unfinished"
 """run.json's status for a run that never reached its end: killed, or crashed."""
 
 
+def is_job_dir(path: Path) -> bool:
+    """A multi-rank job's directory (`run --nproc-per-node`): its ranks' folders or job.json.
+    Here, not in jobs.py, so that reporting one process's run imports none of the reducer."""
+    return Path(path).is_dir() and (any(Path(path).glob("rank-*/env.json")) or (Path(path) / "job.json").exists())
+
+
 def load_run_evidence(run_dir: Path) -> tuple[dict, dict | None, list[str]]:
     """(run.json, samples.json's content or None, sentences on what is missing or recovered)."""
     run_dir = Path(run_dir)
