@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -242,10 +243,13 @@ def _split_engine(file: str, workers: int | None, scheduler: str | None):
     if not scheduler and not workers:
         return None
     try:
+        st = os.stat(file)
+        if not stat.S_ISREG(st.st_mode) or st.st_size < SPLIT_MIN_BYTES:  # a pipe is never opened here
+            return None
         with open(file, "rb") as f:
-            if f.read(2) == b"\x1f\x8b" or os.fstat(f.fileno()).st_size < SPLIT_MIN_BYTES:
+            if f.read(2) == b"\x1f\x8b":
                 return None
-    except OSError:  # a URL, or unreadable: the usual path says why
+    except (OSError, ValueError):  # a URL, or unreadable: the usual path says why
         return None
     engine = make_engine(workers, scheduler)
     return engine if isinstance(engine, Dask) else None
