@@ -459,8 +459,11 @@ def cmd_analyze(ns: argparse.Namespace) -> int:
             def progress(done: int, size: int) -> None:
                 bar.update(task, completed=done)
 
+            def engine(name: str) -> None:  # the trace's byte ranges go to a cluster's workers
+                bar.update(task, description=f"reading trace ({name})")
+
             report = report_from_traces(ns.paths, ns.rank, progress, tables, workers=ns.workers,
-                                        scheduler=ns.scheduler)
+                                        scheduler=ns.scheduler, engine_notice=engine)
     elif not ns.quiet and ns.json != "-":
         report = _analyze_with_rank_progress(ns, tables)
     else:
