@@ -197,6 +197,14 @@ def test_one_uncompressed_trace_is_split_by_byte_ranges_across_the_cluster_worke
     assert all(a[0] == str(path.resolve()) and a[2] - a[1] <= (2 << 20) + (64 << 10) for a in ranges)
     assert split == here and split["ranks"][0]["trace"]["path"] == str(path)
     assert here["ranks"][0]["trace"]["events"] == 74_937  # of 109,123 entries (flows, metadata...)
+    damaged = tmp_path / "damaged.pt.trace.json"  # garbage mid-file: a range fails, the client salvages it
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 3000] = b'\x00garbage{{[["""' * 200
+    damaged.write_bytes(bytes(data))
+    split_bad = to_builtins(report_from_traces([str(damaged)], scheduler=dask_cluster))
+    here_bad = to_builtins(report_from_traces([str(damaged)]))
+    assert split_bad == here_bad and split_bad["warnings"] and "damaged" in split_bad["warnings"][0]
+    assert 0 < here["ranks"][0]["trace"]["events"] - here_bad["ranks"][0]["trace"]["events"] < 100
     before = len(sent)  # a compressed trace is one stream: loaded here, nothing sent
     report_from_traces([str(DATA / "torch18_cpu__train.json.gz")], scheduler=dask_cluster, engine_notice=told.append)
     assert len(sent) == before and len(told) == 1
