@@ -3,7 +3,13 @@
 from conftest import SCRIPTS, read_report, torchneck
 from rule_cases import analysis, facts, fires, silent
 
-from torchneck.diagnose.rules.ops import ConvBiasBeforeBatchNorm, DispatchOverhead, DtypeFloat64, OpHotspot
+from torchneck.diagnose.rules.ops import (
+    ConvBiasBeforeBatchNorm,
+    DispatchOverhead,
+    DtypeFloat64,
+    OpHotspot,
+    RebuiltTensor,
+)
 from torchneck.model.analysis import CodeSite, ConvBiasBn, Dispatch, Float64Ops, OpRow
 
 
@@ -144,3 +150,55 @@ def test_float64_default_dtype_line_from_a_real_run(tmp_path):
     assert [(c["how"], c["line"]) for c in sources] == [("set_default_dtype", 4), ("from_numpy", 6)]
     (f,) = [f for f in report["findings"] if f["kind"] == "dtype_float64"]
     assert [w["line"] for w in f["where"][:2]] == [4, 6] and "set_default_dtype" in f["fix"]
+
+
+REBUILT_SCRIPT = """\
+import torch
+out = torch.empty(0, 4)
+for step in range(100):
+    piece = torch.randn(8, 4)
+    out = torch.cat([out, piece])
+    buf = torch.zeros(64, 1024)
+    total = torch.cat([piece, piece])
+once = torch.zeros(64, 1024)
+"""
+
+
+def _rebuilt_facts(path, line, seconds=3.0, callers=()):
+    hot = {"file": str(path), "line": line, "function": "<module>", "total_s": seconds, "self_s": 0.0,
+           "outside_ops_s": 0.0, "callers": list(callers)}
+    return facts(analysis=analysis(), python={"window": {"sampled_s": 10.0, "lines": [hot]}})
+
+
+@fires("rebuilt_tensor")
+def test_rebuilt_tensor_names_the_growing_concatenation_and_the_buffer_allocated_per_pass(tmp_path):
+    """Read from the sampled steady state: the trace's window of early steps sees the
+    concatenation while it is small (its op time there is no guide)."""
+    script = tmp_path / "grow.py"
+    script.write_text(REBUILT_SCRIPT)
+    [grows] = RebuiltTensor().check(_rebuilt_facts(script, 5))
+    assert grows.kind == "rebuilt_tensor" and (grows.where[0].file, grows.where[0].line) == (str(script), 5)
+    assert grows.evidence["pattern"] == "grows" and "torch.cat in a loop" in grows.fix
+    assert abs(grows.time_lost_s - 0.3 * 0.1) < 1e-12  # 30 % of the steady state, over the 100 ms window
+    [allocates] = RebuiltTensor().check(_rebuilt_facts(script, 6))
+    assert allocates.evidence["pattern"] == "allocates" and "reuse" in allocates.fix
+
+
+@fires("rebuilt_tensor")
+def test_rebuilt_tensor_in_a_function_called_from_a_loop(tmp_path):
+    script = tmp_path / "serve.py"
+    script.write_text("import torch\ndef handle(n):\n    cache = torch.zeros(8, 4096)\n    return cache[:n]\n"
+                      "for i in range(50):\n    handle(i)\n")
+    caller = {"file": str(script), "line": 6, "function": "<module>"}
+    [f] = RebuiltTensor().check(_rebuilt_facts(script, 3, callers=[caller]))
+    assert [w.line for w in f.where] == [3, 6]
+
+
+@silent("rebuilt_tensor")
+def test_rebuilt_tensor_silent_for_one_time_work_new_data_and_cold_lines(tmp_path):
+    script = tmp_path / "grow.py"
+    script.write_text(REBUILT_SCRIPT)
+    assert RebuiltTensor().check(_rebuilt_facts(script, 8)) == []  # allocated once, outside any loop
+    assert RebuiltTensor().check(_rebuilt_facts(script, 7)) == []  # a concatenation of new pieces only
+    assert RebuiltTensor().check(_rebuilt_facts(script, 4)) == []  # random data, not a buffer
+    assert RebuiltTensor().check(_rebuilt_facts(script, 5, seconds=0.5)) == []  # 5 % of the steady state

@@ -120,3 +120,40 @@ def _scope_body(tree: ast.Module, path: list[ast.stmt]) -> list[ast.stmt]:
         if isinstance(body, list) and first in body:
             return body
     return tree.body
+
+
+GROWING_CALLS = frozenset({"cat", "concat", "concatenate", "hstack", "vstack", "row_stack", "column_stack", "append"})
+"""Calls that build a new tensor (or array) from the ones they are given: fed the result of their
+previous call, each pass copies everything gathered so far."""
+FACTORY_CALLS = frozenset({"zeros", "ones", "empty", "full"})
+"""torch's factories of a tensor of a given size and fixed content: a buffer, not data."""
+
+
+def rebuilt_tensor(file: str, line: int) -> str | None:
+    """How the statement at `line` rebuilds a tensor it could keep: "grows" for `x = torch.cat([x,
+    y])` (the target fed back into a concatenation), "allocates" for a `torch.zeros/ones/empty/full`
+    call; None otherwise or when the source is unreadable."""
+    path = enclosing(file, line)
+    stmt = path[-1] if path else None
+    if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None or stmt.lineno != line:
+        return None
+    targets = {ast.unparse(t) for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])}
+    calls = [n for n in ast.walk(stmt.value) if isinstance(n, ast.Call)]
+    for call in calls:
+        name = getattr(call.func, "attr", None) or getattr(call.func, "id", None)
+        if name in GROWING_CALLS and call.args:
+            first = call.args[0]
+            parts = first.elts if isinstance(first, (ast.List, ast.Tuple)) else [first]
+            if any(ast.unparse(p) in targets for p in parts):
+                return "grows"
+    for call in calls:
+        f = call.func
+        if isinstance(f, ast.Attribute) and f.attr in FACTORY_CALLS and isinstance(f.value, ast.Name) \
+                and f.value.id == "torch":
+            return "allocates"
+    return None
+
+
+def in_loop(file: str, line: int) -> bool:
+    """True when `line` runs inside a `for` or `while` of its own function."""
+    return any(isinstance(s, (ast.For, ast.AsyncFor, ast.While)) and s.lineno != line for s in enclosing(file, line))
