@@ -202,3 +202,32 @@ def test_rebuilt_tensor_silent_for_one_time_work_new_data_and_cold_lines(tmp_pat
     assert RebuiltTensor().check(_rebuilt_facts(script, 7)) == []  # a concatenation of new pieces only
     assert RebuiltTensor().check(_rebuilt_facts(script, 4)) == []  # random data, not a buffer
     assert RebuiltTensor().check(_rebuilt_facts(script, 5, seconds=0.5)) == []  # 5 % of the steady state
+
+
+def _sampled(line, total_s, outside_s=0.0, function="evaluate"):
+    return {"file": "/x/rank.py", "line": line, "function": function, "total_s": total_s, "self_s": 0.0,
+            "outside_ops_s": outside_s, "callers": [{"file": "/x/rank.py", "line": 49, "function": "main"}]}
+
+
+@fires("op_hotspot")
+def test_op_hotspot_names_a_line_the_profiled_window_missed():
+    """No step clock: the slice was taken during set-up (one big matmul at line 20); the sampler
+    finds line 34 inside torch ops for 75 % of the steady state, and nowhere in the window."""
+    python = {"window": {"sampled_s": 6.0, "lines": [_sampled(34, 4.5), _sampled(20, 1.3, function="setup")]},
+              "profiled_window": {"sampled_s": 0.05, "lines": [_sampled(20, 0.05, function="setup")]}}
+    by_line = [{"op": "aten::mm", "file": "/x/rank.py", "line": 20, "function": "setup", "self_us": 52_000.0}]
+    found = OpHotspot().check(facts(analysis=analysis(window_us=137_000.0, by_name=[_op("aten::mm", 52_000.0, 1)]),
+                                    python=python, ops_by_line=by_line))
+    missed, mm = found
+    assert [w.line for w in missed.where] == [34, 49] and missed.evidence["outside_window"] is True
+    assert missed.severity == "info" and "75% of the steady state" in missed.title and "missed" in missed.fix
+    assert abs(missed.time_lost_s - 0.75 * 0.137) < 1e-9 and mm.where[0].line == 20
+
+
+@silent("op_hotspot")
+def test_op_hotspot_trusts_a_window_that_holds_the_line_or_has_too_few_samples():
+    steady = {"sampled_s": 6.0, "lines": [_sampled(34, 4.5)]}
+    held = {"window": steady, "profiled_window": {"sampled_s": 0.1, "lines": [_sampled(34, 0.07)]}}
+    sparse = {"window": steady, "profiled_window": {"sampled_s": 0.01, "lines": []}}  # 10 samples: too few
+    for python in (held, sparse):
+        assert OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::addmm", 5_000.0)]), python=python)) == []

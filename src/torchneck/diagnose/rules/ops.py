@@ -26,6 +26,9 @@ class OpHotspotEvidence(Record):
     of code usually removes; otherwise the model's own compute, which is context."""
     shapes: list[str | None] = []
     """Its most frequent input shapes (when recorded)."""
+    outside_window: bool = False
+    """A line's time in torch ops, sampled over the steady state, that the profiled window missed
+    (self_us is that time; the trace cannot say which op)."""
 
 
 def is_backward_op(name: str) -> bool:
@@ -54,7 +57,12 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     matmul, a convolution), it is where the time goes, not a problem: `info`, context for the
     rules that name a cause (dtype, tiny ops, threads), which explain it when they apply.
 
-    Time lost: the op's self time, an upper bound (what removing the op entirely would save)."""
+    A profiled window that does not hold the steady state's work (a slice taken during set-up
+    when the program has no step clock) cannot name it: a line the sampler finds inside torch
+    ops for much of the steady state, but hardly in the window, is reported from the samples.
+
+    Time lost: the op's self time, an upper bound (what removing the op entirely would save); for
+    a line outside the window, its sampled time inside torch ops."""
 
     kind = "op_hotspot"
     summary = "One operator takes a large share of the steps (avoidable data movement, or context)."
@@ -66,7 +74,42 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     MIN_SHARE = 0.20
     """One operator taking a fifth of the steady state is the place to look first."""
 
+    WINDOW_MIN_SAMPLED_S = 0.02
+    """A profiled window with fewer than 20 samples of the 1 ms sampler says too little about which
+    lines it holds to call a line missing from it."""
+    MISSED_FACTOR = 0.5
+    """A line missed by the window takes under half its steady-state share there."""
+
     def check(self, facts: Facts) -> list[Finding]:
+        return self._missed_lines(facts) + self._top_op(facts)
+
+    def _missed_lines(self, facts: Facts) -> list[Finding]:
+        """Lines inside torch ops for `MIN_SHARE` of the sampled steady state that the profiled
+        window hardly holds: the trace describes other work."""
+        steady = (facts.python or {}).get("window") or {}
+        profiled = (facts.python or {}).get("profiled_window") or {}
+        total, in_window = steady.get("sampled_s") or 0.0, profiled.get("sampled_s") or 0.0
+        if total <= 0 or in_window < self.WINDOW_MIN_SAMPLED_S or facts.window_s <= 0:
+            return []
+        seen = {(ln["file"], ln["line"]): ln["total_s"] / in_window for ln in profiled.get("lines", [])}
+        out = []
+        for line in steady.get("lines", [])[:5]:
+            if "outside_ops_s" not in line:
+                continue
+            in_ops = line["total_s"] - line["outside_ops_s"]
+            share = in_ops / total
+            if share < self.MIN_SHARE or seen.get((line["file"], line["line"]), 0.0) >= self.MISSED_FACTOR * share:
+                continue
+            lost = share * facts.window_s
+            ev = OpHotspotEvidence(self_us=in_ops * 1e6, count=0, mean_us=0.0, share=share, outside_window=True,
+                                   time_lost_is="upper bound (the line's sampled time inside torch ops)")
+            out.append(self.finding(ev, title=f"{line['function']}() spends {100 * share:.0f}% of the steady state "
+                                              f"inside torch ops at line {line['line']}, outside the profiled window",
+                                    lost_s=lost, pct=facts.pct(lost), severity="info",
+                                    where=where_of([line, *(line.get("callers") or [])])))
+        return out
+
+    def _top_op(self, facts: Facts) -> list[Finding]:
         a = facts.analysis
         if not a or not a.ops.by_name or facts.window_s <= 0:
             return []
@@ -86,6 +129,11 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                              where=facts.lines_for_ops({top.name}), ops=[top.name])]
 
     def fix(self, evidence: OpHotspotEvidence) -> str:
+        if evidence.outside_window:
+            return ("The profiled window missed this line's work (profile it with `--duration` once it runs, or "
+                    "mark its loop's steps, to see its ops). If its result needs less than its ops compute, use "
+                    "a cheaper op (e.g. topk instead of a full sort) or reduce their input; else it is the "
+                    "program's work.")
         if evidence.avoidable:
             return ("This op moves or creates data rather than computing: create tensors where and how they "
                     "are used (device=, dtype=, preallocated instead of torch.cat in a loop), avoid copies and "
