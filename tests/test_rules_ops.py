@@ -231,3 +231,45 @@ def test_op_hotspot_trusts_a_window_that_holds_the_line_or_has_too_few_samples()
     sparse = {"window": steady, "profiled_window": {"sampled_s": 0.01, "lines": []}}  # 10 samples: too few
     for python in (held, sparse):
         assert OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::addmm", 5_000.0)]), python=python)) == []
+
+
+GCN_SCRIPT = """\
+import torch
+def forward(x, a_hat, w):
+    return a_hat @ (x @ w)
+def main(a_sparse, x, w, fixed):
+    a_hat = a_sparse if fixed else a_sparse.to_dense()
+    for _ in range(10):
+        y = forward(x, a_hat, w)
+    b = torch.eye(3)
+    for _ in range(10):
+        y = forward(x, b, w)
+"""
+
+
+def _mm_facts(path, model_line):
+    mm = [_op("aten::mm", 90_000.0, count=35)]
+    by_line = [{"op": "aten::mm", "file": str(path), "line": 3, "function": "forward", "self_us": 90_000.0}]
+    hot = {"file": str(path), "line": 3, "function": "forward", "total_s": 5.0, "self_s": 0.0,
+           "callers": [{"file": str(path), "line": model_line, "function": "main"}]}
+    return facts(analysis=analysis(by_name=mm), ops_by_line=by_line,
+                 python={"window": {"sampled_s": 6.0, "lines": [hot]}})
+
+
+@fires("op_hotspot")
+def test_op_hotspot_a_product_with_an_operand_made_dense_is_avoidable(tmp_path):
+    """The matmul runs in forward(); its operand came in through the call at line 7, assigned from
+    `.to_dense()` at line 5: that line is the one to change."""
+    script = tmp_path / "gcn.py"
+    script.write_text(GCN_SCRIPT)
+    [f] = OpHotspot().check(_mm_facts(script, 7))
+    assert [w.line for w in f.where] == [5, 3] and f.evidence["densified_at"] == 5
+    assert f.severity == "medium" and "torch.sparse.mm" in f.fix and "made dense" in f.title
+
+
+@silent("op_hotspot")
+def test_op_hotspot_a_dense_operand_from_dense_code_stays_context(tmp_path):
+    script = tmp_path / "gcn.py"
+    script.write_text(GCN_SCRIPT)
+    [f] = OpHotspot().check(_mm_facts(script, 10))  # torch.eye: dense from the start
+    assert f.severity == "info" and f.evidence["densified_at"] is None and [w.line for w in f.where] == [3]

@@ -94,20 +94,49 @@ def argument_origin(file: str, line: int, function: str) -> int | None:
              and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) == function]
     if not calls or not isinstance(calls[0].args[0], ast.Name):
         return None
-    name = calls[0].args[0].id
+    found = _assigned_before(tree, file, line, calls[0].args[0].id)
+    return found.lineno if found is not None else None
+
+
+def _assigned_before(tree: ast.Module, file: str, line: int, name: str) -> ast.Assign | ast.AnnAssign | None:
+    """The last assignment to `name` on the way to `line` (see `argument_origin`)."""
     path = enclosing(file, line)
     blocks: list[list[ast.stmt]] = [_scope_body(tree, path)]
     for stmt in path[:-1]:
         blocks += [b for b in (getattr(stmt, k, []) for k in ("body", "orelse", "finalbody"))
                    if any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in b)]
-    best = None
+    best: ast.Assign | ast.AnnAssign | None = None
     for block in blocks:
         for s in block:
             if s.lineno < line and isinstance(s, (ast.Assign, ast.AnnAssign)) and any(
                     isinstance(t, ast.Name) and t.id == name
                     for t in (s.targets if isinstance(s, ast.Assign) else [s.target])):
-                best = max(best or 0, s.lineno)
+                if best is None or s.lineno > best.lineno:
+                    best = s
     return best
+
+
+def densified_at(file: str, line: int) -> int | None:
+    """The line where an operand used at `line` was made dense from a sparse tensor: `.to_dense()`
+    on the line itself, or in the last assignment of a plain name passed or used there
+    (`a = s.to_dense()` ... `model(x, a)`); None otherwise or when the source is unreadable."""
+    tree = _tree(file)
+    path = enclosing(file, line)
+    if tree is None or not path:
+        return None
+    stmt = path[-1]
+
+    def dense(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "to_dense" for n in ast.walk(node))
+
+    if stmt.lineno == line and dense(stmt):
+        return line
+    names = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    for name in sorted(names):
+        found = _assigned_before(tree, file, line, name)
+        if found is not None and found.value is not None and dense(found.value):
+            return found.lineno
+    return None
 
 
 def _scope_body(tree: ast.Module, path: list[ast.stmt]) -> list[ast.stmt]:

@@ -11,7 +11,7 @@ from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import argument_origin, in_loop, rebuilt_tensor
+from ..source import argument_origin, densified_at, in_loop, rebuilt_tensor
 
 
 class OpHotspotEvidence(Record):
@@ -26,6 +26,8 @@ class OpHotspotEvidence(Record):
     of code usually removes; otherwise the model's own compute, which is context."""
     shapes: list[str | None] = []
     """Its most frequent input shapes (when recorded)."""
+    densified_at: int | None = None
+    """The line that made an operand of this product dense from a sparse tensor (`.to_dense()`)."""
     outside_window: bool = False
     """A line's time in torch ops, sampled over the steady state, that the profiled window missed
     (self_us is that time; the trace cannot say which op)."""
@@ -55,7 +57,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     copy, a conversion, torch.cat in a loop) it is work a code change usually removes: `medium`
     at most (its time is an upper bound of the saving). When it is the model's own compute (a
     matmul, a convolution), it is where the time goes, not a problem: `info`, context for the
-    rules that name a cause (dtype, tiny ops, threads), which explain it when they apply.
+    rules that name a cause (dtype, tiny ops, threads), which explain it when they apply. A
+    product whose operand the code made dense from a sparse tensor (`.to_dense()`, on the lines
+    that run it or up their call path) is avoidable too: a sparse product skips the zeros.
 
     A profiled window that does not hold the steady state's work (a slice taken during set-up
     when the program has no step clock) cannot name it: a line the sampler finds inside torch
@@ -118,15 +122,36 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         if share < self.MIN_SHARE:
             return []
         lost = top.self_us / 1e6
-        avoidable = top.name in AVOIDABLE_OPS
+        where = facts.lines_for_ops({top.name})
+        dense = self._densified(facts, where) if top.name in self.MATMULS else None
+        avoidable = top.name in AVOIDABLE_OPS or dense is not None
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
                                time_lost_is="upper bound (the op's whole self time)", avoidable=avoidable,
-                               shapes=[s.shapes for s in a.ops.by_shape if s.name == top.name][:3])
+                               shapes=[s.shapes for s in a.ops.by_shape if s.name == top.name][:3],
+                               densified_at=dense.line if dense else None)
         what = "" if avoidable else " (the model's compute: where the time goes, not a problem by itself)"
+        if dense is not None:
+            what = f" (an operand made dense from a sparse tensor at line {dense.line})"
+            where = [dense, *(w for w in where if (w.file, w.line) != (dense.file, dense.line))]
         return [self.finding(ev, title=f"{top.name} takes {100 * share:.0f}% of the profiled time "
                                        f"({top.count} calls){what}",
                              lost_s=lost, pct=facts.pct(lost), severity=None if avoidable else "info",
-                             where=facts.lines_for_ops({top.name}), ops=[top.name])]
+                             where=where, ops=[top.name])]
+
+    MATMULS = ("aten::mm", "aten::addmm", "aten::matmul", "aten::bmm", "aten::baddbmm", "aten::linear")
+    """Products whose work a sparse operand would shrink to its non-zeros."""
+
+    def _densified(self, facts: Facts, where: list[Where]) -> Where | None:
+        """The line that made an operand of the op dense from a sparse tensor (`.to_dense()`), read
+        from the lines that run it and the lines up their sampled call paths; None when none did."""
+        callers = {(ln["file"], ln["line"]): ln.get("callers") or []
+                   for ln in ((facts.python or {}).get("window") or {}).get("lines", [])}
+        for w in where:
+            for frame in [w, *where_of(callers.get((w.file, w.line), []))]:
+                line = densified_at(frame.file, frame.line)
+                if line is not None:
+                    return Where(file=frame.file, line=line, function=frame.function)
+        return None
 
     def fix(self, evidence: OpHotspotEvidence) -> str:
         if evidence.outside_window:
@@ -134,6 +159,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                     "mark its loop's steps, to see its ops). If its result needs less than its ops compute, use "
                     "a cheaper op (e.g. topk instead of a full sort) or reduce their input; else it is the "
                     "program's work.")
+        if evidence.densified_at is not None:
+            return (f"Keep the matrix made dense at line {evidence.densified_at} sparse and multiply with "
+                    "torch.sparse.mm (or `@` on the sparse tensor): a dense product multiplies every zero, a "
+                    "sparse one only the stored values.")
         if evidence.avoidable:
             return ("This op moves or creates data rather than computing: create tensors where and how they "
                     "are used (device=, dtype=, preallocated instead of torch.cat in a loop), avoid copies and "
