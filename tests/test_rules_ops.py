@@ -160,6 +160,7 @@ for step in range(100):
     out = torch.cat([out, piece])
     buf = torch.zeros(64, 1024)
     total = torch.cat([piece, piece])
+    y = torch.tanh(torch.zeros(64, 1024))
 once = torch.zeros(64, 1024)
 """
 
@@ -198,7 +199,8 @@ def test_rebuilt_tensor_in_a_function_called_from_a_loop(tmp_path):
 def test_rebuilt_tensor_silent_for_one_time_work_new_data_and_cold_lines(tmp_path):
     script = tmp_path / "grow.py"
     script.write_text(REBUILT_SCRIPT)
-    assert RebuiltTensor().check(_rebuilt_facts(script, 8)) == []  # allocated once, outside any loop
+    assert RebuiltTensor().check(_rebuilt_facts(script, 9)) == []  # allocated once, outside any loop
+    assert RebuiltTensor().check(_rebuilt_facts(script, 8)) == []  # the line's time is tanh's too
     assert RebuiltTensor().check(_rebuilt_facts(script, 7)) == []  # a concatenation of new pieces only
     assert RebuiltTensor().check(_rebuilt_facts(script, 4)) == []  # random data, not a buffer
     assert RebuiltTensor().check(_rebuilt_facts(script, 5, seconds=0.5)) == []  # 5 % of the steady state

@@ -161,7 +161,8 @@ FACTORY_CALLS = frozenset({"zeros", "ones", "empty", "full"})
 def rebuilt_tensor(file: str, line: int) -> str | None:
     """How the statement at `line` rebuilds a tensor it could keep: "grows" for `x = torch.cat([x,
     y])` (the target fed back into a concatenation), "allocates" for a `torch.zeros/ones/empty/full`
-    call; None otherwise or when the source is unreadable."""
+    call that is all the line calls (`buf if reuse else torch.zeros(n, d)`); None otherwise or when
+    the source is unreadable."""
     path = enclosing(file, line)
     stmt = path[-1] if path else None
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None or stmt.lineno != line:
@@ -175,12 +176,18 @@ def rebuilt_tensor(file: str, line: int) -> str | None:
             parts = first.elts if isinstance(first, (ast.List, ast.Tuple)) else [first]
             if any(ast.unparse(p) in targets for p in parts):
                 return "grows"
-    for call in calls:
-        f = call.func
-        if isinstance(f, ast.Attribute) and f.attr in FACTORY_CALLS and isinstance(f.value, ast.Name) \
-                and f.value.id == "torch":
-            return "allocates"
+    outer = _outer_calls(stmt.value)  # the line's time is the allocation's only when it calls nothing else
+    if outer and all(isinstance(f := c.func, ast.Attribute) and f.attr in FACTORY_CALLS
+                     and isinstance(f.value, ast.Name) and f.value.id == "torch" for c in outer):
+        return "allocates"
     return None
+
+
+def _outer_calls(node: ast.AST) -> list[ast.Call]:
+    """The calls in `node` that are not inside another call (`model(torch.zeros(n))`: model's)."""
+    if isinstance(node, ast.Call):
+        return [node]
+    return [c for child in ast.iter_child_nodes(node) for c in _outer_calls(child)]
 
 
 def in_loop(file: str, line: int) -> bool:
