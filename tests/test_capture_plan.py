@@ -226,3 +226,17 @@ def test_a_loop_sampled_sparsely_still_reaches_its_steady_state():
         raise AssertionError("a loop sampled once per check never became the steady state")
     busy_then_loop = SteadyState()
     assert not busy_then_loop.update(10_000_000, 1, 50, True, {9}, 0.99)  # imports: start-up
+
+
+def test_a_window_of_module_calls_gives_way_to_the_optimizer_s_steps(run_dir):
+    """Top-level modules called one by one (a ModuleList of tables) tick the module clock many
+    times a step: the window it began, five lookups inside the first step, is replaced once the
+    optimizer's steps begin, and the trace holds whole steps with their optimizer step."""
+    script = SCRIPTS / "module_list_steps.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    cap = json.loads((run_dir / "run.json").read_text())["capture"]
+    assert cap["plan"] == "steps" and cap["why"].startswith("optimizer steps") and cap["stopped_by"] == "steps"
+    assert cap["replaced"] and "module calls" in cap["replaced"] and "better clock" in cap["replaced"]
+    names = {e.get("name", "") for e in _events(run_dir / "trace.json.gz")}
+    assert any(n.startswith("Optimizer.step#SGD.step") for n in names)

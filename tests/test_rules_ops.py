@@ -3,7 +3,13 @@
 from conftest import SCRIPTS, read_report, torchneck
 from rule_cases import analysis, facts, fires, silent
 
-from torchneck.diagnose.rules.ops import ConvBiasBeforeBatchNorm, DispatchOverhead, DtypeFloat64, OpHotspot
+from torchneck.diagnose.rules.ops import (
+    ConvBiasBeforeBatchNorm,
+    DispatchOverhead,
+    DtypeFloat64,
+    OpHotspot,
+    RebuiltTensor,
+)
 from torchneck.model.analysis import CodeSite, ConvBiasBn, Dispatch, Float64Ops, OpRow
 
 
@@ -144,3 +150,128 @@ def test_float64_default_dtype_line_from_a_real_run(tmp_path):
     assert [(c["how"], c["line"]) for c in sources] == [("set_default_dtype", 4), ("from_numpy", 6)]
     (f,) = [f for f in report["findings"] if f["kind"] == "dtype_float64"]
     assert [w["line"] for w in f["where"][:2]] == [4, 6] and "set_default_dtype" in f["fix"]
+
+
+REBUILT_SCRIPT = """\
+import torch
+out = torch.empty(0, 4)
+for step in range(100):
+    piece = torch.randn(8, 4)
+    out = torch.cat([out, piece])
+    buf = torch.zeros(64, 1024)
+    total = torch.cat([piece, piece])
+    y = torch.tanh(torch.zeros(64, 1024))
+once = torch.zeros(64, 1024)
+"""
+
+
+def _rebuilt_facts(path, line, seconds=3.0, callers=()):
+    hot = {"file": str(path), "line": line, "function": "<module>", "total_s": seconds, "self_s": 0.0,
+           "outside_ops_s": 0.0, "callers": list(callers)}
+    return facts(analysis=analysis(), python={"window": {"sampled_s": 10.0, "lines": [hot]}})
+
+
+@fires("rebuilt_tensor")
+def test_rebuilt_tensor_names_the_growing_concatenation_and_the_buffer_allocated_per_pass(tmp_path):
+    """Read from the sampled steady state: the trace's window of early steps sees the
+    concatenation while it is small (its op time there is no guide)."""
+    script = tmp_path / "grow.py"
+    script.write_text(REBUILT_SCRIPT)
+    [grows] = RebuiltTensor().check(_rebuilt_facts(script, 5))
+    assert grows.kind == "rebuilt_tensor" and (grows.where[0].file, grows.where[0].line) == (str(script), 5)
+    assert grows.evidence["pattern"] == "grows" and "torch.cat in a loop" in grows.fix
+    assert abs(grows.time_lost_s - 0.3 * 0.1) < 1e-12  # 30 % of the steady state, over the 100 ms window
+    [allocates] = RebuiltTensor().check(_rebuilt_facts(script, 6))
+    assert allocates.evidence["pattern"] == "allocates" and "reuse" in allocates.fix
+
+
+@fires("rebuilt_tensor")
+def test_rebuilt_tensor_in_a_function_called_from_a_loop(tmp_path):
+    script = tmp_path / "serve.py"
+    script.write_text("import torch\ndef handle(n):\n    cache = torch.zeros(8, 4096)\n    return cache[:n]\n"
+                      "for i in range(50):\n    handle(i)\n")
+    caller = {"file": str(script), "line": 6, "function": "<module>"}
+    [f] = RebuiltTensor().check(_rebuilt_facts(script, 3, callers=[caller]))
+    assert [w.line for w in f.where] == [3, 6]
+
+
+@silent("rebuilt_tensor")
+def test_rebuilt_tensor_silent_for_one_time_work_new_data_and_cold_lines(tmp_path):
+    script = tmp_path / "grow.py"
+    script.write_text(REBUILT_SCRIPT)
+    assert RebuiltTensor().check(_rebuilt_facts(script, 9)) == []  # allocated once, outside any loop
+    assert RebuiltTensor().check(_rebuilt_facts(script, 8)) == []  # the line's time is tanh's too
+    assert RebuiltTensor().check(_rebuilt_facts(script, 7)) == []  # a concatenation of new pieces only
+    assert RebuiltTensor().check(_rebuilt_facts(script, 4)) == []  # random data, not a buffer
+    assert RebuiltTensor().check(_rebuilt_facts(script, 5, seconds=0.5)) == []  # 5 % of the steady state
+
+
+def _sampled(line, total_s, outside_s=0.0, function="evaluate"):
+    return {"file": "/x/rank.py", "line": line, "function": function, "total_s": total_s, "self_s": 0.0,
+            "outside_ops_s": outside_s, "callers": [{"file": "/x/rank.py", "line": 49, "function": "main"}]}
+
+
+@fires("op_hotspot")
+def test_op_hotspot_names_a_line_the_profiled_window_missed():
+    """No step clock: the slice was taken during set-up (one big matmul at line 20); the sampler
+    finds line 34 inside torch ops for 75 % of the steady state, and nowhere in the window."""
+    python = {"window": {"sampled_s": 6.0, "lines": [_sampled(34, 4.5), _sampled(20, 1.3, function="setup")]},
+              "profiled_window": {"sampled_s": 0.05, "lines": [_sampled(20, 0.05, function="setup")]}}
+    by_line = [{"op": "aten::mm", "file": "/x/rank.py", "line": 20, "function": "setup", "self_us": 52_000.0}]
+    found = OpHotspot().check(facts(analysis=analysis(window_us=137_000.0, by_name=[_op("aten::mm", 52_000.0, 1)]),
+                                    python=python, ops_by_line=by_line))
+    missed, mm = found
+    assert [w.line for w in missed.where] == [34, 49] and missed.evidence["outside_window"] is True
+    assert missed.severity == "info" and "75% of the steady state" in missed.title and "missed" in missed.fix
+    assert abs(missed.time_lost_s - 0.75 * 0.137) < 1e-9 and mm.where[0].line == 20
+
+
+@silent("op_hotspot")
+def test_op_hotspot_trusts_a_window_that_holds_the_line_or_has_too_few_samples():
+    steady = {"sampled_s": 6.0, "lines": [_sampled(34, 4.5)]}
+    held = {"window": steady, "profiled_window": {"sampled_s": 0.1, "lines": [_sampled(34, 0.07)]}}
+    sparse = {"window": steady, "profiled_window": {"sampled_s": 0.01, "lines": []}}  # 10 samples: too few
+    for python in (held, sparse):
+        assert OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::addmm", 5_000.0)]), python=python)) == []
+
+
+GCN_SCRIPT = """\
+import torch
+def forward(x, a_hat, w):
+    return a_hat @ (x @ w)
+def main(a_sparse, x, w, fixed):
+    a_hat = a_sparse if fixed else a_sparse.to_dense()
+    for _ in range(10):
+        y = forward(x, a_hat, w)
+    b = torch.eye(3)
+    for _ in range(10):
+        y = forward(x, b, w)
+"""
+
+
+def _mm_facts(path, model_line):
+    mm = [_op("aten::mm", 90_000.0, count=35)]
+    by_line = [{"op": "aten::mm", "file": str(path), "line": 3, "function": "forward", "self_us": 90_000.0}]
+    hot = {"file": str(path), "line": 3, "function": "forward", "total_s": 5.0, "self_s": 0.0,
+           "callers": [{"file": str(path), "line": model_line, "function": "main"}]}
+    return facts(analysis=analysis(by_name=mm), ops_by_line=by_line,
+                 python={"window": {"sampled_s": 6.0, "lines": [hot]}})
+
+
+@fires("op_hotspot")
+def test_op_hotspot_a_product_with_an_operand_made_dense_is_avoidable(tmp_path):
+    """The matmul runs in forward(); its operand came in through the call at line 7, assigned from
+    `.to_dense()` at line 5: that line is the one to change."""
+    script = tmp_path / "gcn.py"
+    script.write_text(GCN_SCRIPT)
+    [f] = OpHotspot().check(_mm_facts(script, 7))
+    assert [w.line for w in f.where] == [5, 3] and f.evidence["densified_at"] == 5
+    assert f.severity == "medium" and "torch.sparse.mm" in f.fix and "made dense" in f.title
+
+
+@silent("op_hotspot")
+def test_op_hotspot_a_dense_operand_from_dense_code_stays_context(tmp_path):
+    script = tmp_path / "gcn.py"
+    script.write_text(GCN_SCRIPT)
+    [f] = OpHotspot().check(_mm_facts(script, 10))  # torch.eye: dense from the start
+    assert f.severity == "info" and f.evidence["densified_at"] is None and [w.line for w in f.where] == [3]

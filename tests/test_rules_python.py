@@ -84,3 +84,51 @@ def test_python_hotspot_a_hot_loop_and_its_body_are_one_finding(tmp_path):
     cold_header = _window(line(4, 0.05), line(5, 0.3))  # the body's own work, the loop line not hot
     [body] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=cold_header))
     assert [w.line for w in body.where] == [5]
+
+
+CHECKPOINT_SCRIPT = """\
+import os, torch
+def save_checkpoint(path, state):
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)
+def main(model):
+    for step in range(300):
+        x = torch.randn(4, 4)
+        y = model(x)
+        if (step + 1) % 1 == 0:
+            save_checkpoint("ck.pt", model.state_dict())
+main(None)
+"""
+
+
+def _at(path, line, function, total_s, library="", callers=(), waiting_s=0.0):
+    return {"file": str(path), "line": line, "function": function, "total_s": total_s, "self_s": total_s,
+            "outside_ops_s": total_s, "waiting_s": waiting_s, "library": library, "callers": list(callers)}
+
+
+@fires("python_hotspot")
+def test_python_hotspot_a_helper_s_lines_under_one_call_are_one_finding_at_its_frequency(tmp_path):
+    """torch.save then os.replace in a save_checkpoint() called every step: one call's cost (77 %),
+    not two findings that split it; done too often, so the `if` that says how often is named."""
+    script = tmp_path / "ckpt.py"
+    script.write_text(CHECKPOINT_SCRIPT)
+    callers = [{"file": str(script), "line": 10, "function": "main"}, {"file": str(script), "line": 11,
+                                                                        "function": "<module>"}]
+    replace = _at(script, 4, "save_checkpoint", 0.42, "PurePath.__fspath__ (pathlib.py)", callers, waiting_s=0.33)
+    save = _at(script, 3, "save_checkpoint", 0.35, "save (serialization.py)", callers)
+    [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(replace, save)))
+    assert [w.line for w in f.where] == [4, 3, 10, 9, 11]  # the helper, its call, the `if` above it
+    assert abs(f.time_lost_s - 0.77) < 1e-12 and "less often" in f.fix and "in save" in f.title
+
+
+@fires("python_hotspot")
+def test_python_hotspot_lines_of_a_loop_in_one_function_stay_apart(tmp_path):
+    """main() runs the steps: its hot lines are problems of their own, though one call holds them."""
+    script = tmp_path / "ckpt.py"
+    script.write_text(CHECKPOINT_SCRIPT)
+    callers = [{"file": str(script), "line": 11, "function": "<module>"}]
+    data = _at(script, 7, "main", 0.3, callers=callers)
+    fmt = _at(script, 8, "main", 0.2, callers=callers)
+    found = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(data, fmt)))
+    assert [f.where[0].line for f in found] == [7, 8]
+    assert all(9 not in [w.line for w in f.where] for f in found)  # not done too often: no `if` named

@@ -37,6 +37,36 @@ def test_zero_grad_silent_when_the_fills_are_elsewhere():
     assert ZeroGradKernels().check(facts(analysis=analysis(by_name=[_op("aten::zero_", 6_000.0)]))) == []
 
 
+def _zero_grad_facts(by_line, lines):
+    fills = [_op("aten::fill_", 800.0, count=19)]
+    spans = [Annotation(name="Optimizer.zero_grad#SGD.zero_grad", count=2, total_us=3_000.0)]
+    return facts(analysis=analysis(window_us=33_000.0, by_name=fills, annotations=spans), ops_by_line=by_line,
+                 python={"window": {"sampled_s": 5.0, "lines": lines}})
+
+
+@fires("zero_grad")
+def test_zero_grad_measured_over_the_steady_state_when_the_window_came_early():
+    """One head per task: in an early window few gradients exist and zeroing is 2 % of it; the
+    sampler finds the zero_grad line at 26 % of the steady state, once every head has a gradient."""
+    by_line = [{"op": "aten::fill_", "file": "/x/mt.py", "line": 35, "function": "zg", "self_us": 700.0},
+               {"op": "aten::_foreach_zero_", "file": "/x/mt.py", "line": 35, "function": "zg", "self_us": 50.0}]
+    lines = [{"file": "/x/mt.py", "line": 35, "function": "zg", "total_s": 1.3},
+             {"file": "/x/mt.py", "line": 53, "function": "fit", "total_s": 2.0}]
+    [f] = ZeroGradKernels().check(_zero_grad_facts(by_line, lines))
+    assert f.where[0].line == 35 and abs(f.evidence["sampled_share"] - 0.26) < 1e-9
+    assert abs(f.time_lost_s - 0.26 * 0.033) < 1e-12 and "26% of the steady state" in f.title
+
+
+@silent("zero_grad")
+def test_zero_grad_leaves_the_fills_of_a_backward_to_it():
+    """Gradients of indexing are fills too: a backward line full of them is not zero_grad's."""
+    by_line = [{"op": "aten::fill_", "file": "/x/g.py", "line": 72, "function": "main", "self_us": 6e6},
+               {"op": "autograd::engine::evaluate_function: IndexBackward0", "file": "/x/g.py", "line": 72,
+                "function": "main", "self_us": 3e4}]
+    lines = [{"file": "/x/g.py", "line": 72, "function": "main", "total_s": 4.5}]
+    assert ZeroGradKernels().check(_zero_grad_facts(by_line, lines)) == []  # the trace's 2 %: below 3 %
+
+
 def _inference(by_name=("aten::addmm",)):
     return analysis(by_name=[_op(n, 1000.0) for n in by_name])
 

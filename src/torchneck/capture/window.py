@@ -263,6 +263,7 @@ class ProfiledWindow:
         if log.kind is None or CLOCK_RANK[kind] > CLOCK_RANK[log.kind]:
             if log.kind is not None:
                 log.ticks = []  # restart counting on the better clock
+                self._restep(log.kind)
             log.kind = kind
             if kind != "module":
                 self._remove_module_hooks()
@@ -280,6 +281,27 @@ class ProfiledWindow:
             self._step_clock(now)
         finally:
             self._busy = False
+
+    def _restep(self, weaker: str) -> None:
+        """A better clock has begun: a window of steps timed by the module clock (calls of top-level
+        modules) is replaced once by one of the new clock's steps. Those calls were not steps:
+        26 embedding tables called one by one made a window of five lookups inside the first
+        training step, the optimizer's step never in it."""
+        if weaker != "module" or self.capture.plan != "steps" or self._superseded or self.aside \
+                or self.options.all or (self.watch is not None and self.watch.sessions):
+            return
+        if self.state == "recording":
+            if self._spans.depth or self._lines.open_spans[0]:
+                return  # a span opened in this session closes later: a second session could corrupt memory
+            self.finish("superseded", export=False)
+        elif self.state != "done":
+            return
+        cap = self.capture
+        began_s = ((cap.window_start_ns or 0) - self.started_ns) / 1e9
+        cap.replaced = f"a window of {weaker} calls from {began_s:.1f} s, replaced by a better clock's steps"
+        self._superseded = True
+        self.state = "waiting"
+        cap.plan = "none"
 
     def _step_clock(self, now: int) -> None:
         opts, log, cap = self.options, self.log, self.capture

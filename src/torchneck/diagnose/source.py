@@ -94,20 +94,49 @@ def argument_origin(file: str, line: int, function: str) -> int | None:
              and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) == function]
     if not calls or not isinstance(calls[0].args[0], ast.Name):
         return None
-    name = calls[0].args[0].id
+    found = _assigned_before(tree, file, line, calls[0].args[0].id)
+    return found.lineno if found is not None else None
+
+
+def _assigned_before(tree: ast.Module, file: str, line: int, name: str) -> ast.Assign | ast.AnnAssign | None:
+    """The last assignment to `name` on the way to `line` (see `argument_origin`)."""
     path = enclosing(file, line)
     blocks: list[list[ast.stmt]] = [_scope_body(tree, path)]
     for stmt in path[:-1]:
         blocks += [b for b in (getattr(stmt, k, []) for k in ("body", "orelse", "finalbody"))
                    if any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in b)]
-    best = None
+    best: ast.Assign | ast.AnnAssign | None = None
     for block in blocks:
         for s in block:
             if s.lineno < line and isinstance(s, (ast.Assign, ast.AnnAssign)) and any(
                     isinstance(t, ast.Name) and t.id == name
                     for t in (s.targets if isinstance(s, ast.Assign) else [s.target])):
-                best = max(best or 0, s.lineno)
+                if best is None or s.lineno > best.lineno:
+                    best = s
     return best
+
+
+def densified_at(file: str, line: int) -> int | None:
+    """The line where an operand used at `line` was made dense from a sparse tensor: `.to_dense()`
+    on the line itself, or in the last assignment of a plain name passed or used there
+    (`a = s.to_dense()` ... `model(x, a)`); None otherwise or when the source is unreadable."""
+    tree = _tree(file)
+    path = enclosing(file, line)
+    if tree is None or not path:
+        return None
+    stmt = path[-1]
+
+    def dense(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "to_dense" for n in ast.walk(node))
+
+    if stmt.lineno == line and dense(stmt):
+        return line
+    names = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    for name in sorted(names):
+        found = _assigned_before(tree, file, line, name)
+        if found is not None and found.value is not None and dense(found.value):
+            return found.lineno
+    return None
 
 
 def _scope_body(tree: ast.Module, path: list[ast.stmt]) -> list[ast.stmt]:
@@ -120,3 +149,47 @@ def _scope_body(tree: ast.Module, path: list[ast.stmt]) -> list[ast.stmt]:
         if isinstance(body, list) and first in body:
             return body
     return tree.body
+
+
+GROWING_CALLS = frozenset({"cat", "concat", "concatenate", "hstack", "vstack", "row_stack", "column_stack", "append"})
+"""Calls that build a new tensor (or array) from the ones they are given: fed the result of their
+previous call, each pass copies everything gathered so far."""
+FACTORY_CALLS = frozenset({"zeros", "ones", "empty", "full"})
+"""torch's factories of a tensor of a given size and fixed content: a buffer, not data."""
+
+
+def rebuilt_tensor(file: str, line: int) -> str | None:
+    """How the statement at `line` rebuilds a tensor it could keep: "grows" for `x = torch.cat([x,
+    y])` (the target fed back into a concatenation), "allocates" for a `torch.zeros/ones/empty/full`
+    call that is all the line calls (`buf if reuse else torch.zeros(n, d)`); None otherwise or when
+    the source is unreadable."""
+    path = enclosing(file, line)
+    stmt = path[-1] if path else None
+    if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None or stmt.lineno != line:
+        return None
+    targets = {ast.unparse(t) for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])}
+    calls = [n for n in ast.walk(stmt.value) if isinstance(n, ast.Call)]
+    for call in calls:
+        name = getattr(call.func, "attr", None) or getattr(call.func, "id", None)
+        if name in GROWING_CALLS and call.args:
+            first = call.args[0]
+            parts = first.elts if isinstance(first, (ast.List, ast.Tuple)) else [first]
+            if any(ast.unparse(p) in targets for p in parts):
+                return "grows"
+    outer = _outer_calls(stmt.value)  # the line's time is the allocation's only when it calls nothing else
+    if outer and all(isinstance(f := c.func, ast.Attribute) and f.attr in FACTORY_CALLS
+                     and isinstance(f.value, ast.Name) and f.value.id == "torch" for c in outer):
+        return "allocates"
+    return None
+
+
+def _outer_calls(node: ast.AST) -> list[ast.Call]:
+    """The calls in `node` that are not inside another call (`model(torch.zeros(n))`: model's)."""
+    if isinstance(node, ast.Call):
+        return [node]
+    return [c for child in ast.iter_child_nodes(node) for c in _outer_calls(child)]
+
+
+def in_loop(file: str, line: int) -> bool:
+    """True when `line` runs inside a `for` or `while` of its own function."""
+    return any(isinstance(s, (ast.For, ast.AsyncFor, ast.While)) and s.lineno != line for s in enclosing(file, line))

@@ -11,7 +11,7 @@ from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import argument_origin
+from ..source import argument_origin, densified_at, in_loop, rebuilt_tensor
 
 
 class OpHotspotEvidence(Record):
@@ -26,6 +26,11 @@ class OpHotspotEvidence(Record):
     of code usually removes; otherwise the model's own compute, which is context."""
     shapes: list[str | None] = []
     """Its most frequent input shapes (when recorded)."""
+    densified_at: int | None = None
+    """The line that made an operand of this product dense from a sparse tensor (`.to_dense()`)."""
+    outside_window: bool = False
+    """A line's time in torch ops, sampled over the steady state, that the profiled window missed
+    (self_us is that time; the trace cannot say which op)."""
 
 
 def is_backward_op(name: str) -> bool:
@@ -52,9 +57,16 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     copy, a conversion, torch.cat in a loop) it is work a code change usually removes: `medium`
     at most (its time is an upper bound of the saving). When it is the model's own compute (a
     matmul, a convolution), it is where the time goes, not a problem: `info`, context for the
-    rules that name a cause (dtype, tiny ops, threads), which explain it when they apply.
+    rules that name a cause (dtype, tiny ops, threads), which explain it when they apply. A
+    product whose operand the code made dense from a sparse tensor (`.to_dense()`, on the lines
+    that run it or up their call path) is avoidable too: a sparse product skips the zeros.
 
-    Time lost: the op's self time, an upper bound (what removing the op entirely would save)."""
+    A profiled window that does not hold the steady state's work (a slice taken during set-up
+    when the program has no step clock) cannot name it: a line the sampler finds inside torch
+    ops for much of the steady state, but hardly in the window, is reported from the samples.
+
+    Time lost: the op's self time, an upper bound (what removing the op entirely would save); for
+    a line outside the window, its sampled time inside torch ops."""
 
     kind = "op_hotspot"
     summary = "One operator takes a large share of the steps (avoidable data movement, or context)."
@@ -66,7 +78,42 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     MIN_SHARE = 0.20
     """One operator taking a fifth of the steady state is the place to look first."""
 
+    WINDOW_MIN_SAMPLED_S = 0.02
+    """A profiled window with fewer than 20 samples of the 1 ms sampler says too little about which
+    lines it holds to call a line missing from it."""
+    MISSED_FACTOR = 0.5
+    """A line missed by the window takes under half its steady-state share there."""
+
     def check(self, facts: Facts) -> list[Finding]:
+        return self._missed_lines(facts) + self._top_op(facts)
+
+    def _missed_lines(self, facts: Facts) -> list[Finding]:
+        """Lines inside torch ops for `MIN_SHARE` of the sampled steady state that the profiled
+        window hardly holds: the trace describes other work."""
+        steady = (facts.python or {}).get("window") or {}
+        profiled = (facts.python or {}).get("profiled_window") or {}
+        total, in_window = steady.get("sampled_s") or 0.0, profiled.get("sampled_s") or 0.0
+        if total <= 0 or in_window < self.WINDOW_MIN_SAMPLED_S or facts.window_s <= 0:
+            return []
+        seen = {(ln["file"], ln["line"]): ln["total_s"] / in_window for ln in profiled.get("lines", [])}
+        out = []
+        for line in steady.get("lines", [])[:5]:
+            if "outside_ops_s" not in line:
+                continue
+            in_ops = line["total_s"] - line["outside_ops_s"]
+            share = in_ops / total
+            if share < self.MIN_SHARE or seen.get((line["file"], line["line"]), 0.0) >= self.MISSED_FACTOR * share:
+                continue
+            lost = share * facts.window_s
+            ev = OpHotspotEvidence(self_us=in_ops * 1e6, count=0, mean_us=0.0, share=share, outside_window=True,
+                                   time_lost_is="upper bound (the line's sampled time inside torch ops)")
+            out.append(self.finding(ev, title=f"{line['function']}() spends {100 * share:.0f}% of the steady state "
+                                              f"inside torch ops at line {line['line']}, outside the profiled window",
+                                    lost_s=lost, pct=facts.pct(lost), severity="info",
+                                    where=where_of([line, *(line.get("callers") or [])])))
+        return out
+
+    def _top_op(self, facts: Facts) -> list[Finding]:
         a = facts.analysis
         if not a or not a.ops.by_name or facts.window_s <= 0:
             return []
@@ -75,23 +122,122 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         if share < self.MIN_SHARE:
             return []
         lost = top.self_us / 1e6
-        avoidable = top.name in AVOIDABLE_OPS
+        where = facts.lines_for_ops({top.name})
+        dense = self._densified(facts, where) if top.name in self.MATMULS else None
+        avoidable = top.name in AVOIDABLE_OPS or dense is not None
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
                                time_lost_is="upper bound (the op's whole self time)", avoidable=avoidable,
-                               shapes=[s.shapes for s in a.ops.by_shape if s.name == top.name][:3])
+                               shapes=[s.shapes for s in a.ops.by_shape if s.name == top.name][:3],
+                               densified_at=dense.line if dense else None)
         what = "" if avoidable else " (the model's compute: where the time goes, not a problem by itself)"
+        if dense is not None:
+            what = f" (an operand made dense from a sparse tensor at line {dense.line})"
+            where = [dense, *(w for w in where if (w.file, w.line) != (dense.file, dense.line))]
         return [self.finding(ev, title=f"{top.name} takes {100 * share:.0f}% of the profiled time "
                                        f"({top.count} calls){what}",
                              lost_s=lost, pct=facts.pct(lost), severity=None if avoidable else "info",
-                             where=facts.lines_for_ops({top.name}), ops=[top.name])]
+                             where=where, ops=[top.name])]
+
+    MATMULS = ("aten::mm", "aten::addmm", "aten::matmul", "aten::bmm", "aten::baddbmm", "aten::linear")
+    """Products whose work a sparse operand would shrink to its non-zeros."""
+
+    def _densified(self, facts: Facts, where: list[Where]) -> Where | None:
+        """The line that made an operand of the op dense from a sparse tensor (`.to_dense()`), read
+        from the lines that run it and the lines up their sampled call paths; None when none did."""
+        callers = {(ln["file"], ln["line"]): ln.get("callers") or []
+                   for ln in ((facts.python or {}).get("window") or {}).get("lines", [])}
+        for w in where:
+            for frame in [w, *where_of(callers.get((w.file, w.line), []))]:
+                line = densified_at(frame.file, frame.line)
+                if line is not None:
+                    return Where(file=frame.file, line=line, function=frame.function)
+        return None
 
     def fix(self, evidence: OpHotspotEvidence) -> str:
+        if evidence.outside_window:
+            return ("The profiled window missed this line's work (profile it with `--duration` once it runs, or "
+                    "mark its loop's steps, to see its ops). If its result needs less than its ops compute, use "
+                    "a cheaper op (e.g. topk instead of a full sort) or reduce their input; else it is the "
+                    "program's work.")
+        if evidence.densified_at is not None:
+            return (f"Keep the matrix made dense at line {evidence.densified_at} sparse and multiply with "
+                    "torch.sparse.mm (or `@` on the sparse tensor): a dense product multiplies every zero, a "
+                    "sparse one only the stored values.")
         if evidence.avoidable:
             return ("This op moves or creates data rather than computing: create tensors where and how they "
                     "are used (device=, dtype=, preallocated instead of torch.cat in a loop), avoid copies and "
                     "conversions inside the step.")
         return ("If this op is needed at this size and precision, it is the model's work; otherwise reduce its "
                 "input, batch its calls, or use a cheaper equivalent (the lines shown run it).")
+
+
+class RebuiltTensorEvidence(Record):
+    pattern: str
+    """"grows" (a concatenation fed its own result) or "allocates" (a torch.zeros/ones/empty/full)."""
+    line_total_s: float
+    """Sampled seconds on the line over the steady state, its torch ops included."""
+    sampled_s: float
+    """All sampled seconds of the steady state."""
+
+
+@register
+class RebuiltTensor(Rule[RebuiltTensorEvidence]):
+    """A line that runs again and again (in a loop, or in a function called from one) rebuilds a
+    tensor it could keep: `x = torch.cat([x, y])` copies everything gathered so far on every pass
+    (quadratic), `buf = torch.zeros(...)` allocates and fills a buffer on every call. Read from
+    the sampled steady state, not the trace: a profiled window of a few early steps sees the
+    concatenation while it is still small, or a window inside one request misses the allocation.
+
+    Time lost: the line's sampled share of the steady state (its ops included) applied to the
+    window: what keeping the tensor saves at most (one final concatenation, or one fill of the
+    part used, remains)."""
+
+    kind = "rebuilt_tensor"
+    summary = "A loop rebuilds a tensor every pass: torch.cat onto a growing tensor, a buffer allocated per call."
+    docs = DOCS["tuning"]
+    evidence_type = RebuiltTensorEvidence
+    confidence = "upper_bound"
+    saving_basis = "the line's sampled time over the steady state, its ops included (keeping the tensor saves most)"
+    MIN_SHARE = 0.10
+    """As python_hotspot's: a line taking a tenth of the steady state is worth changing."""
+    MIN_SAMPLED_S = 0.01
+    """As python_hotspot's: ten samples of the 1 ms sampler, fewer do not tell a line from its neighbours."""
+    LINES_CONSIDERED = 5
+    """Only the top sampled lines: below them no line reaches MIN_SHARE."""
+
+    def check(self, facts: Facts) -> list[Finding]:
+        win = (facts.python or {}).get("window") or {}
+        total = win.get("sampled_s") or 0.0
+        if total <= 0 or facts.window_s <= 0:
+            return []
+        out = []
+        for line in win.get("lines", [])[: self.LINES_CONSIDERED]:
+            seconds = line.get("total_s") or 0.0
+            if seconds < self.MIN_SHARE * total or seconds < self.MIN_SAMPLED_S:
+                continue
+            pattern = rebuilt_tensor(line["file"], line["line"])
+            callers = line.get("callers") or []
+            if pattern is None or not (in_loop(line["file"], line["line"])
+                                       or any(in_loop(c["file"], c["line"]) for c in callers)):
+                continue  # runs once: nothing to keep between passes
+            share = seconds / total
+            lost = share * facts.window_s
+            what = ("concatenates onto a growing tensor on every pass" if pattern == "grows"
+                    else "allocates a new tensor on every call")
+            out.append(self.finding(
+                RebuiltTensorEvidence(pattern=pattern, line_total_s=seconds, sampled_s=total),
+                title=f"{line['function']}() {what}: {100 * share:.0f}% of the steady state at line {line['line']}",
+                lost_s=lost, pct=facts.pct(lost), where=where_of([line, *callers])))
+        return out
+
+    def fix(self, evidence: RebuiltTensorEvidence) -> str:
+        if evidence.pattern == "grows":
+            return ("Collect the pieces in a list and call torch.cat once after the loop, or preallocate the "
+                    "full tensor and write each piece into its slice (out[i:i + n] = piece): torch.cat in a loop "
+                    "copies everything gathered so far on every pass, quadratic in the result's size.")
+        return ("Allocate the buffer once (outside the loop, or in __init__) and reuse it, resetting only the "
+                "part each call uses (buf[:, :n].zero_(), or overwrite it): a new tensor per call pays the "
+                "allocation and the fill of all of it every time, however little is used.")
 
 
 @register

@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 
 from ...model.base import Record
-from ...model.findings import Finding
+from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import enclosing
+from ..source import enclosing, in_loop, names_in
 
 
 def _runs_the_model(callee: str, files: tuple[str, ...]) -> bool:
@@ -123,14 +123,17 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 continue  # torch's own overhead (autograd engine, optimizer loop): other rules' evidence
             hot.append((line, outside))
         out = []
-        for line, outside, body in _loops(hot, total * self.MIN_SHARE):
+        for line, outside, body, helper in _one_call(_loops(hot, total * self.MIN_SHARE)):
             share = outside / total
             if share < self.MIN_SHARE or outside < self.MIN_SAMPLED_S:
                 continue
             lost = share * facts.window_s
-            callee = line.get("library") or ""
-            waiting = line.get("waiting_s") or 0.0
-            ev = PythonHotspotEvidence(outside_torch_s=outside, self_python_s=line["self_s"], waiting_s=waiting,
+            lines = [line, *helper]
+            callee = next((c for c in (ln.get("library") or "" for ln in lines) if asks_too_often(c)),
+                          line.get("library") or "")
+            waiting = sum(ln.get("waiting_s") or 0.0 for ln in lines)
+            ev = PythonHotspotEvidence(outside_torch_s=outside, self_python_s=sum(ln["self_s"] for ln in lines),
+                                       waiting_s=waiting,
                                        line_total_s=line["total_s"], sampled_s=total, calls_into=callee,
                                        waits=waiting >= self.WAITING_SHARE * outside)
             library = callee.split(" (")[0]
@@ -139,13 +142,18 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 title = (f"{line['function']}() waits{what} {100 * share:.0f}% of each step, off the CPU "
                          "(blocked: sleep, I/O, a lock or a queue)")
             else:
-                what = f"in {library}" if callee and line["self_s"] < 0.5 * outside else "in Python"
+                what = f"in {library}" if callee and (ev.self_python_s < 0.5 * outside or asks_too_often(callee)) \
+                    else "in Python"
                 title = f"{line['function']}() spends {100 * share:.0f}% of each step {what}, outside torch ops"
             if body:
                 title += f" (the loop at line {line['line']} and its body)"
             callers = line.get("callers") or []  # one call path carries the line's time: the fix may go there
-            out.append(self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost),
-                                    where=where_of([line, *body, *callers]),
+            if helper and callers:
+                title += f" (lines {', '.join(str(ln['line']) for ln in lines)}, called at line {callers[0]['line']})"
+            where = where_of([line, *helper, *body, *callers])
+            if asks_too_often(callee):  # done too often: the condition that says how often is the place
+                where = _with_guard(where)
+            out.append(self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost), where=where,
                                     docs=DOCS["dataloader"] if ev.waits else None))
         return out
 
@@ -173,6 +181,47 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         return ("Do this work with torch ops on the tensors you already have (e.g. torch.nonzero / "
                 "torch.where instead of a NumPy round trip, vectorised ops instead of Python loops), "
                 "or move it out of the step.")
+
+
+def _one_call(entries: list[tuple[dict, float, list[dict]]]) -> list[tuple[dict, float, list[dict], list[dict]]]:
+    """Hot lines of one helper function reached through the same call (`torch.save(...)` then
+    `os.replace(...)` in a `save_checkpoint()` called at one line) are one problem: that call's
+    cost, changed where it is made. Lines in a loop of their function (a `main()` that runs the
+    steps) are problems apart. Each entry gains the other lines of its call (`helper`)."""
+    out: list[tuple[dict, float, list[dict], list[dict]]] = []
+    first: dict[tuple, int] = {}
+    for line, seconds, body in entries:
+        callers = line.get("callers") or []
+        key = (line["file"], line["function"], callers[0]["file"], callers[0]["line"]) \
+            if callers and not in_loop(line["file"], line["line"]) else None  # a loop's lines: problems apart
+        if key is not None and key in first:
+            main, total, main_body, helper = out[first[key]]
+            out[first[key]] = (main, total + seconds, main_body + body, [*helper, line])
+            continue
+        if key is not None:
+            first[key] = len(out)
+        out.append((line, seconds, body, []))
+    return out
+
+
+def _with_guard(where: list[Where]) -> list[Where]:
+    """`where`, with the `if` that decides how often a repeated line runs (its test reads the loop's
+    counter or takes a modulo: `if step % 1 == 0: save_checkpoint(...)`) inserted after the first
+    line that runs inside a loop under one."""
+    for i, w in enumerate(where):
+        path = enclosing(w.file, w.line)
+        loops = [j for j, s in enumerate(path)
+                 if isinstance(s, (ast.For, ast.AsyncFor, ast.While)) and s.lineno != w.line]
+        if not loops:
+            continue
+        loop = path[loops[-1]]
+        counters = names_in(loop.target) if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
+        guards = [s for s in path[loops[-1] + 1:] if isinstance(s, ast.If) and s.lineno != w.line
+                  and (names_in(s.test) & counters or any(isinstance(n, ast.Mod) for n in ast.walk(s.test)))]
+        if guards and all((g.file, g.line) != (w.file, guards[-1].lineno) for g in where):
+            return where[: i + 1] + [Where(file=w.file, line=guards[-1].lineno, function=w.function)] + where[i + 1:]
+        return where
+    return where
 
 
 def _loops(hot: list[tuple[dict, float]], least_s: float) -> list[tuple[dict, float, list[dict]]]:

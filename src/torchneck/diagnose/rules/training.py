@@ -13,6 +13,7 @@ from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import enclosing, names_in
+from .ops import is_backward_op
 
 
 class InputPipelineEvidence(Record):
@@ -175,6 +176,9 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
 class ZeroGradEvidence(Record):
     zero_grad_spans: list[Annotation] = []
     fill_ops: list[OpRow] = []
+    sampled_share: float | None = None
+    """The share of the sampled steady state on the lines that ran the fills, when it is the
+    larger measure (the window's steps ran before most gradients existed)."""
 
 
 @register
@@ -184,7 +188,10 @@ class ZeroGradKernels(Rule[ZeroGradEvidence]):
     backward write them directly.
 
     Time lost: the self time of `aten::zero_` / `aten::fill_` in the window when the trace has
-    `Optimizer.zero_grad` spans (the fills run inside them)."""
+    `Optimizer.zero_grad` spans (the fills run inside them); or, when larger, the sampled share of
+    the steady state of the lines that ran them (lines that ran little else): gradients that exist
+    only once a part of the model has run (one head per task, per-branch layers) are few in an
+    early window, all of them later."""
 
     kind = "zero_grad"
     summary = "Gradients are zeroed with fills every step instead of being set to None."
@@ -202,16 +209,50 @@ class ZeroGradKernels(Rule[ZeroGradEvidence]):
         spans = [x for x in a.ops.annotations if x.name.startswith("Optimizer.zero_grad")]
         if not spans:
             return []
-        fills = [o for o in a.ops.by_name if o.name in ("aten::zero_", "aten::fill_")]
+        fills = [o for o in a.ops.by_name if o.name in self.FILLS]
         time_s = min(sum(o.self_us for o in fills), sum(x.total_us for x in spans)) / 1e6
+        sampled = self._sampled_share(facts)
+        if sampled is not None and sampled * facts.window_s > time_s:
+            time_s = sampled * facts.window_s
+        else:
+            sampled = None
         share = time_s / facts.window_s
         if share < self.MIN_SHARE:
             return []
-        return [self.finding(ZeroGradEvidence(zero_grad_spans=spans, fill_ops=fills),
-                             title=f"Zeroing gradients takes {100 * share:.0f}% of the profiled time "
+        return [self.finding(ZeroGradEvidence(zero_grad_spans=spans, fill_ops=fills, sampled_share=sampled),
+                             title=f"Zeroing gradients takes {100 * share:.0f}% of the "
+                                   f"{'steady state' if sampled is not None else 'profiled time'} "
                                    f"({sum(x.count for x in spans)} zero_grad calls)",
                              lost_s=time_s, pct=100 * share, ops=[o.name for o in fills],
                              where=self._where(facts, {o.name for o in fills}))]
+
+    FILLS = ("aten::zero_", "aten::fill_", "aten::_foreach_zero_")
+    """The ops zero_grad(set_to_none=False) runs (one per gradient, or one foreach call)."""
+    LINE_FILL_SHARE = 0.5
+    """A line whose trace ops are at least half fills, and no backward (whose gradients of indexing
+    are fills too), does little else: its sampled time is the zeroing's."""
+
+    def _sampled_share(self, facts: Facts) -> float | None:
+        """The share of the sampled steady state on the lines where the trace places the fills and
+        that run little else; None without samples or such lines."""
+        steady = (facts.python or {}).get("window") or {}
+        total = steady.get("sampled_s") or 0.0
+        if total <= 0:
+            return None
+        op_us: dict[tuple[str, int], list[float]] = {}
+        backward: set[tuple[str, int]] = set()  # lines running a backward: their fills are autograd's
+        for e in facts.ops_by_line:
+            if e.get("file"):
+                acc = op_us.setdefault((e["file"], e["line"]), [0.0, 0.0])
+                acc[0] += e["self_us"] if e["op"] in self.FILLS else 0.0
+                acc[1] += e["self_us"]
+                if is_backward_op(e["op"]):
+                    backward.add((e["file"], e["line"]))
+        lines = {k for k, (fill, every) in op_us.items()
+                 if fill > 0 and fill >= self.LINE_FILL_SHARE * every and k not in backward}
+        if not lines:
+            return None
+        return sum(ln["total_s"] for ln in steady.get("lines", []) if (ln["file"], ln["line"]) in lines) / total
 
     def _where(self, facts: Facts, fills: set[str]) -> list[Where]:
         """The line that ran the fills (the zero_grad call: the line to change), then the
