@@ -243,3 +243,18 @@ def test_a_window_of_module_calls_gives_way_to_the_optimizer_s_steps(run_dir):
     assert cap["replaced"] and "module calls" in cap["replaced"] and "better clock" in cap["replaced"]
     names = {e.get("name", "") for e in _events(run_dir / "trace.json.gz")}
     assert any(n.startswith("Optimizer.step#SGD.step") for n in names)
+
+
+def test_a_module_window_set_aside_for_a_late_optimizer_is_kept_when_its_steps_never_come(run_dir):
+    """Two optimizer steps at the very end of a scoring script: the better clock begins, but
+    too late for a window of its steps; the module calls' window, written when it was set aside,
+    stays the run's, and the report says so rather than 'nothing was profiled'."""
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(SCRIPTS / "late_optimizer.py"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    cap = json.loads((run_dir / "run.json").read_text())["capture"]
+    assert cap["plan"] == "steps" and cap["why"].startswith("module steps") and not cap["replaced"]
+    assert any("was kept" in n for n in cap["notes"])
+    events = _events(run_dir / "trace.json.gz")
+    assert sum(e.get("name") == "aten::addmm" for e in events) >= 5  # the scoring calls' matmuls
+    report = read_report(run_dir)
+    assert report["capture"]["window"]["events"] > 0 and "Nothing was profiled" not in report["capture"]["summary"]

@@ -358,7 +358,8 @@ def capture_summary(run: dict, phases: dict, events: int | None) -> dict:
 
 _STOPPED = {"steps": "after the steps asked for", "duration": "after --duration", "slice": "at the slice's end",
             "time_bound": "at the --max-window-s bound", "memory_bound": "at the --max-window-mb bound",
-            "user_profiler": "when the script's own profiler started", "end": "when the script ended"}
+            "user_profiler": "when the script's own profiler started", "end": "when the script ended",
+            "clock": "when a better step clock began"}
 
 
 def _capture_sentence(c: dict, run: dict) -> str:

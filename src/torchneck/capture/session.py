@@ -242,6 +242,7 @@ class CaptureSession:
             if self.status:
                 self.status("writing the trace")
             window.finish("end")
+            window.keep_earlier_window()
             window.uninstall()
             if self.marks is not None:
                 self.marks.close()

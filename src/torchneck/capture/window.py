@@ -122,6 +122,7 @@ class ProfiledWindow:
         self._steady = SteadyState()
         self._sessions = 0  # torchneck recordings started (their spans are told apart by number)
         self._superseded = False  # a slice has been replaced by a step window (only once)
+        self._kept: tuple[str, dict] | None = None  # a module-clock window, until the better clock's begins
         self._window_wait_from: int | None = None  # tick at which a superseding window became due
         self._seen_samples = 0
         self.compile_in_use = False
@@ -172,6 +173,9 @@ class ProfiledWindow:
         self._spans.session = self._sessions
         self.state = "recording"
         log, cap = self.log, self.capture
+        if self._kept is not None:  # the module-clock window set aside is replaced now
+            cap.replaced = f"{self._kept[0]}, replaced by a better clock's steps"
+            self._kept = None
         cap.plan, cap.why = plan, why
         cap.window_start_ns = log.window_start_ns = now
         cap.window_end_ns = log.window_end_ns = None
@@ -293,15 +297,28 @@ class ProfiledWindow:
         if self.state == "recording":
             if self._spans.depth or self._lines.open_spans[0]:
                 return  # a span opened in this session closes later: a second session could corrupt memory
-            self.finish("superseded", export=False)
+            self.finish("clock")  # written: kept if the better clock's window never comes
         elif self.state != "done":
             return
         cap = self.capture
         began_s = ((cap.window_start_ns or 0) - self.started_ns) / 1e9
-        cap.replaced = f"a window of {weaker} calls from {began_s:.1f} s, replaced by a better clock's steps"
+        self._kept = (f"a window of {weaker} calls from {began_s:.1f} s",
+                      {k: getattr(cap, k) for k in _WINDOW_FIELDS})
         self._superseded = True
         self.state = "waiting"
-        cap.plan = "none"
+        cap.plan = "none"  # the better clock's steps may begin a window
+
+    def keep_earlier_window(self) -> None:
+        """At the end of the run: a window set aside for a better clock whose own window never
+        began (too few of its steps) is the run's window again, as its trace on disk is."""
+        if self._kept is None or self.state != "waiting":
+            return
+        earlier, fields = self._kept
+        self._kept = None
+        for k, v in fields.items():
+            setattr(self.capture, k, v)
+        self.state = "done"
+        self.capture.notes.append(f"{earlier} was kept: a better clock began, but too late for a window of its steps")
 
     def _step_clock(self, now: int) -> None:
         opts, log, cap = self.options, self.log, self.capture
@@ -624,6 +641,12 @@ class ProfiledWindow:
 
     def close(self) -> None:
         self._rss.close()
+
+
+_WINDOW_FIELDS = ("plan", "why", "window_start_ns", "window_end_ns", "stopped_by", "recorded_mb", "trace_bytes",
+                  "stop_s", "export_s", "trace_source")
+"""What describes a recorded window in `CaptureLog`: saved when a window is set aside, restored if
+it stays the run's."""
 
 
 def _gzip_file(src: Path, dst: Path) -> None:
