@@ -1210,6 +1210,15 @@ def test_name_masks_are_remembered_only_for_pure_predicates_over_the_same_string
     _ASKED.clear()
     assert np.array_equal(again.names_matching(_starts_with_aten), expected)
     assert _ASKED == []  # answered from what the first rank's table asked
+    class Prefix:  # a bound method answers by its object's state: never remembered
+        def __init__(self, p: str):
+            self.p = p
+
+        def test(self, s: str) -> bool:
+            return s.startswith(self.p)
+
+    for prefix in ("aten::", "nccl"):
+        assert np.array_equal(first.names_matching(Prefix(prefix).test), fresh(first, _starting(prefix)))
     n = len(first.strings)
     first.intern("aten::made_up_by_an_analysis")  # strings grow: the answer covers the new one
     grown = first.names_matching(_starts_with_aten)

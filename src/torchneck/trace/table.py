@@ -206,7 +206,10 @@ def _predicate_key(predicate) -> object | None:
     A function without closure cells or defaults computes from its argument and module
     constants: its code object is the same on every call of the function that defines the
     lambda. A callable without code (an `lru_cache` wrapper of a module function) is itself
-    the key. A closure is never remembered: its cells can differ from call to call."""
+    the key. A closure, or a bound method (its code reads its object), is never remembered: their
+    answers can differ from call to call."""
+    if getattr(predicate, "__self__", None) is not None:
+        return None
     code = getattr(predicate, "__code__", None)
     if code is None:
         wrapped = getattr(predicate, "__wrapped__", None)
