@@ -139,6 +139,27 @@ def test_tiny_ops_of_work_a_line_asks_for_every_step_are_that_line_s_problem():
     assert all(not f.symptoms for f in found)  # neither explains the other
 
 
+def test_a_loop_reading_elements_one_by_one_is_the_line_s_problem_not_per_op_overhead():
+    """`[t[i].item() for i in range(n)]`: the tiny ops are each element's select and read into
+    Python; the fix is one read of all the values (t.tolist()), so the line's python_hotspot is the
+    cause, with the per-op overhead under it. The same line issuing other tiny ops (an add per
+    element) stays a tiny-op loop: vectorise it."""
+    line = {"file": "/x/t.py", "line": 16, "function": "<listcomp>", "total_s": 0.6, "self_s": 0.5,
+            "outside_ops_s": 0.5, "waiting_s": 0.0, "library": ""}
+    def ops(*counts):
+        return [{"op": op, "file": "/x/t.py", "line": 16, "function": "<listcomp>", "count": n,
+                 "self_us": 50_000.0} for op, n in counts]
+
+    found = _tiny_op_run([line], ops(("aten::select", 40_000), ("aten::item", 40_000),
+                                     ("aten::_local_scalar_dense", 40_000)))
+    assert [f.kind for f in found] == ["python_hotspot"] and found[0].where[0].line == 16
+    assert [s.kind for s in found[0].symptoms] == ["dispatch_overhead"] and "tolist()" in found[0].fix
+    for other in (ops(("aten::select", 40_000), ("aten::add", 40_000)),  # an add per element
+                  ops(("aten::select", 40_000), ("aten::add", 40_000), ("aten::item", 80))):  # a loss.item() a step
+        found = _tiny_op_run([line], other)
+        assert found[0].kind == "dispatch_overhead" and [s.kind for s in found[0].symptoms] == ["python_hotspot"]
+
+
 def test_autograd_in_inference_outranks_the_model_s_own_matmul():
     clock = {"kind": "module", "top_module_calls": 100, "top_module_outputs_with_grad": 100}
     a = analysis(window_us=100_000.0, by_name=[OpRow(name="aten::addmm", count=300, self_us=60_000.0,

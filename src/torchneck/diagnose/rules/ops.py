@@ -291,10 +291,10 @@ class DispatchOverhead(Rule[Dispatch]):
         """The Python of a loop issuing tiny ops is the same problem as their per-op overhead (one
         fix, vectorising the loop); on a GPU each tiny op is a tiny kernel the CPU must launch."""
         if symptom.kind == "python_hotspot":
-            from .python import asks_too_often  # here: importing it at the top would register python's rules first
+            from .python import asks_too_often, reads_elements  # here: at the top, python's rules would register first
 
-            if asks_too_often(symptom.evidence.get("calls_into") or ""):
-                return None  # tiny ops of work the line asks for too often: the line's problem (python.py)
+            if asks_too_often(symptom.evidence.get("calls_into") or "") or reads_elements(facts, symptom.where[:1]):
+                return None  # work the line asks for too often, or elements read one by one: the line's problem
             # The functions issuing the ops, and the very lines calling them; not the whole function
             # that calls the helper: a loop elsewhere in it is a problem of its own.
             issuing = facts.lines_for_ops(set(cause.ops)) or cause.where

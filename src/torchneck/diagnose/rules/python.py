@@ -41,6 +41,31 @@ def asks_too_often(callee: str) -> bool:
     return any(n in callee for needles, _ in REPEATED_WORK_FIXES for n in needles)
 
 
+ELEMENT_READ_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
+"""What `.item()` (and `float(t)`, `int(t)`, `t.tolist()` on one element) runs: a tensor's
+value read into Python. Among a line's tiny ops they mean a loop reading elements one at a time."""
+
+
+ELEMENT_READ_MIN_SHARE = 0.25
+"""Element reads must be this share of the op calls a line makes (an element's select and its
+read are half of them): one `loss.item()` a step beside a loop of adds is not such a loop."""
+
+
+def reads_elements(facts: Facts, lines: list[dict] | list[Where]) -> bool:
+    """Whether the ops run at `lines` are a Python loop reading tensor elements one by one
+    (`[t[i].item() for i in ...]`): the loop is the problem, fixed by reading the values in one
+    call (`t.tolist()`) or keeping the work in tensor ops, not by batching ops it would no longer
+    run."""
+    at = {(w["file"], w["line"]) if isinstance(w, dict) else (w.file, w.line) for w in lines}
+    calls = reads = 0
+    for e in facts.ops_by_line:
+        if (e.get("file"), e.get("line")) in at:
+            n = e.get("count") or 0
+            calls += n
+            reads += n if e.get("op") in ELEMENT_READ_OPS else 0
+    return reads > 0 and reads >= ELEMENT_READ_MIN_SHARE * calls
+
+
 class PythonHotspotEvidence(Record):
     outside_torch_s: float
     """Sampled seconds on the line outside torch ops (its Python, NumPy, other libraries)."""
@@ -55,6 +80,8 @@ class PythonHotspotEvidence(Record):
     """The library the line spends its time in, if not its own code."""
     waits: bool = False
     """Most of the time is waiting, not computing: the fix is to overlap, not to vectorise."""
+    reads_elements: bool = False
+    """The line reads tensor elements into Python one at a time (`.item()` in a loop)."""
 
 
 @register
@@ -135,7 +162,8 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
             ev = PythonHotspotEvidence(outside_torch_s=outside, self_python_s=sum(ln["self_s"] for ln in lines),
                                        waiting_s=waiting,
                                        line_total_s=line["total_s"], sampled_s=total, calls_into=callee,
-                                       waits=waiting >= self.WAITING_SHARE * outside)
+                                       waits=waiting >= self.WAITING_SHARE * outside,
+                                       reads_elements=reads_elements(facts, lines))
             library = callee.split(" (")[0]
             if ev.waits:
                 what = f" in {library}" if callee else ""
@@ -161,11 +189,13 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         """While the line runs Python (or waits), the host launches nothing: the GPU idles as long.
         Tiny ops issued from this very line by work it asks a library for too often (formatting a
         tensor every step, a deep copy, a checkpoint: `asks_too_often`) are that call's cost: the
-        fix is to call it less, not to vectorise the ops."""
+        fix is to call it less, not to vectorise the ops. So are a loop's element reads
+        (`reads_elements`): the fix is one read of all the values."""
         if symptom.kind == "dispatch_overhead":
             here = (cause.where[0].file, cause.where[0].line) if cause.where else None
             issued_here = bool(symptom.where) and (symptom.where[0].file, symptom.where[0].line) == here
-            if not (issued_here and asks_too_often(cause.evidence.get("calls_into") or "")):
+            if not (issued_here and (asks_too_often(cause.evidence.get("calls_into") or "")
+                                     or reads_elements(facts, cause.where[:1]))):
                 return None
         return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
@@ -174,6 +204,10 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         for needles, text in REPEATED_WORK_FIXES:
             if any(n in callee for n in needles):
                 return text
+        if evidence.reads_elements:
+            return ("Read the values in one call (`t.tolist()`, or `t.cpu().numpy()`) instead of indexing and "
+                    "`.item()` per element, or keep the computation in tensor ops on the whole tensor: each "
+                    "element read costs an indexing op, a read into Python and its dispatch.")
         if evidence.waits:
             return ("Overlap the wait with compute instead of blocking the step: load and decode in "
                     "DataLoader workers (num_workers > 0, prefetch_factor) or a background thread, "
