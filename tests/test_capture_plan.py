@@ -258,3 +258,18 @@ def test_a_module_window_set_aside_for_a_late_optimizer_is_kept_when_its_steps_n
     assert sum(e.get("name") == "aten::addmm" for e in events) >= 5  # the scoring calls' matmuls
     report = read_report(run_dir)
     assert report["capture"]["window"]["events"] > 0 and "Nothing was profiled" not in report["capture"]["summary"]
+
+
+def test_a_step_of_many_torch_calls_is_cut_inside_the_step_and_its_line_named(run_dir):
+    """Twelve thousand element reads between two module calls: the step window is cut inside the
+    step by the marked calls standing in for memory (it recorded 98,000 events, 36 MB against a
+    4 MB bound, before), and the loop reading elements one by one is the top finding at its line,
+    with the fix that reads them at once."""
+    script = SCRIPTS / "element_reads_steps.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    window = read_report(run_dir)["capture"]["window"]
+    assert window["stopped_by"] == "memory_bound" and window["events"] < 40_000, window
+    top = read_report(run_dir)["findings"][0]
+    assert top["kind"] == "python_hotspot" and top["where"][0]["line"] == planted_line(script)
+    assert "tolist()" in top["fix"] and [s["kind"] for s in top["symptoms"]] == ["dispatch_overhead"]

@@ -40,7 +40,8 @@ def compiled_code_exists() -> bool:
 
 def make_marker(open_spans: list[int]):
     """A fresh `UserLineMarker` (a TorchFunctionMode subclass; built lazily to import torch late).
-    `open_spans[0]` counts the marker's spans open right now (no profiler restart under one)."""
+    `open_spans[0]` counts the marker's spans open right now (no profiler restart under one),
+    `open_spans[1]` every call it marked (the window's bound between two step ticks)."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -75,6 +76,7 @@ def make_marker(open_spans: list[int]):
             if name is None:
                 return func(*args, **kwargs)
             open_spans[0] += 1
+            open_spans[1] += 1
             try:
                 with record(name):
                     return call_marked(func, args, kwargs)
@@ -107,7 +109,7 @@ class LineMarking:
     def __init__(self) -> None:
         self._mode = None
         self._pending = None  # stopped, still on the mode stack: popped by `retry()`
-        self.open_spans = [0]
+        self.open_spans = [0, 0]  # spans open now, calls marked in all
         self.disabled = False  # torch.compile is in use: dynamo guards on the mode stack
         self._wanted = False  # asked to start outside the script's own code: started from there later
         self.marked = False  # the marker was pushed at some point of the window
