@@ -238,6 +238,7 @@ def _split_engine(file: str, workers: int | None, scheduler: str | None):
     (or shared) uncompressed file of at least `SPLIT_MIN_BYTES`. A compressed file is one
     stream that cannot be entered in the middle; a URL is fetched, then read here."""
     from .cluster.engine import SCHEDULER_ENV, SPLIT_MIN_BYTES, Dask, make_engine
+    from .trace.source import GZIP_MAGIC
 
     scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
     if not scheduler and not workers:
@@ -247,7 +248,7 @@ def _split_engine(file: str, workers: int | None, scheduler: str | None):
         if not stat.S_ISREG(st.st_mode) or st.st_size < SPLIT_MIN_BYTES:  # a pipe is never opened here
             return None
         with open(file, "rb") as f:
-            if f.read(2) == b"\x1f\x8b":
+            if f.read(2) == GZIP_MAGIC:
                 return None
     except (OSError, ValueError):  # a URL, or unreadable: the usual path says why
         return None

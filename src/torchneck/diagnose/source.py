@@ -12,6 +12,9 @@ import ast
 import functools
 import linecache
 
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
+"""The statements that repeat their body."""
+
 
 @functools.lru_cache(maxsize=128)
 def _tree(file: str) -> ast.Module | None:
@@ -192,4 +195,4 @@ def _outer_calls(node: ast.AST) -> list[ast.Call]:
 
 def in_loop(file: str, line: int) -> bool:
     """True when `line` runs inside a `for` or `while` of its own function."""
-    return any(isinstance(s, (ast.For, ast.AsyncFor, ast.While)) and s.lineno != line for s in enclosing(file, line))
+    return any(isinstance(s, LOOPS) and s.lineno != line for s in enclosing(file, line))

@@ -8,7 +8,7 @@ from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import enclosing, in_loop, names_in
+from ..source import LOOPS, enclosing, in_loop, names_in
 
 
 def _runs_the_model(callee: str, files: tuple[str, ...]) -> bool:
@@ -195,7 +195,7 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
             here = (cause.where[0].file, cause.where[0].line) if cause.where else None
             issued_here = bool(symptom.where) and (symptom.where[0].file, symptom.where[0].line) == here
             if not (issued_here and (asks_too_often(cause.evidence.get("calls_into") or "")
-                                     or reads_elements(facts, cause.where[:1]))):
+                                     or cause.evidence.get("reads_elements"))):
                 return None
         return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
@@ -245,7 +245,7 @@ def _with_guard(where: list[Where]) -> list[Where]:
     for i, w in enumerate(where):
         path = enclosing(w.file, w.line)
         loops = [j for j, s in enumerate(path)
-                 if isinstance(s, (ast.For, ast.AsyncFor, ast.While)) and s.lineno != w.line]
+                 if isinstance(s, LOOPS) and s.lineno != w.line]
         if not loops:
             continue
         loop = path[loops[-1]]
@@ -268,7 +268,7 @@ def _loops(hot: list[tuple[dict, float]], least_s: float) -> list[tuple[dict, fl
     for i, (ln, _) in enumerate(hot):
         for stmt in enclosing(ln["file"], ln["line"]):
             header = at.get((ln["file"], stmt.lineno))
-            if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)) and stmt.lineno != ln["line"] \
+            if isinstance(stmt, LOOPS) and stmt.lineno != ln["line"] \
                     and header is not None and hot[header][1] >= least_s:
                 into[i] = header
                 break  # the outermost hot loop

@@ -12,7 +12,7 @@ from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import enclosing, names_in
+from ..source import LOOPS, enclosing, names_in
 from .ops import is_backward_op
 
 
@@ -341,7 +341,7 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
                         any(names_in(item.context_expr) & set(self.GRAD_CONTEXTS) for item in stmt.items):
                     context = Where(file=frame.file, line=stmt.lineno, function=frame.function)
                     return [context] + [w for w in where if (w.file, w.line) != (context.file, context.line)]
-        loops = [s for s in enclosing(call.file, call.line) if isinstance(s, (ast.For, ast.AsyncFor, ast.While))]
+        loops = [s for s in enclosing(call.file, call.line) if isinstance(s, LOOPS)]
         if loops and loops[0].lineno != call.line:
             return [*where, Where(file=call.file, line=loops[0].lineno, function=call.function)]
         return where
