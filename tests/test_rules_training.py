@@ -3,7 +3,7 @@
 from rule_cases import analysis, facts, fires, silent
 
 from torchneck.diagnose.rules.training import AutogradInInference, InputPipeline, SingleTensorOptimizer, ZeroGradKernels
-from torchneck.model.analysis import Annotation, OpRow
+from torchneck.model.analysis import Annotation, OpRow, TraceInfo
 
 
 def _op(name, self_us, count=10):
@@ -147,6 +147,41 @@ def test_autograd_in_inference_silent_when_a_backward_ran_or_outputs_have_no_gra
     assert AutogradInInference().check(facts(analysis=training, clock=CLOCK)) == []
     no_grad = dict(CLOCK, top_module_outputs_with_grad=0)
     assert AutogradInInference().check(facts(analysis=_inference(), clock=no_grad)) == []
+
+
+def _graph_nodes(nodes: int, by_name=("aten::addmm",)):
+    a = _inference(by_name)
+    a.trace = TraceInfo(path="t.json", grad_mode_ops=3 * nodes, autograd_nodes=nodes)
+    return a
+
+
+@fires("autograd_in_inference")
+def test_autograd_in_inference_from_the_trace_s_sequence_numbers_under_another_clock():
+    """An evaluation after training: the optimizer's clock timed the run (the module clock's
+    counts are from before the window), but the window's ops built graph nodes, no backward."""
+    clock = {"kind": "optimizer", "top_module_calls": 3, "top_module_outputs_with_grad": 3,
+             "top_module_sites": [{"file": "/x/t.py", "line": 26, "function": "fit", "calls": 3}],
+             "ticks": [100, 200, 300], "window_start_ns": 301}
+    hot = {"window": {"lines": [{"file": "/x/m.py", "line": 17, "function": "forward"}]}}
+    (f,) = AutogradInInference().check(facts(analysis=_graph_nodes(1_153), clock=clock, python=hot))
+    assert f.where[0].line == 17  # the window's model call, not fit's from before the window
+    assert "1,153 autograd graph nodes" in f.title and f.evidence["graph_nodes"] == 1_153
+    (g,) = AutogradInInference().check(facts(analysis=_graph_nodes(80), clock={}, python=hot))  # `analyze`
+    assert g.evidence["model_calls"] == 0
+
+
+@silent("autograd_in_inference")
+def test_autograd_in_inference_silent_on_grad_mode_ops_that_build_no_graph():
+    """Tensors that need no gradient, in grad mode, repeat one sequence number: nothing built."""
+    hot = {"window": {"lines": [{"file": "/x/m.py", "line": 17, "function": "forward"}]}}
+    few = _graph_nodes(AutogradInInference.MIN_GRAPH_NODES - 1)
+    assert AutogradInInference().check(facts(analysis=few, clock={}, python=hot)) == []
+    trained = _graph_nodes(5_000, by_name=("aten::addmm", "autograd::engine::evaluate_function: AddmmBackward0"))
+    assert AutogradInInference().check(facts(analysis=trained, clock={}, python=hot)) == []
+    mid_step = {"kind": "optimizer", "ticks": [100, 200, 300, 400], "window_start_ns": 301}  # cut before backward
+    assert AutogradInInference().check(facts(analysis=_graph_nodes(5_000), clock=mid_step, python=hot)) == []
+    counted = facts(analysis=_graph_nodes(5_000), clock=dict(CLOCK, top_module_outputs_with_grad=0), python=hot)
+    assert AutogradInInference().check(counted) == []  # the capture saw outputs without grad_fn: it decides
 
 
 @fires("input_pipeline")

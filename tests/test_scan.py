@@ -5,6 +5,7 @@ columns must equal the Python decoder's, value for value. Checked on every real 
 cases of the JSON and of the trace format, and on thousands of damaged slices.
 """
 
+import contextlib
 import gzip
 import json
 import random
@@ -41,7 +42,7 @@ def chunk_view(chunk):
         return [strings[i] if i >= 0 else None for i in np.asarray(ids).tolist()]
 
     view = {"meta": chunk.meta_events, "flows": chunk.flow_count, "unknown": chunk.unknown_phases,
-            "negative": chunk.negative_dur}
+            "negative": chunk.negative_dur, "grad": chunk.grad}
     for part, cols in (("x", chunk.x), ("mem", chunk.mem)):
         for k, v in cols.items():
             if k in ("name", "pid", "tid", "shapes", "types", "stack"):
@@ -98,7 +99,7 @@ def test_native_tables_equal_the_python_decoders_on_real_traces(path, monkeypatc
     for col in ("ts", "nbytes", "total_allocated", "total_reserved", "device_type", "device_id", "addr"):
         np.testing.assert_array_equal(getattr(native.memory, col), getattr(python.memory, col))
     for attr in ("process_names", "thread_names", "process_labels", "flow_count", "unknown_phases",
-                 "warnings", "event_count"):
+                 "warnings", "event_count", "grad"):
         assert getattr(native.meta, attr) == getattr(python.meta, attr), attr
     if "amd_trace" in path.name:  # ROCm writes `stream` as a string: declined, decoded by msgspec
         assert not any(c is not None for c in accepted)
@@ -124,6 +125,31 @@ def test_native_tables_equal_on_a_torch_cpu_trace_with_memory_shapes_and_stacks(
     assert len(native.python) > 0 and (native.events.shapes >= 0).any()  # stacks and shapes came through
 
 
+def test_ops_recorded_in_grad_mode_and_the_graph_nodes_they_built(tmp_path, monkeypatch):
+    """autograd's "Sequence number" marks ops run in grad mode; it advances with each graph node
+    (autograd_in_inference reads both). None under inference_mode; one repeated number for ops
+    on tensors that need no gradient."""
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    data = torch.randn(4, 8)
+    cases = {"grad": contextlib.nullcontext, "inference": torch.inference_mode, "data only": contextlib.nullcontext}
+    for case, mode in cases.items():
+        path = tmp_path / f"{case}.json"
+        with torch.profiler.profile() as prof, mode():
+            for _ in range(5):
+                model(data) if case != "data only" else (data * 2).sum()
+        prof.export_chrome_trace(str(path))
+        native, python = load_both(path, monkeypatch)
+        assert native.meta.grad == python.meta.grad, case
+        if case == "grad":
+            assert native.meta.grad.nodes >= 5 * 5 and native.meta.grad.rows >= 5 * 5  # linear, addmm, relu...
+        elif case == "inference":
+            assert native.meta.grad is None
+        else:
+            assert native.meta.grad.nodes == 1 and native.meta.grad.rows >= 5
+
+
 def _event(**fields) -> bytes:
     base = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7, "ts": 10.5, "dur": 2,
             "args": {"External id": 3, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}}
@@ -133,6 +159,7 @@ def _event(**fields) -> bytes:
 
 ACCEPTED = {
     "plain": _event(),
+    "in grad mode": _event(args={"Sequence number": 41}) + b"," + _event(args={"Sequence number": 7}),
     "escaped and unicode names": _event(name='a\\"b\u00e9\u2603 \n\t') + b"," +
                                  b'{"ph":"X","name":"caf\\u00e9 \\ud83d\\ude00","ts":1,"cat":"cpu_op"}',
     "pid and tid as strings": _event(pid="Spans", tid="stream 7 7"),
@@ -179,6 +206,7 @@ DECLINED = {
     "null id": _event(args={"correlation": None}),
     "id beyond int64": _event(args={"correlation": 2**63}),
     "stream as string (ROCm)": _event(cat="kernel", args={"stream": "7"}),
+    "sequence number as string": _event(args={"Sequence number": "12"}),
     "float pid": _event(pid=1.5),
     "name not a string": _event(name=5),
     "ts as string": _event(ts="5"),

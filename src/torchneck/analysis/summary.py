@@ -90,6 +90,7 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None,
             half_matmul_unaligned=unaligned_half_matmuls(t, nesting, cpu_ops),
             filled_then_copied=filled_then_copied_to_gpu(t, nesting, cpu_ops),
             main_thread=_busiest_cpu_thread(t, cpu_ops),
+            training_ops=int(np.count_nonzero(t.names_matching(is_training_event)[t.name])) if len(t) else 0,
         )
         del cpu_ops
         syncs = host_syncs(t, nesting, rows, place=lambda ops, waits: user_code_of(trace, nesting, ops, waits))
@@ -108,7 +109,8 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None,
             devices=[d.get("name") for d in trace.meta.devices],
             device_memory_bytes={str(d.get("id", i)): d["totalGlobalMem"] for i, d in enumerate(trace.meta.devices)
                                  if isinstance(d.get("totalGlobalMem"), int)},
-            warnings=list(trace.meta.warnings), bytes=trace.meta.uncompressed_bytes),
+            warnings=list(trace.meta.warnings), bytes=trace.meta.uncompressed_bytes,
+            grad_mode_ops=grad.rows if (grad := trace.meta.grad) else 0, autograd_nodes=grad.nodes if grad else 0),
         steps=Steps(
             source=steps[0].source, count=len(steps), window_us=span, gpu_tail_us=hi - cpu_hi,
             mean_us=float(durations.mean()), median_us=float(np.median(durations)),
@@ -124,6 +126,11 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None,
         key_averages=msgspec.convert(averaged, KeyAverages) if averaged is not None else None,
     )
     return analysis, nesting
+
+
+def is_training_event(name: str) -> bool:
+    """A backward pass's op or an optimizer step's span (torch names them so since 1.8)."""
+    return "Backward" in name or name.startswith(("autograd::engine::evaluate_function", "Optimizer.step#"))
 
 
 def _busiest_cpu_thread(t, cpu_ops) -> MainThread:

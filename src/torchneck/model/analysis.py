@@ -27,6 +27,12 @@ class TraceInfo(Record):
     device_memory_bytes: dict[str, int] = {}
     warnings: list[str] = []
     bytes: int = 0
+    grad_mode_ops: int = 0
+    """Ops recorded in grad mode: they carry autograd's "Sequence number" (none under no_grad or
+    inference_mode)."""
+    autograd_nodes: int = 0
+    """Graph nodes autograd numbered while the trace recorded (the range of those numbers: ops on
+    tensors that need no gradient repeat one number)."""
 
 
 BreakdownCategory = Literal["kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec",
@@ -167,6 +173,9 @@ class Ops(Record):
         default_factory=lambda: HalfMatmulUnaligned(recorded=False))
     filled_then_copied: FilledThenCopied = msgspec.field(default_factory=FilledThenCopied)
     main_thread: MainThread = msgspec.field(default_factory=MainThread)
+    training_ops: int = 0
+    """Events of a backward pass (autograd's `...Backward...`, `evaluate_function`) or an optimizer
+    step anywhere in the trace: the program trains (the top ops of `by_name` may not show them)."""
 
 
 class IdleBreakdown(Record):

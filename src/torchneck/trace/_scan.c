@@ -100,6 +100,10 @@ typedef struct {
     XCols x;
     I64Vec others; /* (start, end) byte offsets of non-X, non-flow events */
     int64_t flows;
+    /* Complete events recorded in grad mode (they carry autograd's "Sequence number"), and the
+       lowest and highest number: the numbers advance only when an op builds a graph node, so
+       their range says whether graphs were built (autograd_in_inference), at no cost a row. */
+    int64_t grad_rows, seq_lo, seq_hi;
     int failed;    /* 1: out of memory (a Python error is set) */
 } Scan;
 
@@ -769,6 +773,7 @@ enum {
     A_STR_OR_NULL, /* name, labels */
     A_DIMS_OLD,    /* "Input dims": PyTorch 1.8's spelling, read where "Input Dims" is absent */
     A_STACK,       /* "Call stack" (PyTorch 1.8-1.12): a string (or null, none) */
+    A_SEQ,         /* "Sequence number": autograd's, on ops run in grad mode */
     A_COUNT
 };
 
@@ -797,6 +802,7 @@ static int args_key(const unsigned char *k, int64_t len) {
     case 9: if (key_is(k, len, "Device Id")) return A_INT_CHECKED; break;
     case 15:
         if (key_is(k, len, "Total Allocated")) return A_INT_CHECKED;
+        if (key_is(k, len, "Sequence number")) return A_SEQ;
         break;
     case 14: if (key_is(k, len, "Total Reserved")) return A_INT_CHECKED; break;
     default: break;
@@ -937,6 +943,13 @@ static int emit_x(Scan *s, Field *ev, Args *a) {
         if (f->type != ABSENT && intern_id(s, k == A_DIMS ? R_DIMS : R_TYPES, f->off, f->len, KIND_RAW, &id) < 0) return -1;
         if (k == A_DIMS) x->dims[i] = id;
         else x->types[i] = id;
+    }
+    if (a->f[A_SEQ].type != ABSENT) {
+        int64_t seq;
+        if (int_arg(s, &a->f[A_SEQ], -1, &seq) < 0) return -1;
+        if (s->grad_rows == 0 || seq < s->seq_lo) s->seq_lo = seq;
+        if (s->grad_rows == 0 || seq > s->seq_hi) s->seq_hi = seq;
+        s->grad_rows++;
     }
     { /* an empty stack (traces recorded without with_stack) counts as none */
         const Field *f = &a->f[A_STACK];
@@ -1136,9 +1149,10 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
             triples[3 * i + 1] = s.in.entries[i].len;
             triples[3 * i + 2] = s.in.entries[i].kind;
         }
-        result = Py_BuildValue("nNNNLNN", n, cols, bytes_of(triples, s.in.n * 3, 8),
+        result = Py_BuildValue("nNNNLNN(LLL)", n, cols, bytes_of(triples, s.in.n * 3, 8),
                                bytes_of(s.others.v, s.others.n, 8), (long long)s.flows, texts,
-                               bytes_of(s.pairs.keys, s.pairs.n, 8));
+                               bytes_of(s.pairs.keys, s.pairs.n, 8), (long long)s.grad_rows,
+                               (long long)s.seq_lo, (long long)s.seq_hi);
         free(triples);
     }
 done:

@@ -30,7 +30,7 @@ from .normalise import (
 )
 from .schema import EMPTY_ARGS, EVENT_LIST_DECODER, LOOSE_EVENT_LIST_DECODER, Event, LooseEvent
 from .source import map_range, read_range, read_range_reused
-from .table import normalise_category
+from .table import GradMode, normalise_category
 
 try:  # the optional C scanner (setup.py); without it the msgspec path gives the same columns
     from . import _scan  # type: ignore[attr-defined]
@@ -64,6 +64,9 @@ class ChunkColumns:
     source_bytes: int = 0
     threads: tuple[np.ndarray, np.ndarray] | None = None  # (distinct pid<<32|tid, per row: which)
     arg_pairs: tuple[np.ndarray, np.ndarray] | None = None  # (distinct shapes, types pairs; per row: which)
+    grad: GradMode | None = None  # complete events recorded in grad mode, None if none
+
+
 
 
 def _decode_slice(data: bytes) -> list[Event] | list[LooseEvent] | None:
@@ -103,7 +106,9 @@ def events_to_columns(events: list, mixed: bool = False) -> ChunkColumns:
         strings = Interner()
         x, negative, out = _loose_x(xs, strings)
     mem, dropped = _memory_columns(mems, strings)
-    return ChunkColumns(strings.strings, x, mem, meta_events, flows, unknown, negative, out, dropped)
+    chunk = ChunkColumns(strings.strings, x, mem, meta_events, flows, unknown, negative, out, dropped)
+    chunk.grad = GradMode.of([getattr(e.args, "sequence", None) for e in xs if e.args is not None])
+    return chunk
 
 
 def _split_phases(events: list) -> tuple[list, list, list, int, dict[str, int]]:
@@ -192,7 +197,7 @@ def _scan_columns(data, length: int | None = None, start: int = 0) -> ChunkColum
             found = _scan.scan(part)
     if found is None:
         return None
-    n, raw, entries, spans, flows, decoded, thread_pairs = found
+    n, raw, entries, spans, flows, decoded, thread_pairs, (grad_rows, seq_lo, seq_hi) = found
     if None in decoded and not _unescape_scanned(data, np.frombuffer(entries, dtype=np.int64).reshape(-1, 3),
                                                  decoded, start):
         return None
@@ -214,6 +219,8 @@ def _scan_columns(data, length: int | None = None, start: int = 0) -> ChunkColum
     mem, dropped = _memory_columns(mems, strings)
     chunk = ChunkColumns(strings.strings, x, mem, meta_events, flows, unknown, negative, out, dropped)
     chunk.threads = (np.frombuffer(thread_pairs, dtype=np.int64), thread)
+    if grad_rows:
+        chunk.grad = GradMode(grad_rows, seq_lo, seq_hi)
     return chunk
 
 

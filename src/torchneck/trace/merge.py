@@ -238,6 +238,8 @@ class Merger:
         self.out_of_range += chunk.out_of_range
         self.memory_out_of_range += chunk.memory_out_of_range
         self.replaced_utf8 += chunk.replaced_utf8
+        if chunk.grad is not None:
+            self.meta.grad = chunk.grad + self.meta.grad
         for k, v in chunk.unknown_phases.items():
             self.meta.unknown_phases[k] = self.meta.unknown_phases.get(k, 0) + v
         for kind, pid, tid, value in chunk.meta_events:

@@ -32,6 +32,7 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
     call_stack: str | None = msgspec.field(default="", name="Call stack")  # PyTorch 1.8-1.12
     nbytes: int = msgspec.field(default=0, name="bytes")
+    sequence: int = msgspec.field(default=-1, name="Sequence number")  # autograd's, on ops run in grad mode
     # cpu_instant_event "[memory]" events
     mem_bytes: int = msgspec.field(default=0, name="Bytes")
     total_allocated: int = msgspec.field(default=-1, name="Total Allocated")
@@ -114,6 +115,7 @@ class LooseArgs(msgspec.Struct, gc=False):
     input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
     call_stack: Any = msgspec.field(default=None, name="Call stack")
     nbytes: Any = msgspec.field(default=None, name="bytes")
+    sequence: Any = msgspec.field(default=None, name="Sequence number")
     mem_bytes: Any = msgspec.field(default=None, name="Bytes")
     total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
     total_reserved: Any = msgspec.field(default=None, name="Total Reserved")

@@ -364,6 +364,35 @@ class MemoryTable:
         return int(self.ts.shape[0])
 
 
+@dataclass(frozen=True)
+class GradMode:
+    """Complete events that carry autograd's "Sequence number" (ops run in grad mode), and the
+    lowest and highest number. The number advances only when an op records a graph node, so the
+    range counts the nodes built; ops on tensors that need no gradient all repeat one number."""
+
+    rows: int
+    lowest: int
+    highest: int
+
+    def __add__(self, other: GradMode | None) -> GradMode:
+        if other is None:
+            return self
+        return GradMode(self.rows + other.rows, min(self.lowest, other.lowest), max(self.highest, other.highest))
+
+    @staticmethod
+    def of(numbers: list) -> GradMode | None:
+        """From the "Sequence number" of each event (-1 or None where absent; in loosely typed
+        events anything, of which only integers count)."""
+        seen = [v for v in numbers if type(v) is int and v >= 0]
+        return GradMode(len(seen), min(seen), max(seen)) if seen else None
+
+    @property
+    def nodes(self) -> int:
+        """Graph nodes numbered while the trace recorded (ops on tensors that need no gradient
+        repeat one number: 1)."""
+        return self.highest - self.lowest + 1
+
+
 @dataclass
 class TraceMeta:
     """What the trace says about itself, outside the events."""
@@ -386,6 +415,7 @@ class TraceMeta:
     flow_count: int = 0
     unknown_phases: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    grad: GradMode | None = None  # the complete events recorded in grad mode (`GradMode`)
 
 
 @dataclass

@@ -271,12 +271,18 @@ class AutogradInInferenceEvidence(Record):
     outputs_with_grad: int
     backward_in_trace: bool
     estimated_overhead: float
+    grad_mode_ops: int = 0
+    graph_nodes: int = 0
 
 
 @register
 class AutogradInInference(Rule[AutogradInInferenceEvidence]):
-    """Forward passes that record autograd graphs nobody uses: the steps are calls of a model
-    (no optimizer step), their outputs carry a `grad_fn`, and the trace has no backward.
+    """Forward passes that record autograd graphs nobody uses, and no backward in the trace. Seen
+    two ways: the steps are calls of a model (no optimizer step) whose outputs carry a `grad_fn`
+    (the capture's module clock); or, whatever the clock (an evaluation after training, a trace
+    from elsewhere), the trace's ops carry autograd's sequence numbers and those advanced by at
+    least `MIN_GRAPH_NODES`: graph nodes were built (ops on tensors needing no gradient in grad
+    mode repeat one number, and build nothing).
 
     Time lost: `AUTOGRAD_OVERHEAD` of the time the model calls take (recording the graph and
     keeping activations alive), an estimate: the trace cannot separate it from the ops. The model
@@ -291,6 +297,9 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
                     "typical MLP)")
     MIN_GRAD_SHARE = 0.5
     """Most model calls must have built a graph (one stray call is not a pattern)."""
+    MIN_GRAPH_NODES = 50
+    """Graph nodes the trace's sequence numbers must span: a few calls of even a small model (an
+    MLP of three layers builds ~6 a call); a stray `requires_grad` tensor builds a handful."""
     GRAD_CONTEXTS = ("inference_mode", "no_grad", "enable_grad", "set_grad_enabled", "nullcontext")
     """Context managers that set the grad mode of their block, and `contextlib.nullcontext`, the
     stand-in of an optional context (`torch.no_grad() if eval else nullcontext()`)."""
@@ -299,31 +308,45 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
     200 calls with grad, 0.264 s under inference_mode (7-15 %); more for small ops."""
 
     def check(self, facts: Facts) -> list[Finding]:
-        calls = facts.clock.get("top_module_calls") or 0
-        with_grad = facts.clock.get("top_module_outputs_with_grad") or 0
-        if not calls or with_grad / calls < self.MIN_GRAD_SHARE or facts.clock.get("kind") != "module":
-            return []
         a = facts.analysis
         if not a or facts.window_s <= 0:
             return []
+        calls = facts.clock.get("top_module_calls") or 0
+        with_grad = facts.clock.get("top_module_outputs_with_grad") or 0
+        counted = facts.clock.get("kind") == "module" and calls > 0
+        if counted:  # the capture saw the model calls: it decides
+            if with_grad / calls < self.MIN_GRAD_SHARE:
+                return []
+        elif a.trace.autograd_nodes < self.MIN_GRAPH_NODES or self._trains_after(facts.clock):
+            return []
         names = [o.name for o in a.ops.by_name] + [n.name for n in a.ops.annotations]
-        if any("evaluate_function" in n or "Backward" in n for n in names):
-            return []  # a backward ran: this is training
+        if a.ops.training_ops or any("evaluate_function" in n or "Backward" in n for n in names):
+            return []  # a backward or an optimizer step ran: this is training
         # The line that called the model, counted by the capture's module hook; runs of older
         # versions: the hottest sampled line, or the line that ran the most ops (exact, from the
         # line spans) when the window ended between two samples.
-        sites = facts.clock.get("top_module_sites") or []
+        sites = (facts.clock.get("top_module_sites") or []) if counted else []  # else: counted before the window
         lines = (facts.python or {}).get("window", {}).get("lines", [])[:1]
         where = where_of(sites[:1]) or where_of(lines) or facts.lines_for_ops(None, limit=1)
         at = {(w.file, w.line) for w in where}
         where = self._grad_context(facts, where)
         in_calls = sum(e["self_us"] for e in facts.ops_by_line if (e.get("file"), e.get("line")) in at) / 1e6
         lost = (in_calls or facts.window_s) * self.AUTOGRAD_OVERHEAD
+        nodes = a.trace.autograd_nodes
+        title = (f"{with_grad} of {calls} model calls built an autograd graph that no backward used" if counted else
+                 f"ops ran in grad mode and built {nodes:,} autograd graph nodes that no backward used")
         return [self.finding(AutogradInInferenceEvidence(model_calls=calls, outputs_with_grad=with_grad,
                                                          backward_in_trace=False,
-                                                         estimated_overhead=self.AUTOGRAD_OVERHEAD),
-                             title=f"{with_grad} of {calls} model calls built an autograd graph that no backward used",
-                             lost_s=lost, pct=facts.pct(lost), where=where)]
+                                                         estimated_overhead=self.AUTOGRAD_OVERHEAD,
+                                                         grad_mode_ops=a.trace.grad_mode_ops, graph_nodes=nodes),
+                             title=title, lost_s=lost, pct=facts.pct(lost), where=where)]
+
+    @staticmethod
+    def _trains_after(clock: dict) -> bool:
+        """The optimizer stepped after the window began: its forward ops were a training step's,
+        cut before their backward (a window bounded by memory inside one long step)."""
+        start = clock.get("window_start_ns")
+        return clock.get("kind") == "optimizer" and (start is None or any(t > start for t in clock.get("ticks") or ()))
 
     def _grad_context(self, facts: Facts, where: list[Where]) -> list[Where]:
         """The line that decides the model call's grad mode first: the innermost `with` around
