@@ -141,6 +141,29 @@ def test_autograd_in_inference_names_the_with_that_sets_the_grad_mode(tmp_path):
     assert where(16) == [16, 15]  # no grad context (a file's): the call, then the loop to wrap
 
 
+def test_relative_file_names_are_read_from_the_directory_the_script_ran_in(tmp_path, monkeypatch):
+    """`torchneck run infer.py` names the file `infer.py`; `torchneck report RUN_DIR` made from
+    another directory still reads it (the run's cwd), for the rule and the HTML's code lines."""
+    from torchneck.diagnose.source import sources_relative_to
+    from torchneck.report.html import code_context
+
+    (tmp_path / "infer.py").write_text(INFERENCE_SCRIPT)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    clock = dict(CLOCK, top_module_sites=[{"file": "infer.py", "line": 5, "function": "<module>", "calls": 10}])
+
+    def where():
+        (found,) = AutogradInInference().check(facts(analysis=_inference(), clock=clock))
+        return [w.line for w in found.where]
+
+    with sources_relative_to(str(tmp_path)):
+        assert where() == [3, 5]  # the `with inference_mode(False)`, read from the run's directory
+    assert where() == [5]  # not readable from here: the call's line stays
+    assert code_context("infer.py", 3, around=0, base=str(tmp_path)) == [(3, "with torch.inference_mode(False):")]
+    assert code_context("infer.py", 3, around=0) == []
+
+
 @silent("autograd_in_inference")
 def test_autograd_in_inference_silent_when_a_backward_ran_or_outputs_have_no_grad():
     training = _inference(by_name=("aten::addmm", "autograd::engine::evaluate_function: AddmmBackward0"))

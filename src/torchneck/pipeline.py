@@ -30,6 +30,7 @@ from .analysis.summary import analyze_with_nesting
 from .analysis.views import memory_timeline, representative_step, stack_tree, step_timeline
 from .diagnose.engine import diagnose
 from .diagnose.facts import Facts
+from .diagnose.source import sources_relative_to
 from .errors import TorchneckError
 from .model.analysis import Compiled, RankAnalysis
 from .model.base import Record, to_builtins, to_json
@@ -125,9 +126,10 @@ def report_from_run_dir(run_dir: Path, tables: TableOptions | None = None) -> Re
     facts = Facts(analysis=analysis, env=env, phases=phases, python=python, ops_by_line=ops_lines,
                   compile=compiled, run_wall_s=run.get("wall_s") or 0.0,
                   call_sites=run.get("call_sites") or [], clock=run.get("clock") or {})
-    findings = diagnose(facts)
-    capture = capture_summary(run, phases, events)
     target = run.get("target") or {}
+    with sources_relative_to(target.get("cwd")):
+        findings = diagnose(facts)
+    capture = capture_summary(run, phases, events)
     section = RunSection(
         target=Target(script=target.get("script"), module=target.get("module"), args=list(target.get("args") or []),
                       cwd=target.get("cwd")),

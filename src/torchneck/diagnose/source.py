@@ -2,8 +2,8 @@
 change: the `with` that sets the grad mode around a model call, the loop that holds it.
 
 Read at diagnosis time from the files the run names (relative names from the directory the
-report is made in); a file that cannot be read or parsed answers nothing, and the rule keeps the
-line it had.
+script ran in, `sources_relative_to`, else from the directory the report is made in); a file
+that cannot be read or parsed answers nothing, and the rule keeps the line it had.
 """
 
 from __future__ import annotations
@@ -11,13 +11,38 @@ from __future__ import annotations
 import ast
 import functools
 import linecache
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 """The statements that repeat their body."""
 
 
-@functools.lru_cache(maxsize=128)
+_BASE: ContextVar[str | None] = ContextVar("torchneck_source_base", default=None)
+
+
+@contextmanager
+def sources_relative_to(directory: str | None) -> Iterator[None]:
+    """Read relative file names from `directory` (the run's working directory: a script run as
+    `torchneck run train.py` is named `train.py` in its samples), while diagnosing it."""
+    token = _BASE.set(directory)
+    try:
+        yield
+    finally:
+        _BASE.reset(token)
+
+
 def _tree(file: str) -> ast.Module | None:
+    base = _BASE.get()
+    if base and not os.path.isabs(file) and os.path.isfile(os.path.join(base, file)):
+        file = os.path.join(base, file)
+    return _parsed(file)
+
+
+@functools.lru_cache(maxsize=128)
+def _parsed(file: str) -> ast.Module | None:
     source = "".join(linecache.getlines(file))
     if not source:
         return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import json
 import linecache
+import os
 from importlib import resources
 
 from ..model.base import to_builtins, to_json
@@ -43,10 +44,14 @@ def embed_json(data) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def code_context(file: str, line: int, around: int = CODE_CONTEXT_LINES) -> list[tuple[int, str]]:
-    """(number, text) of the lines around `line` in `file`, or [] when the file is not readable."""
+def code_context(file: str, line: int, around: int = CODE_CONTEXT_LINES,
+                 base: str | None = None) -> list[tuple[int, str]]:
+    """(number, text) of the lines around `line` in `file` (a relative name read from `base`, the
+    directory the script ran in, when it is there), or [] when the file is not readable."""
     if not file or not line or line < 1:
         return []
+    if base and not os.path.isabs(file) and os.path.isfile(os.path.join(base, file)):
+        file = os.path.join(base, file)
     lines = linecache.getlines(file)
     if not lines or line > len(lines):
         return []
@@ -57,8 +62,11 @@ def code_context(file: str, line: int, around: int = CODE_CONTEXT_LINES) -> list
 class HtmlRenderer:
     """report dict -> one HTML page (str)."""
 
+    _base: str | None = None  # the directory the script ran in: its relative file names are from there
+
     def render(self, report: Report, title: str | None = None) -> str:
         title = title or self._title(report)
+        self._base = report.run.target.cwd if report.run else None
         data = {k: to_builtins(getattr(report, k)) for k in ("kind", "findings", "ranks", "ops_by_line", "views",
                                                                  "python", "diff", "distributed")}
         data["run_phases"] = report.run.phases if report.run else None
@@ -133,7 +141,7 @@ class HtmlRenderer:
         body = []
         for w in f.where[:3]:
             loc = f"{w.file}:{w.line}" + (f" in {w.function}" if w.function else "")
-            ctx = code_context(w.file, w.line)
+            ctx = code_context(w.file, w.line, base=self._base)
             code = "".join(
                 f'<span class="ln{" hit" if n == w.line else ""}"><span class="no">{n}</span>{_e(text)}</span>'
                 for n, text in ctx)

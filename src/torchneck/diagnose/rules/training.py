@@ -297,9 +297,10 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
                     "typical MLP)")
     MIN_GRAD_SHARE = 0.5
     """Most model calls must have built a graph (one stray call is not a pattern)."""
-    MIN_GRAPH_NODES = 50
-    """Graph nodes the trace's sequence numbers must span: a few calls of even a small model (an
-    MLP of three layers builds ~6 a call); a stray `requires_grad` tensor builds a handful."""
+    MIN_GRAPH_NODES = 20
+    """Graph nodes the trace's sequence numbers must span: a few calls of even a small model (a
+    Linear + activation builds 2-3 a layer; a window bounded by memory may hold only two calls of
+    a 6-layer MLP, 43 nodes); a stray `requires_grad` tensor builds a handful."""
     GRAD_CONTEXTS = ("inference_mode", "no_grad", "enable_grad", "set_grad_enabled", "nullcontext")
     """Context managers that set the grad mode of their block, and `contextlib.nullcontext`, the
     stand-in of an optional context (`torch.no_grad() if eval else nullcontext()`)."""
@@ -327,7 +328,7 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
         # line spans) when the window ended between two samples.
         sites = (facts.clock.get("top_module_sites") or []) if counted else []  # else: counted before the window
         lines = (facts.python or {}).get("window", {}).get("lines", [])[:1]
-        where = where_of(sites[:1]) or where_of(lines) or facts.lines_for_ops(None, limit=1)
+        where = where_of(sites[:1]) or self._model_call(facts, where_of(lines)) or facts.lines_for_ops(None, limit=1)
         at = {(w.file, w.line) for w in where}
         where = self._grad_context(facts, where)
         in_calls = sum(e["self_us"] for e in facts.ops_by_line if (e.get("file"), e.get("line")) in at) / 1e6
@@ -340,6 +341,16 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
                                                          estimated_overhead=self.AUTOGRAD_OVERHEAD,
                                                          grad_mode_ops=a.trace.grad_mode_ops, graph_nodes=nodes),
                              title=title, lost_s=lost, pct=facts.pct(lost), where=where)]
+
+    @staticmethod
+    def _model_call(facts: Facts, hot: list[Where]) -> list[Where]:
+        """The hottest sampled line, or where a model's `forward` holding it was called from: the
+        line a grad-mode fix goes around (the capture's module sites say it when it counted)."""
+        path = facts.with_callers(hot[:1])
+        for i, frame in enumerate(path):
+            if not frame.function.rsplit(".", 1)[-1] == "forward":
+                return [frame] if i else hot[:1]
+        return hot[:1]
 
     @staticmethod
     def _trains_after(clock: dict) -> bool:
