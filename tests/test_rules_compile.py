@@ -117,3 +117,99 @@ def test_a_function_dynamo_gave_up_on_explains_its_eager_python():
     inside, outside = python(30, "Denoiser.forward"), python(80, "main")
     assert fold_symptoms([brk, inside, outside], f_) == [brk, outside]
     assert brk.symptoms == [inside] and brk.saving_s >= 0.1
+
+
+BUCKETED = '''import torch
+
+
+class RNN(torch.nn.Module):
+    def forward(self, tokens):
+        return tokens
+
+
+def batches(corpus, size, pad_to):
+    for start in range(0, len(corpus), size):
+        chunk = corpus[start:start + size]
+{width}
+        ids = torch.full((len(chunk), width), 0)
+        yield ids
+
+
+def main(corpus):
+    compiled = torch.compile(RNN())
+    for ids in batches(corpus, 64, None):
+        compiled(ids[:, :-1].to("cpu"))
+'''
+
+
+def _size_recompile(script, dim=1, sizes=("4", "5", "6")):
+    guard = f"tensor 'tokens' size mismatch at index {dim}. expected 4, actual 5"
+    reason = {"what": f"size of `tokens` (argument of forward()) changed in dim {dim} (4 -> 5 -> 6)",
+              "cause": "shape", "fix": f"Call torch._dynamo.mark_dynamic(tokens, {dim}) on the tensor before the "
+                                       "compiled call", "guard": guard, "count": 2, "guards": [guard],
+              "sizes": list(sizes)}
+    return {"file": str(script), "line": 5, "function": "forward", "label": "forward()", "count": 2,
+            "recompile_s": 0.8, "reasons": [reason]}
+
+
+def _recompile_in(script, source, **kwargs):
+    script.write_text(source)
+    line = next(i for i, text in enumerate(source.splitlines(), 1) if "torch.compile(" in text)
+    site = {"what": "compile", "file": str(script), "line": line, "function": "main", "backend": "inductor"}
+    comp = _compile(recompiles=[_size_recompile(script, **kwargs)])
+    [f] = Recompiles().check(facts(compile=comp, run_wall_s=4.0, call_sites=[site]))
+    return f
+
+
+@fires("recompile")
+def test_a_changing_size_is_followed_back_to_the_line_that_sets_it(tmp_path):
+    """The compiled call's argument (`ids[:, :-1]` keeps dim 1) comes from a `for` over the user's
+    generator, whose `yield` is a torch.full whose width is assigned a line above: that line,
+    where every batch gets its own width, is named first. The same dim recompiling for a third
+    size means the code specialises on it: mark_dynamic cannot help, fixed sizes can."""
+    width = "        width = pad_to or max(len(s) for s in chunk)"
+    f = _recompile_in(tmp_path / "rnn.py", BUCKETED.format(width=width))
+    assert [(w.line, w.function) for w in f.where] == [(12, "batches"), (5, "forward")]
+    assert f.title.endswith("; the size is set at rnn.py:12")
+    assert f.evidence["specialised"] and f.fix.startswith("Give `tokens` one fixed size in dim 1")
+    assert "(rnn.py:12: pad to one fixed size" in f.fix and "nor dynamic=True keeps one graph" in f.fix
+    # dim 0 is the factory's own expression (len(chunk)); two sizes only: dynamo may still make it dynamic
+    f = _recompile_in(tmp_path / "rnn0.py", BUCKETED.format(width=width), dim=0, sizes=("4", "5"))
+    assert [w.line for w in f.where] == [13, 5] and not f.evidence["specialised"]
+    assert "mark_dynamic(tokens, 0)" in f.fix and f.fix.endswith("The size is set at line 13 (rnn0.py).")
+
+
+@fires("recompile")
+def test_an_unclear_size_keeps_the_compiled_function(tmp_path):
+    """A width set in either branch of an `if` may come from either: no line is named, and the fix
+    stays torch's own."""
+    width = "        if pad_to:\n            width = pad_to\n        else:\n            width = max(map(len, chunk))"
+    f = _recompile_in(tmp_path / "rnn.py", BUCKETED.format(width=width))
+    assert [w.line for w in f.where] == [5] and f.evidence["size_set_at"] is None
+    assert f.fix.startswith("Call torch._dynamo.mark_dynamic(tokens, 1)") and "set at" not in f.title
+
+
+def test_size_origin_through_a_method_a_parameter_and_another_module(tmp_path):
+    """`self.fetch(step)` returns a helper's tensor from a module next to the script; the helper's
+    size is its parameter, set by the caller's assignment."""
+    from torchneck.diagnose.source import size_origin
+
+    (tmp_path / "feed.py").write_text("import torch\n\n\ndef make(rows, dim):\n    return torch.randn(rows, dim)\n")
+    script = tmp_path / "train.py"
+    script.write_text("from feed import make\n\n\nclass T:\n    def fetch(self, step):\n"
+                      "        n = 8 + step % 4\n        return make(n, 32).cuda()\n\n"
+                      "    def step(self, step):\n        x = self.fetch(step)\n        return self.model(x)\n")
+    assert size_origin(str(script), 11, "self.model", 0, "x", 0) == (str(script), 6)
+    assert size_origin(str(script), 11, "self.model", 0, "x", 1) is None  # a constant: not what changes
+
+
+def test_size_guards_name_the_argument_and_dim():
+    """dynamo's size-mismatch message, and an equality on an expression of one size (the graph
+    specialised on its value); a guard on two sizes or on no size names none."""
+    from torchneck.diagnose.rules.compile import _guarded_size
+
+    assert _guarded_size("tensor 'tokens' size mismatch at index 1. expected 4, actual 5") == ("tokens", 1, False)
+    assert _guarded_size("(inputs.size()[0] // 8) == 3") == ("inputs", 0, True)
+    assert _guarded_size("L['x'].size()[1] == 7") == ("x", 1, True)
+    assert _guarded_size("self.w.size()[0] == 3") is None and _guarded_size("x.size()[0] == y.size()[1]") is None
+    assert _guarded_size("n == 3") is None

@@ -9,6 +9,8 @@ compile ids. Compile costs are paid over the whole run, not per step, so those f
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 from ...analysis.compile_guards import recompile_limit_name, torch_version_tuple
@@ -17,7 +19,16 @@ from ...model.base import Record
 from ...model.findings import Finding, Severity, Where
 from ..facts import Facts, where_of
 from ..rule import MEDIUM_SHARE, Explanation, Rule, register, severity_for, worse
-from ..source import compile_call_lines
+from ..source import (
+    calls_of,
+    compile_call_lines,
+    compile_dynamic,
+    compiled_callee,
+    function_at,
+    mentions,
+    parameter_position,
+    size_origin,
+)
 
 DOCS_BREAKS = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html#graph-breaks"
 DOCS_RECOMPILES = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html#recompilations"
@@ -250,6 +261,15 @@ class RecompileEvidence(Record):
     """The recompiled code is the one resumed after a graph break at this line."""
     frames: list[CompiledFrame] = []
     """From a trace alone: the compiled frames with recompilations seen in the window."""
+    size_set_at: dict[str, Any] | None = None
+    """The user's line that decides the changing size (file, line, the argument and dimension),
+    followed back from the compiled call (diagnose/source.size_origin); None when unclear."""
+    compile_dynamic: str | None = None
+    """The `dynamic=` the torch.compile call of the recompiled code passes, as written ("" when not given)."""
+    specialised: bool = False
+    """The same dimension kept changing although dynamo makes a dimension dynamic after its first
+    change (no `dynamic=False`): the compiled code specialises on the size (a Python loop over
+    it, a branch on it), so only fixed sizes keep one graph."""
 
 
 @register
@@ -292,9 +312,21 @@ class Recompiles(Rule[RecompileEvidence]):
             where = where_of([r])
             if after_break:  # the recompiled code is the one resumed after a break: the break is the cause
                 where = where_of([{"file": r["file"], "line": after_break, "function": r["function"]}]) + where
+            origin, dynamic = (None, None) if after_break else _size_set_at(facts, r, top)
+            specialised = origin is not None and (origin["guard_on_value"] or (
+                dynamic in ("", "True", "None") and len(top.get("sizes") or []) >= SPECIALISED_SIZES
+                and not any(mentions(f, STATIC_SHAPE_SWITCHES) for f in {r["file"], origin["file"]})))
+            if origin is not None:
+                title += f"; the size is set at {os.path.basename(origin['file'])}:{origin['line']}"
+                at = Where(file=origin["file"], line=origin["line"],
+                           function=function_at(origin["file"], origin["line"]))
+                # Where dynamo may make the size dynamic, the line that sets it is the one to change;
+                # under dynamic=False (or an expression that may be False) the compile call comes first.
+                where = [at] + where if dynamic in ("", "True", "None") else where + [at]
             ev = RecompileEvidence(recompilations=r["count"], recompile_s=r["recompile_s"], reasons=r["reasons"],
                                    hit_recompile_limit=bool(hit), limit_name=limit,
-                                   caused_by_break_at_line=int(str(after_break)) if after_break else None)
+                                   caused_by_break_at_line=int(str(after_break)) if after_break else None,
+                                   size_set_at=origin, specialised=specialised, compile_dynamic=dynamic)
             out.append(self.finding(ev, title=title, lost_s=ev.recompile_s,
                                     pct=_wall_pct(ev.recompile_s, facts.run_wall_s), where=where,
                                     severity="high" if hit else None))
@@ -324,9 +356,80 @@ class Recompiles(Rule[RecompileEvidence]):
                     "pad inputs to a few fixed shapes.")
         top = evidence.reasons[0] if evidence.reasons else {}
         fix = str(top.get("fix") or "Make the changing input dynamic or keep it constant.")
+        at = evidence.size_set_at
+        if at and evidence.specialised:
+            fix = (f"Give `{at['argument']}` one fixed size in dim {at['dim']} where that size is set ("
+                   f"{os.path.basename(at['file'])}:{at['line']}: pad to one fixed size, or bucket to a few fixed "
+                   "sizes): the compiled code specialises on the size (a Python loop over it, a branch on it), "
+                   "so every new size compiles a new graph, and neither torch._dynamo.mark_dynamic("
+                   f"{at['argument']}, {at['dim']}) nor dynamic=True keeps one graph (mark_dynamic raises a "
+                   "constraint violation where the code fixes the size itself). Or make the compiled code "
+                   "independent of the size (e.g. one library op instead of a Python loop over it).")
+        elif at:
+            fix += f" The size is set at line {at['line']} ({os.path.basename(at['file'])})."
+            if evidence.compile_dynamic not in (None, "", "True", "None"):
+                fix += (f" The torch.compile call passes dynamic={evidence.compile_dynamic}: dynamic=False keeps "
+                        "every size static, so leave dynamic at its default.")
         if evidence.hit_recompile_limit:
             fix += f" Raising torch._dynamo.config.{evidence.limit_name} only hides the problem."
         return fix
+
+
+SPECIALISED_SIZES = 3
+"""Sizes seen for one dimension before its changes say the code specialises on it: dynamo makes
+a dimension dynamic after its first change, so a third size recompiling means it could not."""
+STATIC_SHAPE_SWITCHES = {"automatic_dynamic_shapes", "assume_static_by_default", "mark_static",
+                         "force_parameter_static_shapes"}
+"""Ways to keep shapes static besides `dynamic=False`: with one of them in the user's files, a size
+recompiling again and again may be their doing, not the code specialising on it."""
+_SIZE_GUARD = re.compile(r"^tensor '(\w+)' size mismatch at index (\d+)\.")
+"""dynamo's message for a failed guard on one dimension's size of an argument."""
+_SIZE_IN_GUARD = re.compile(r"(?:\bL\['(\w+)'\]|(?<![\w.'\]])([A-Za-z_]\w*))\.size\(\)\[(\d+)\]")
+"""An argument's size in a guard's expression (`L['x'].size()[1] == 4`, `(x.size()[0] // 8) == 3`)."""
+
+
+def _guarded_size(guard: str) -> tuple[str, int, bool] | None:
+    """(argument, dim, specialised) of a failed guard on one dimension of one argument. An equality
+    on an expression of that size (`(x.size()[0] // 8) == 3`) is a graph specialised on its value."""
+    m = _SIZE_GUARD.match(guard)
+    if m:
+        return m.group(1), int(m.group(2)), False
+    found = {(a or b, int(d)) for a, b, d in _SIZE_IN_GUARD.findall(guard)}
+    if len(found) == 1 and "==" in guard:
+        name, dim = found.pop()
+        return name, dim, True
+    return None
+
+
+def _size_set_at(facts: Facts, r: dict, top: dict) -> tuple[dict[str, Any] | None, str | None]:
+    """The user's line that decides the size of the argument dimension a recompile's top guard
+    failed on, followed back from each call of what the torch.compile calls compiled (their
+    recorded sites, else the compiled function's file), and the `dynamic=` those calls pass.
+    None when no call leads to one line, or several lead to different lines."""
+    guarded = _guarded_size(str(top.get("guard") or ""))
+    if guarded is None:
+        return None, None
+    name, dim, on_value = guarded
+    position = parameter_position(r["file"], r["line"], r["function"], name)
+    if position is None:
+        return None, None
+    sites = [(s["file"], s["line"]) for s in facts.sites_of("compile") if s.get("file") and s.get("line")]
+    sites = sites or [(r["file"], line) for line in compile_call_lines(r["file"])]
+    found: set[tuple[str, int]] = set()
+    dynamic: set[str | None] = set()
+    for file, line in sites:
+        callee = compiled_callee(file, line)
+        origins = {size_origin(file, call, callee, position, name, dim) for call in calls_of(file, callee)} \
+            if callee else set()
+        origins.discard(None)
+        if origins:
+            found |= origins  # type: ignore[arg-type]
+            dynamic.add(compile_dynamic(file, line))
+    if len(found) != 1:
+        return None, None
+    file, line = found.pop()
+    return ({"file": file, "line": line, "argument": name, "dim": dim, "guard_on_value": on_value},
+            dynamic.pop() if len(dynamic) == 1 else None)
 
 
 class CompileTimeEvidence(Record):
