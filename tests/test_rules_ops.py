@@ -320,6 +320,8 @@ def test_op_hotspot_names_a_boolean_mask_built_per_group_in_a_loop(tmp_path):
     assert abs(f.time_lost_s - 0.18) < 1e-9  # the 60 ms comparison + the 120 ms selection, not the sum
     [f] = OpHotspot().check(_mask_facts(script, 13, mask_line=12, op="aten::index"))  # y.eq(c) in a function
     assert [w.line for w in f.where] == [12, 13]
+    [f] = OpHotspot().check(_mask_facts(script, 4, op="aten::eq"))  # the comparison itself dominates
+    assert [w.line for w in f.where] == [4, 5] and f.evidence["grouped_by_mask"] == 4
 
 
 @silent("op_hotspot")
@@ -348,5 +350,6 @@ def test_mask_group_by_reads_the_shapes_of_a_per_group_mask(tmp_path):
                       "    q = x[c > 0]\n"
                       "    r = x[i]\n")
     found = {line: mask_group_by(str(script), line) for line in range(1, 11)}
-    assert found == {1: None, 2: None, 3: None, 4: None, 5: 4, 6: 6, 7: 4, 8: None, 9: None, 10: None}
+    assert found == {1: None, 2: None, 3: None, 4: (4, 5), 5: (4, 5), 6: (6, 6), 7: (4, 7), 8: None, 9: None,
+                     10: None}  # the mask's own line leads to its first selection
     assert mask_group_by(str(tmp_path / "missing.py"), 5) is None

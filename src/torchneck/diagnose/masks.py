@@ -18,12 +18,14 @@ SELECTING_CALLS = frozenset({"masked_select", "nonzero", "argwhere", "where"})
 """Calls that select with a boolean mask passed to them (`torch.where(m)` with one argument)."""
 
 
-def mask_group_by(file: str, line: int) -> int | None:
-    """The line building a per-group boolean mask that the statement at `line` selects with, inside
-    a `for` loop of the same function: `mask = customer == cid` (the loop variable, or a name
-    derived from it in the loop body, compared) assigned in the loop body before `line`, then
-    `amount[mask]` (or `masked_select(mask)`, `nonzero`...) at `line`; `line` itself when the
-    comparison is written in the selection (`x[labels == c]`). None otherwise."""
+def mask_group_by(file: str, line: int, follow: bool = True) -> tuple[int, int] | None:
+    """(the line building a per-group boolean mask, the line selecting with it) inside a `for`
+    loop of one function, when `line` is either: `mask = customer == cid` (the loop variable, or
+    a name derived from it in the loop body, compared with a table the loop does not change)
+    assigned in the loop body, then `amount[mask]` (or `masked_select(mask)`, `nonzero`...) on a
+    tensor the loop does not change; both `line` when the comparison is written in the selection
+    (`x[labels == c]`). None otherwise. `follow`: look past the mask's own line for its
+    selection (off for that look itself: one level)."""
     path = enclosing(file, line)
     if not path:
         return None
@@ -32,17 +34,22 @@ def mask_group_by(file: str, line: int) -> int | None:
     if loop is None:
         return None
     per_pass, changing = _loop_names(loop, line), _assigned_in(loop)
-    found: int | None = None
     for selected, mask in _selections(stmt, line):
         if selected is not None and not _invariant(selected, changing):
             continue  # selecting from this pass's data (a batch), not from one table again and again
         if isinstance(mask, ast.Name):
             made = _last_assignment(loop, mask.id, line)
             if made is not None and _compares(made.value, per_pass, changing):
-                found = made.lineno if found is None else min(found, made.lineno)
+                return made.lineno, line
         elif _compares(mask, per_pass, changing):
-            found = line if found is None else min(found, line)
-    return found
+            return line, line
+    if follow and isinstance(stmt, ast.Assign) and stmt.lineno == line and len(stmt.targets) == 1 and \
+            isinstance(stmt.targets[0], ast.Name):  # the mask's own line: the selection comes after it
+        later = sorted({n.lineno for n in _walk_own(loop) if isinstance(n, ast.stmt) and n.lineno > line})
+        for at in later:
+            if mask_group_by(file, at, follow=False) == (line, at):
+                return line, at
+    return None
 
 
 def _selections(stmt: ast.stmt, line: int) -> list[tuple[ast.expr | None, ast.expr]]:

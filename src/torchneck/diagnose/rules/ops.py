@@ -150,7 +150,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         if grouped is not None:
             mask, hot = grouped
             ev.time_lost_is = "upper bound (the mask's line and the selections with it)"
-            what = f", selecting with a boolean mask built per group in a loop at line {mask.line}"
+            what = f": a boolean mask built per group in a loop at line {mask.line}, and selections with it"
             first = [mask] + ([hot] if hot.line != mask.line else [])
             where = first + [w for w in where if (w.file, w.line) not in {(f.file, f.line) for f in first}]
         return [self.finding(ev, title=f"{top.name} takes {100 * share:.0f}% of the profiled time "
@@ -170,9 +170,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         """(the line building a per-group mask, the line selecting with it) among the lines that
         run the op (see `masks.mask_group_by`); None when none of them plainly does."""
         for w in where:
-            line = mask_group_by(w.file, w.line)
-            if line is not None:
-                return Where(file=w.file, line=line, function=w.function), w
+            found = mask_group_by(w.file, w.line)
+            if found is not None:
+                return tuple(Where(file=w.file, line=at, function=w.function) for at in found)  # type: ignore[return-value]
         return None
 
     def _mask_loop_us(self, facts: Facts, mask: Where, hot: Where) -> float:
