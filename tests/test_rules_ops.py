@@ -353,3 +353,31 @@ def test_mask_group_by_reads_the_shapes_of_a_per_group_mask(tmp_path):
     assert found == {1: None, 2: None, 3: None, 4: (4, 5), 5: (4, 5), 6: (6, 6), 7: (4, 7), 8: None, 9: None,
                      10: None}  # the mask's own line leads to its first selection
     assert mask_group_by(str(tmp_path / "missing.py"), 5) is None
+
+
+def _backward_facts(node_total_us, forward_line=36):
+    node = "autograd::engine::evaluate_function: IndexBackward0"
+    by_name = [_op("aten::fill_", 80_000.0, count=4000), OpRow(name=node, count=4000, self_us=2_000.0,
+                                                              total_us=node_total_us, mean_us=node_total_us / 4000)]
+    by_line = [{"op": "aten::fill_", "file": "/x/g.py", "line": 72, "function": "main", "self_us": 80_000.0},
+               {"op": node, "file": "/x/g.py", "line": 72, "function": "main", "self_us": 2_000.0},
+               {"op": "aten::index", "file": "/x/g.py", "line": forward_line, "function": "forward",
+                "self_us": 9_000.0}]
+    return facts(analysis=analysis(by_name=by_name), ops_by_line=by_line)
+
+
+@fires("op_hotspot")
+def test_op_hotspot_inside_a_backward_names_the_forward_line_it_differentiates():
+    """`h[nbrs]` per node: each IndexBackward0 fills a zero gradient as big as `h`, at the
+    `loss.backward()` line; the line to change is the forward indexing."""
+    [f] = OpHotspot().check(_backward_facts(85_000.0))
+    assert [w.line for w in f.where] == [36, 72] and f.evidence["backward_of"] == "aten::index"
+    assert "IndexBackward0" in f.title and "once on all the rows" in f.fix
+
+
+@silent("op_hotspot")
+def test_op_hotspot_stays_at_its_line_when_no_backward_holds_it():
+    [f] = OpHotspot().check(_backward_facts(30_000.0))  # the node holds less than the op's time
+    assert [w.line for w in f.where] == [72] and f.evidence["backward_of"] is None
+    [f] = OpHotspot().check(_backward_facts(85_000.0, forward_line=72))  # no forward line apart from it
+    assert f.evidence["backward_of"] is None

@@ -3,6 +3,7 @@ a convolution bias that BatchNorm cancels."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ...model.analysis import CodeSite as CodeSiteRecord
@@ -29,6 +30,9 @@ class OpHotspotEvidence(Record):
     """Its most frequent input shapes (when recorded)."""
     densified_at: int | None = None
     """The line that made an operand of this product dense from a sparse tensor (`.to_dense()`)."""
+    backward_of: str | None = None
+    """The forward op whose backward (an autograd node run by `.backward()`) holds this op's time:
+    the user's lines calling that forward op are where to change it."""
     grouped_by_mask: int | None = None
     """The line building a boolean mask per group inside a loop (`mask = key == k`) that this op
     selects with: a group-by done one mask at a time."""
@@ -138,8 +142,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         if grouped is not None:
             mask, hot = grouped
             lost = max(lost, self._mask_loop_us(facts, mask, hot) / 1e6)
+        paired = self._backward_of(facts, top, where) if grouped is None and dense is None else None
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
                                time_lost_is="upper bound (the op's whole self time)", avoidable=avoidable,
+                               backward_of=paired[0] if paired else None,
                                shapes=[s.shapes for s in a.ops.by_shape if s.name == top.name][:3],
                                densified_at=dense.line if dense else None,
                                grouped_by_mask=grouped[0].line if grouped else None)
@@ -147,6 +153,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         if dense is not None:
             what = f" (an operand made dense from a sparse tensor at line {dense.line})"
             where = [dense, *(w for w in where if (w.file, w.line) != (dense.file, dense.line))]
+        if paired is not None:
+            forward, node, lines = paired
+            what += f" in autograd's {node}: the backward of {forward} at line {lines[0].line}"
+            where = lines + [w for w in where if (w.file, w.line) not in {(f.file, f.line) for f in lines}]
         if grouped is not None:
             mask, hot = grouped
             ev.time_lost_is = "upper bound (the mask's line and the selections with it)"
@@ -174,6 +184,31 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             if found is not None:
                 return tuple(Where(file=w.file, line=at, function=w.function) for at in found)  # type: ignore[return-value]
         return None
+
+    BACKWARD_NODE = "autograd::engine::evaluate_function: "
+    """The prefix of the op autograd records around each node it runs in the backward pass."""
+
+    def _backward_of(self, facts: Facts, top: OpRow, where: list[Where]) -> tuple[str, str, list[Where]] | None:
+        """(the forward op, its autograd node, the user's lines calling the forward op) when the
+        top op runs inside the backward of one kind of node (a node of that kind holds at least the
+        op's self time, on the op's own line: the `.backward()` call) and the forward op runs on
+        other lines; None otherwise. The backward runs at the `.backward()` line, but the code to
+        change is the forward call it differentiates (`table[i]` per row: each backward of it fills
+        a zero gradient as big as the table)."""
+        if not where or is_backward_op(top.name) or not facts.analysis:
+            return None
+        nodes = [o for o in facts.analysis.ops.by_name if o.name.startswith(self.BACKWARD_NODE)]
+        node = max(nodes, key=lambda o: o.total_us, default=None)
+        if node is None or node.total_us < top.self_us:
+            return None
+        ran = facts.lines_for_ops({node.name}, limit=1)
+        if not ran or (ran[0].file, ran[0].line) != (where[0].file, where[0].line):
+            return None
+        name = node.name[len(self.BACKWARD_NODE):]
+        forward = "aten::" + re.sub(r"(?<!^)(?=[A-Z])", "_", name.split("Backward")[0]).lower()
+        backward_lines = {(w.file, w.line) for w in where}
+        lines = [w for w in facts.lines_for_ops({forward}, limit=6) if (w.file, w.line) not in backward_lines][:3]
+        return (forward, name, lines) if lines else None
 
     def _mask_loop_us(self, facts: Facts, mask: Where, hot: Where) -> float:
         """Self time of the ops building the mask (on its line) and of the mask ops selecting with
@@ -206,6 +241,11 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                     "mark its loop's steps, to see its ops). If its result needs less than its ops compute, use "
                     "a cheaper op (e.g. topk instead of a full sort) or reduce their input; else it is the "
                     "program's work.")
+        if evidence.backward_of is not None:
+            return (f"This op runs in the backward of {evidence.backward_of}, once for every call of it on the "
+                    "lines shown: each call's gradient is built separately (the gradient of indexing fills a "
+                    "zero tensor as big as the whole source, per call). Call it once on all the rows (index "
+                    "with a tensor of indices, not one row per Python iteration) so its backward runs once.")
         if evidence.grouped_by_mask is not None:
             return (f"Line {evidence.grouped_by_mask} builds a boolean mask over the whole table for one group "
                     "per pass of a loop, and the selection with it scans every row again: a group-by costing "
