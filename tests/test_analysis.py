@@ -152,3 +152,32 @@ def test_a_long_c_call_outside_the_window_is_what_the_window_saw_on_that_line():
     assert est[4:].tolist() == [0.0, 0.01, 0.0, 0.01]
     unseen = _op_seconds_beyond_window(s, op_s, np.zeros(n, bool))  # no window: the old guess
     assert unseen.tolist() == [0.01] * n
+
+
+def test_a_loop_gathering_a_few_rows_from_a_big_table_is_a_loop_of_tiny_ops(tmp_path):
+    """`h[nbrs].mean(0)` per node: the profiler records the index's source ([2000, 64], 128 k
+    elements), not the few rows it gathers; a gather op is judged by its duration, so the loop
+    counts as tiny ops. A loop of element-wise ops over that big tensor does not."""
+    from torchneck.analysis.nesting import host_nesting
+    from torchneck.analysis.ops import dispatch_overhead
+    from torchneck.trace.loader import load_trace
+
+    def ev(name, ts, dur, dims):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                "args": {"Input Dims": dims}}
+
+    def loop(first, second, second_dims):
+        events = []
+        for i in range(200):
+            t = 30.0 * i
+            events += [ev(first, t, 6.0, [[2000, 64], []]), ev(second, t + 12.0, 8.0, second_dims)]
+        path = tmp_path / f"{first}.json"
+        path.write_text(json.dumps({"traceEvents": events}))
+        table = load_trace(path).events
+        nesting = host_nesting(table)
+        return dispatch_overhead(table, nesting, nesting.ops_in(slice(0, len(table))), 6000.0, 1)
+
+    gathers = loop("aten::index", "aten::mean", [[3, 64], [], [], []])
+    assert gathers.tiny_run_ops == 400 and gathers.tiny_run_share > 0.9
+    adds = loop("aten::add", "aten::mul", [[2000, 64], []])  # big by their tensors: no tiny-op loop
+    assert adds.tiny_run_ops == 0

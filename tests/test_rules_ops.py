@@ -275,3 +275,109 @@ def test_op_hotspot_a_dense_operand_from_dense_code_stays_context(tmp_path):
     script.write_text(GCN_SCRIPT)
     [f] = OpHotspot().check(_mm_facts(script, 10))  # torch.eye: dense from the start
     assert f.severity == "info" and f.evidence["densified_at"] is None and [w.line for w in f.where] == [3]
+
+
+GROUP_BY_SCRIPT = """\
+import torch
+rows = []
+for cid in ids.tolist():
+    mask = customer == cid
+    spent = amount[mask]
+    rows.append(spent.sum())
+for xb, yb in loader:
+    keep = yb == 3
+    picked = xb[keep]
+def centroids(x, y, k):
+    for c in range(k):
+        members = y.eq(c)
+        yield x[members].mean(0)
+big = amount[customer > 5]
+"""
+
+
+def _mask_facts(path, select_line, mask_line=None, op="aten::nonzero"):
+    """A window of 0.3 s where `op` selecting at `select_line` takes 120 ms, its mask's comparison
+    at `mask_line` 60 ms."""
+    by_line = [{"op": op, "file": str(path), "line": select_line, "function": "f", "self_us": 120_000.0},
+               {"op": "aten::sum", "file": str(path), "line": select_line, "function": "f", "self_us": 5_000.0}]
+    if mask_line is not None:
+        by_line.append({"op": "aten::eq", "file": str(path), "line": mask_line, "function": "f",
+                        "self_us": 60_000.0})
+    return facts(analysis=analysis(window_us=300_000.0, by_name=[_op(op, 120_000.0, count=114)]),
+                 ops_by_line=by_line)
+
+
+@fires("op_hotspot")
+def test_op_hotspot_names_a_boolean_mask_built_per_group_in_a_loop(tmp_path):
+    """`mask = customer == cid` in a loop over the customers, then `amount[mask]`: a group-by done
+    one mask at a time. The mask's line comes first; grouping once removes the comparison and the
+    selection both (the summing stays)."""
+    script = tmp_path / "groups.py"
+    script.write_text(GROUP_BY_SCRIPT)
+    [f] = OpHotspot().check(_mask_facts(script, 5, mask_line=4))
+    assert [w.line for w in f.where] == [4, 5] and f.evidence["grouped_by_mask"] == 4
+    assert f.severity == "medium" and "line 4" in f.title and "argsort" in f.fix and "scatter_reduce" in f.fix
+    assert abs(f.time_lost_s - 0.18) < 1e-9  # the 60 ms comparison + the 120 ms selection, not the sum
+    [f] = OpHotspot().check(_mask_facts(script, 13, mask_line=12, op="aten::index"))  # y.eq(c) in a function
+    assert [w.line for w in f.where] == [12, 13]
+    [f] = OpHotspot().check(_mask_facts(script, 4, op="aten::eq"))  # the comparison itself dominates
+    assert [w.line for w in f.where] == [4, 5] and f.evidence["grouped_by_mask"] == 4
+
+
+@silent("op_hotspot")
+def test_op_hotspot_a_mask_of_this_pass_s_data_or_outside_a_loop_is_no_group_by(tmp_path):
+    script = tmp_path / "groups.py"
+    script.write_text(GROUP_BY_SCRIPT)
+    for line in (9, 14):  # a batch's own mask; a mask built once
+        [f] = OpHotspot().check(_mask_facts(script, line))
+        assert f.evidence["grouped_by_mask"] is None and [w.line for w in f.where] == [line]
+    [f] = OpHotspot().check(_mask_facts(script, 5, mask_line=4, op="aten::addmm"))  # not a mask op
+    assert f.evidence["grouped_by_mask"] is None and f.severity == "info"
+
+
+def test_mask_group_by_reads_the_shapes_of_a_per_group_mask(tmp_path):
+    from torchneck.diagnose.masks import mask_group_by
+
+    script = tmp_path / "m.py"
+    script.write_text("import torch\n"
+                      "for i in range(k):\n"
+                      "    cid = ids[i]\n"
+                      "    m = (y == cid) & valid\n"
+                      "    s = torch.masked_select(x, m)\n"
+                      "    z = x[y == i]\n"
+                      "    n = m.nonzero()\n"
+                      "    w = torch.where(m, x, 0)\n"
+                      "    q = x[c > 0]\n"
+                      "    r = x[i]\n")
+    found = {line: mask_group_by(str(script), line) for line in range(1, 11)}
+    assert found == {1: None, 2: None, 3: None, 4: (4, 5), 5: (4, 5), 6: (6, 6), 7: (4, 7), 8: None, 9: None,
+                     10: None}  # the mask's own line leads to its first selection
+    assert mask_group_by(str(tmp_path / "missing.py"), 5) is None
+
+
+def _backward_facts(node_total_us, forward_line=36):
+    node = "autograd::engine::evaluate_function: IndexBackward0"
+    by_name = [_op("aten::fill_", 80_000.0, count=4000), OpRow(name=node, count=4000, self_us=2_000.0,
+                                                              total_us=node_total_us, mean_us=node_total_us / 4000)]
+    by_line = [{"op": "aten::fill_", "file": "/x/g.py", "line": 72, "function": "main", "self_us": 80_000.0},
+               {"op": node, "file": "/x/g.py", "line": 72, "function": "main", "self_us": 2_000.0},
+               {"op": "aten::index", "file": "/x/g.py", "line": forward_line, "function": "forward",
+                "self_us": 9_000.0}]
+    return facts(analysis=analysis(by_name=by_name), ops_by_line=by_line)
+
+
+@fires("op_hotspot")
+def test_op_hotspot_inside_a_backward_names_the_forward_line_it_differentiates():
+    """`h[nbrs]` per node: each IndexBackward0 fills a zero gradient as big as `h`, at the
+    `loss.backward()` line; the line to change is the forward indexing."""
+    [f] = OpHotspot().check(_backward_facts(85_000.0))
+    assert [w.line for w in f.where] == [36, 72] and f.evidence["backward_of"] == "aten::index"
+    assert "IndexBackward0" in f.title and "once on all the rows" in f.fix
+
+
+@silent("op_hotspot")
+def test_op_hotspot_stays_at_its_line_when_no_backward_holds_it():
+    [f] = OpHotspot().check(_backward_facts(30_000.0))  # the node holds less than the op's time
+    assert [w.line for w in f.where] == [72] and f.evidence["backward_of"] is None
+    [f] = OpHotspot().check(_backward_facts(85_000.0, forward_line=72))  # no forward line apart from it
+    assert f.evidence["backward_of"] is None

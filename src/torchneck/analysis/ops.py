@@ -52,6 +52,15 @@ METADATA_OPS = frozenset({
 })
 """Ops that only make a new view of a tensor (indexing one element out of a big tensor is a
 `select`): no arithmetic whatever the tensor's size, all per-op overhead."""
+GATHER_OPS = frozenset({
+    "aten::index", "aten::index_select", "aten::gather", "aten::take", "aten::take_along_dim",
+    "aten::embedding", "aten::index_put_", "aten::_index_put_impl_", "aten::index_add_", "aten::index_copy_",
+    "aten::index_fill_", "aten::scatter", "aten::scatter_", "aten::scatter_add_",
+})
+"""Ops that read or write the rows an index picks: their work is the rows picked, not the tensor
+they pick from, yet that tensor is the (often only) size the profiler records (`h[nbrs]` on a
+2000x64 `h` records [[2000, 64], []], the index list unrecorded). Small by their duration, then:
+by recorded size, a loop gathering a few rows per pass from a big table would not be tiny."""
 
 
 class TinyRuns:
@@ -307,6 +316,7 @@ def dispatch_overhead(table: EventTable, nesting: Nesting, rows: np.ndarray, spa
     runs: dict[int, TinyRuns] = {}
     gap = max(TINY_RUN_MIN_GAP_US, TINY_RUN_GAP_MULTIPLE * limit)
     metadata = table.names_matching(lambda s: s in METADATA_OPS)
+    gather = table.names_matching(lambda s: s in GATHER_OPS)
     for a in range(0, len(cpu), ROW_BLOCK):
         block = cpu[a:a + ROW_BLOCK]
         par = nesting.parent[block]
@@ -324,7 +334,8 @@ def dispatch_overhead(table: EventTable, nesting: Nesting, rows: np.ndarray, spa
         # machine is still small), by its duration otherwise. Ops whose children start in the
         # next block are looked for in this one only: their numel may come out smaller; rare.
         numel = top_level_numel(table, nesting, top, block)
-        small = np.where(numel >= 0, numel <= SMALL_NUMEL, is_tiny) | metadata[table.name[top]]
+        by_size = (numel >= 0) & ~gather[table.name[top]]
+        small = np.where(by_size, numel <= SMALL_NUMEL, is_tiny) | metadata[table.name[top]]
         thread = table.thread[top]
         for th in np.unique(thread).tolist():
             on = thread == th

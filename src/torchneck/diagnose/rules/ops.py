@@ -3,6 +3,7 @@ a convolution bias that BatchNorm cancels."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ...model.analysis import CodeSite as CodeSiteRecord
@@ -10,6 +11,7 @@ from ...model.analysis import ConvBiasBn, Dispatch, OpRow
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
+from ..masks import mask_group_by
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import argument_origin, densified_at, in_loop, rebuilt_tensor
 
@@ -28,6 +30,12 @@ class OpHotspotEvidence(Record):
     """Its most frequent input shapes (when recorded)."""
     densified_at: int | None = None
     """The line that made an operand of this product dense from a sparse tensor (`.to_dense()`)."""
+    backward_of: str | None = None
+    """The forward op whose backward (an autograd node run by `.backward()`) holds this op's time:
+    the user's lines calling that forward op are where to change it."""
+    grouped_by_mask: int | None = None
+    """The line building a boolean mask per group inside a loop (`mask = key == k`) that this op
+    selects with: a group-by done one mask at a time."""
     outside_window: bool = False
     """A line's time in torch ops, sampled over the steady state, that the profiled window missed
     (self_us is that time; the trace cannot say which op)."""
@@ -59,14 +67,19 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     matmul, a convolution), it is where the time goes, not a problem: `info`, context for the
     rules that name a cause (dtype, tiny ops, threads), which explain it when they apply. A
     product whose operand the code made dense from a sparse tensor (`.to_dense()`, on the lines
-    that run it or up their call path) is avoidable too: a sparse product skips the zeros.
+    that run it or up their call path) is avoidable too: a sparse product skips the zeros. So is
+    a selection by a boolean mask built per group inside a loop (`mask = key == k` then
+    `x[mask]`, a group-by done one mask at a time): every pass scans the whole table; the mask's
+    line is named first.
 
     A profiled window that does not hold the steady state's work (a slice taken during set-up
     when the program has no step clock) cannot name it: a line the sampler finds inside torch
     ops for much of the steady state, but hardly in the window, is reported from the samples.
 
     Time lost: the op's self time, an upper bound (what removing the op entirely would save); for
-    a line outside the window, its sampled time inside torch ops."""
+    a per-group mask, the ops of the mask's line and the selecting ops of the lines using it
+    (grouping once removes them all); for a line outside the window, its sampled time inside
+    torch ops."""
 
     kind = "op_hotspot"
     summary = "One operator takes a large share of the steps (avoidable data movement, or context)."
@@ -124,19 +137,88 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         lost = top.self_us / 1e6
         where = facts.lines_for_ops({top.name})
         dense = self._densified(facts, where) if top.name in self.MATMULS else None
-        avoidable = top.name in AVOIDABLE_OPS or dense is not None
+        grouped = self._grouped_by_mask(where) if top.name in self.MASK_OPS else None
+        avoidable = top.name in AVOIDABLE_OPS or dense is not None or grouped is not None
+        if grouped is not None:
+            mask, hot = grouped
+            lost = max(lost, self._mask_loop_us(facts, mask, hot) / 1e6)
+        paired = self._backward_of(facts, top, where) if grouped is None and dense is None else None
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
                                time_lost_is="upper bound (the op's whole self time)", avoidable=avoidable,
+                               backward_of=paired[0] if paired else None,
                                shapes=[s.shapes for s in a.ops.by_shape if s.name == top.name][:3],
-                               densified_at=dense.line if dense else None)
+                               densified_at=dense.line if dense else None,
+                               grouped_by_mask=grouped[0].line if grouped else None)
         what = "" if avoidable else " (the model's compute: where the time goes, not a problem by itself)"
         if dense is not None:
             what = f" (an operand made dense from a sparse tensor at line {dense.line})"
             where = [dense, *(w for w in where if (w.file, w.line) != (dense.file, dense.line))]
+        if paired is not None:
+            forward, node, lines = paired
+            what += f" in autograd's {node}: the backward of {forward} at line {lines[0].line}"
+            where = lines + [w for w in where if (w.file, w.line) not in {(f.file, f.line) for f in lines}]
+        if grouped is not None:
+            mask, hot = grouped
+            ev.time_lost_is = "upper bound (the mask's line and the selections with it)"
+            what = f": a boolean mask built per group in a loop at line {mask.line}, and selections with it"
+            first = [mask] + ([hot] if hot.line != mask.line else [])
+            where = first + [w for w in where if (w.file, w.line) not in {(f.file, f.line) for f in first}]
         return [self.finding(ev, title=f"{top.name} takes {100 * share:.0f}% of the profiled time "
                                        f"({top.count} calls){what}",
                              lost_s=lost, pct=facts.pct(lost), severity=None if avoidable else "info",
                              where=where, ops=[top.name])]
+
+    MASK_OPS = frozenset({
+        "aten::nonzero", "aten::index", "aten::masked_select", "aten::argwhere", "aten::index_put_",
+        "aten::_index_put_impl_", "aten::eq", "aten::ne", "aten::lt", "aten::le", "aten::gt", "aten::ge",
+        "aten::isin", "aten::logical_and", "aten::bitwise_and", "aten::__and__",
+    })
+    """Ops of a selection by a boolean mask (`x[mask]` runs index, then nonzero on the mask) and
+    of building one (a comparison, its combination): the ops a per-group mask in a loop repeats."""
+
+    def _grouped_by_mask(self, where: list[Where]) -> tuple[Where, Where] | None:
+        """(the line building a per-group mask, the line selecting with it) among the lines that
+        run the op (see `masks.mask_group_by`); None when none of them plainly does."""
+        for w in where:
+            found = mask_group_by(w.file, w.line)
+            if found is not None:
+                return tuple(Where(file=w.file, line=at, function=w.function) for at in found)  # type: ignore[return-value]
+        return None
+
+    BACKWARD_NODE = "autograd::engine::evaluate_function: "
+    """The prefix of the op autograd records around each node it runs in the backward pass."""
+
+    def _backward_of(self, facts: Facts, top: OpRow, where: list[Where]) -> tuple[str, str, list[Where]] | None:
+        """(the forward op, its autograd node, the user's lines calling the forward op) when the
+        top op runs inside the backward of one kind of node (a node of that kind holds at least the
+        op's self time, on the op's own line: the `.backward()` call) and the forward op runs on
+        other lines; None otherwise. The backward runs at the `.backward()` line, but the code to
+        change is the forward call it differentiates (`table[i]` per row: each backward of it fills
+        a zero gradient as big as the table)."""
+        if not where or is_backward_op(top.name) or not facts.analysis:
+            return None
+        nodes = [o for o in facts.analysis.ops.by_name if o.name.startswith(self.BACKWARD_NODE)]
+        node = max(nodes, key=lambda o: o.total_us, default=None)
+        if node is None or node.total_us < top.self_us:
+            return None
+        ran = facts.lines_for_ops({node.name}, limit=1)
+        if not ran or (ran[0].file, ran[0].line) != (where[0].file, where[0].line):
+            return None
+        name = node.name[len(self.BACKWARD_NODE):]
+        forward = "aten::" + re.sub(r"(?<!^)(?=[A-Z])", "_", name.split("Backward")[0]).lower()
+        backward_lines = {(w.file, w.line) for w in where}
+        lines = [w for w in facts.lines_for_ops({forward}, limit=6) if (w.file, w.line) not in backward_lines][:3]
+        return (forward, name, lines) if lines else None
+
+    def _mask_loop_us(self, facts: Facts, mask: Where, hot: Where) -> float:
+        """Self time of the ops building the mask (on its line) and of the mask ops selecting with
+        it (on the selecting line): what grouping once removes."""
+        total = 0.0
+        for e in facts.ops_by_line:
+            at = (e.get("file"), e.get("line"))
+            if at == (mask.file, mask.line) or (at == (hot.file, hot.line) and e["op"] in self.MASK_OPS):
+                total += e["self_us"]
+        return total
 
     MATMULS = ("aten::mm", "aten::addmm", "aten::matmul", "aten::bmm", "aten::baddbmm", "aten::linear")
     """Products whose work a sparse operand would shrink to its non-zeros."""
@@ -159,6 +241,17 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                     "mark its loop's steps, to see its ops). If its result needs less than its ops compute, use "
                     "a cheaper op (e.g. topk instead of a full sort) or reduce their input; else it is the "
                     "program's work.")
+        if evidence.backward_of is not None:
+            return (f"This op runs in the backward of {evidence.backward_of}, once for every call of it on the "
+                    "lines shown: each call's gradient is built separately (the gradient of indexing fills a "
+                    "zero tensor as big as the whole source, per call). Call it once on all the rows (index "
+                    "with a tensor of indices, not one row per Python iteration) so its backward runs once.")
+        if evidence.grouped_by_mask is not None:
+            return (f"Line {evidence.grouped_by_mask} builds a boolean mask over the whole table for one group "
+                    "per pass of a loop, and the selection with it scans every row again: a group-by costing "
+                    "groups x rows. Group once: sort by the key and split (order = key.argsort(); "
+                    "parts = x[order].split(torch.bincount(key).tolist())), or reduce every group in one op "
+                    "(index_add_, scatter_reduce, torch.bincount(key, weights=x)).")
         if evidence.densified_at is not None:
             return (f"Keep the matrix made dense at line {evidence.densified_at} sparse and multiply with "
                     "torch.sparse.mm (or `@` on the sparse tensor): a dense product multiplies every zero, a "
