@@ -526,7 +526,7 @@ def _own_nodes(fdef: ast.AST, *kinds: type) -> list[ast.AST]:
         if isinstance(n, kinds):
             out.append(n)
         todo.extend(ast.iter_child_nodes(n))
-    return sorted(out, key=lambda n: n.lineno)
+    return sorted(out, key=lambda n: getattr(n, "lineno", 0))
 
 
 def _binding(file: str, name: str, line: int) -> ast.Assign | ast.AnnAssign | ast.For | None:
