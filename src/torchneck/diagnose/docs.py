@@ -92,7 +92,7 @@ def render() -> str:
         found = thresholds(r)
         if found:
             lines += ["Thresholds:", ""]
-            lines += [f"- `{n} = {v!r}`: {reason.replace(chr(10), ' ')}" for n, v, reason in found]
+            lines += [f"- `{n} = {_shown(v)}`: {reason.replace(chr(10), ' ')}" for n, v, reason in found]
             lines.append("")
         if isinstance(r, Rule):
             lines += [f"Evidence (`{r.evidence_type.__name__}`):", ""]
@@ -120,5 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _shown(value: object) -> str:
+    """A threshold's value as Python writes it; a set's members sorted (its own order changes
+    from one interpreter to the next, and the reference must not)."""
+    if isinstance(value, (set, frozenset)):
+        inner = ", ".join(sorted(map(repr, value)))
+        return f"{type(value).__name__}({{{inner}}})" if value else f"{type(value).__name__}()"
+    return repr(value)
+
+
 if __name__ == "__main__":
     sys.exit(main())
+
