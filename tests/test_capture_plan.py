@@ -268,8 +268,11 @@ def test_a_step_of_many_torch_calls_is_cut_inside_the_step_and_its_line_named(ru
     script = SCRIPTS / "element_reads_steps.py"
     r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
     assert r.returncode == 0, r.stderr[-2000:]
-    window = read_report(run_dir)["capture"]["window"]
-    assert window["stopped_by"] == "memory_bound" and window["events"] < 40_000, window
-    top = read_report(run_dir)["findings"][0]
+    report = read_report(run_dir)
+    window = report["capture"]["window"]
+    assert window["stopped_by"] == "memory_bound" and window["inside_step"] and window["events"] < 40_000, window
+    assert "stopped inside a step" in report["capture"]["summary"]
+    assert report["verdict"].startswith("Part of one step profiled") or "the last one cut short" in report["verdict"]
+    top = report["findings"][0]
     assert top["kind"] == "python_hotspot" and top["where"][0]["line"] == planted_line(script)
     assert "tolist()" in top["fix"] and [s["kind"] for s in top["symptoms"]] == ["dispatch_overhead"]

@@ -56,8 +56,13 @@ def verdict(analysis: RankAnalysis | None, phases: dict | None, findings: list[F
             parts.append(f"No step markers: a {st.window_us / 1e6:.2f} s slice of the "
                          f"{'loop' if capture['plan'] == 'loop' else 'run'} was profiled; "
                          f"the time goes to: {described or 'nothing measurable'}.")
+        elif capture and (capture.get("window") or {}).get("inside_step") and st.count <= 1:
+            parts.append(f"Part of one step profiled ({st.window_us / 1e3:.1f} ms: the window stopped inside the "
+                         f"step at its bound); the time goes to: {described or 'nothing measurable'}.")
         else:
-            parts.append(f"{st.count} step(s) profiled, median {st.median_us / 1e3:.1f} ms per step; "
+            cut = ("; the last one cut short by the window's bound"
+                   if capture and (capture.get("window") or {}).get("inside_step") else "")
+            parts.append(f"{st.count} step(s) profiled{cut}, median {st.median_us / 1e3:.1f} ms per step; "
                          f"the time goes to: {described or 'nothing measurable'}.")
         gpu = analysis.gpu
         if gpu.present:

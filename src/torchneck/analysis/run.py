@@ -340,6 +340,7 @@ def capture_summary(run: dict, phases: dict, events: int | None) -> dict:
         "plan": plan,
         "why": cap.get("why") or (f"{kind} steps" if kind and plan == "steps" else ""),
         "window": {"start_s": w0, "end_s": w1, "stopped_by": cap.get("stopped_by"),
+                   "inside_step": bool(cap.get("inside_step")),
                    "recorded_mb": cap.get("recorded_mb"), "trace_bytes": cap.get("trace_bytes"), "events": events},
         "bounds": cap.get("bounds") or {},
         "steady_from_s": phases.get("steady_from_offset_s"),
@@ -368,6 +369,8 @@ def _capture_sentence(c: dict, run: dict) -> str:
     span = f"{w['start_s']:.2f}-{w['end_s']:.2f} s" if w["start_s"] is not None else ""
     events = f", {w['events']:,} events" if w.get("events") else ""
     stopped = f", stopped {_STOPPED[w['stopped_by']]}" if w.get("stopped_by") in _STOPPED else ""
+    if stopped and w.get("inside_step"):
+        stopped = stopped.replace("stopped", "stopped inside a step", 1)
     why = f" ({c['why']})" if c["why"] else ""
     parts = []
     users = c["user_profilers"]

@@ -86,6 +86,7 @@ class CaptureLog:
     window_start_ns: int | None = None
     window_end_ns: int | None = None
     stopped_by: str | None = None  # steps | duration | slice | time_bound | memory_bound | user_profiler | clock | end
+    inside_step: bool = False  # a step window stopped between two ticks: its last step is only a part of one
     recorded_mb: float | None = None  # the memory growth measured while the window recorded
     trace_bytes: int | None = None
     stop_s: float | None = None  # seconds torch took to stop the profiler (it processes every event)

@@ -186,7 +186,7 @@ class ProfiledWindow:
         cap.plan, cap.why = plan, why
         cap.window_start_ns = log.window_start_ns = now
         cap.window_end_ns = log.window_end_ns = None
-        cap.stopped_by = None
+        cap.stopped_by, cap.inside_step = None, False
         log.step_marks = []
         self._rss.reset()
         self._rss_base = self._bound_base = self._rss.settled(0.0)
@@ -451,6 +451,7 @@ class ProfiledWindow:
             else:
                 bound = None
             if bound:
+                cap.inside_step = cap.plan == "steps"  # between ticks: the step in progress is cut
                 self.finish(bound)
             return
         if self.state != "waiting" or self.aside or self.options.all or not self._slice_allowed(now):
@@ -654,8 +655,8 @@ class ProfiledWindow:
         self._rss.close()
 
 
-_WINDOW_FIELDS = ("plan", "why", "window_start_ns", "window_end_ns", "stopped_by", "recorded_mb", "trace_bytes",
-                  "stop_s", "export_s", "trace_source")
+_WINDOW_FIELDS = ("plan", "why", "window_start_ns", "window_end_ns", "stopped_by", "inside_step", "recorded_mb",
+                  "trace_bytes", "stop_s", "export_s", "trace_source")
 """What describes a recorded window in `CaptureLog`: saved when a window is set aside, restored if
 it stays the run's."""
 
