@@ -276,3 +276,24 @@ def test_a_step_of_many_torch_calls_is_cut_inside_the_step_and_its_line_named(ru
     top = report["findings"][0]
     assert top["kind"] == "python_hotspot" and top["where"][0]["line"] == planted_line(script)
     assert "tolist()" in top["fix"] and [s["kind"] for s in top["symptoms"]] == ["dispatch_overhead"]
+
+
+def test_model_calls_in_worker_threads_are_counted_and_their_grad_mode_named(run_dir):
+    """A server whose worker threads run the model: the profiler and the sampler see only the main
+    thread (waiting for answers), but the module hooks run in the workers: their calls are
+    counted, timed and placed, and the `with` that leaves autograd on is the top finding."""
+    script = SCRIPTS / "threaded_server.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    clock = json.loads((run_dir / "run.json").read_text())["clock"]
+    assert clock["thread_module_calls"] == clock["thread_module_outputs_with_grad"] == 300
+    assert clock["thread_module_threads"] == 2 and clock["thread_module_s"] > 0
+    assert clock["top_module_calls"] == 0  # none in the main thread, and no step ticks from the workers
+    top = read_report(run_dir)["findings"][0]
+    assert top["kind"] == "autograd_in_inference" and top["where"][0]["line"] == planted_line(script), top
+    fixed = run_dir.parent / "fixed"
+    r = torchneck("run", "--quiet", "--out", str(fixed), str(script), "--fixed")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((fixed / "run.json").read_text())["clock"]["thread_module_outputs_with_grad"] == 0
+    assert "autograd_in_inference" not in [f["kind"] for f in read_report(fixed)["findings"]]
+

@@ -141,6 +141,36 @@ def test_autograd_in_inference_names_the_with_that_sets_the_grad_mode(tmp_path):
     assert where(16) == [16, 15]  # no grad context (a file's): the call, then the loop to wrap
 
 
+THREADS = {"thread_module_calls": 40, "thread_module_outputs_with_grad": 40, "thread_module_s": 8.0,
+           "thread_module_threads": 2, "thread_module_sites": [{"file": "/x/s.py", "line": 61, "function": "worker"}]}
+
+
+@fires("autograd_in_inference")
+def test_autograd_in_inference_in_worker_threads_folds_the_main_thread_s_wait():
+    """The capture counted the workers' model calls: the saving is a share of their time side by
+    side (8 s over 2 threads), over the run; the main thread's wait for them is the symptom."""
+    from torchneck.diagnose.engine import diagnose
+
+    (f,) = AutogradInInference().check(facts(clock=THREADS, run_wall_s=10.0))
+    assert f.time_lost_s == 4.0 * AutogradInInference.AUTOGRAD_OVERHEAD and f.evidence["share_of"] == "run_wall"
+    assert f.where[0].line == 61 and "2 worker threads" in f.title
+    waiting = {"window": {"sampled_s": 4.0, "lines": [{"file": "/x/s.py", "line": 87, "function": "main",
+                                                       "total_s": 4.0, "self_s": 0.0, "pct": 97.0,
+                                                       "outside_ops_s": 4.0, "waiting_s": 3.9}]}}
+    found = diagnose(facts(analysis=analysis(), clock=THREADS, run_wall_s=10.0, python=waiting))
+    assert [f.kind for f in found] == ["autograd_in_inference"], found
+    assert [s.kind for s in found[0].symptoms] == ["python_hotspot"] and found[0].symptoms[0].where[0].line == 87
+
+
+@silent("autograd_in_inference")
+def test_autograd_in_inference_in_threads_silent_when_training_or_without_graphs():
+    assert AutogradInInference().check(facts(clock=dict(THREADS, kind="optimizer"), run_wall_s=10.0)) == []
+    no_grad = dict(THREADS, thread_module_outputs_with_grad=0)
+    assert AutogradInInference().check(facts(clock=no_grad, run_wall_s=10.0)) == []
+    few = dict(THREADS, thread_module_calls=3, thread_module_outputs_with_grad=3)
+    assert AutogradInInference().check(facts(clock=few, run_wall_s=10.0)) == []
+
+
 def test_relative_file_names_are_read_from_the_directory_the_script_ran_in(tmp_path, monkeypatch):
     """`torchneck run infer.py` names the file `infer.py`; `torchneck report RUN_DIR` made from
     another directory still reads it (the run's cwd), for the rule and the HTML's code lines."""

@@ -306,9 +306,12 @@ class CaptureSession:
                 "lines_marked": log.lines_marked,
                 "top_module_calls": log.top_module_calls,
                 "top_module_outputs_with_grad": log.top_module_outputs_with_grad,
-                "top_module_sites": [{"file": f, "line": ln, "function": fn, "calls": n}
-                                     for (f, ln, fn), n in sorted(log.top_module_sites.items(),
-                                                                  key=lambda kv: -kv[1])],
+                "top_module_sites": _sites(log.top_module_sites),
+                "thread_module_calls": log.thread_module_calls,
+                "thread_module_outputs_with_grad": log.thread_module_outputs_with_grad,
+                "thread_module_s": round(log.thread_module_s, 6),
+                "thread_module_threads": log.thread_module_threads,
+                "thread_module_sites": _sites(log.thread_module_sites),
             },
             "capture": capture,
             "options": asdict(self.options),
@@ -319,6 +322,12 @@ class CaptureSession:
         tmp = self.run_dir / "run.json.tmp"
         tmp.write_text(json.dumps(run_info, indent=1))
         os.replace(tmp, self.run_dir / "run.json")  # never a half-written run.json
+
+
+def _sites(counted: dict) -> list[dict]:
+    """The module-call lines the capture counted, most calls first."""
+    return [{"file": f, "line": ln, "function": fn, "calls": n}
+            for (f, ln, fn), n in sorted(counted.items(), key=lambda kv: -kv[1])]
 
 
 def capture_run(target: Target, options: WindowOptions, out: str | None, timeout: float | None,

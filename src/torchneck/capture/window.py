@@ -96,6 +96,13 @@ class ClockLog:
     top_module_calls: int = 0  # calls of top-level modules seen by the module clock
     top_module_outputs_with_grad: int = 0  # ... whose output carried an autograd graph
     top_module_sites: dict = field(default_factory=dict)  # (file, line, function) of the user's call -> calls
+    # Top-level module calls in other threads (a server's workers): the profiler records only the
+    # main thread's ops and the sampler samples only it, so these are all torchneck sees of them.
+    thread_module_calls: int = 0
+    thread_module_outputs_with_grad: int = 0
+    thread_module_s: float = 0.0  # wall seconds inside those calls, summed over the threads
+    thread_module_threads: int = 0  # distinct threads that made them
+    thread_module_sites: dict = field(default_factory=dict)
 
 
 class ProfiledWindow:
@@ -118,6 +125,8 @@ class ProfiledWindow:
         self._handles: list = []
         self._module_handles: list = []
         self._module_depth = 0
+        self._other_threads = threading.local()  # module depth and entry time in each other thread
+        self._thread_ids: set[int] = set()
         self._main_thread = threading.get_ident()
         self.export_error: str | None = None
         self._lines = LineMarking()
@@ -559,21 +568,49 @@ class ProfiledWindow:
                 self._wrap_compiled_modules()
 
     def _module_pre(self, module, args) -> None:
+        if threading.get_ident() != self._main_thread:
+            other = self._other_threads
+            depth = getattr(other, "depth", 0)
+            if depth == 0:
+                other.began = time.perf_counter()
+            other.depth = depth + 1
+            return
         self._module_depth += 1
 
     def _module_post(self, module, args, output) -> None:
+        if threading.get_ident() != self._main_thread:
+            self._other_thread_post(output)
+            return
         self._module_depth -= 1
         if self._module_depth == 0:
             self.log.top_module_calls += 1
             if getattr(output, "grad_fn", None) is not None:
                 self.log.top_module_outputs_with_grad += 1
-            self._note_module_site()
+            self._note_module_site(self.log.top_module_sites)
             self._tick("module")
 
-    def _note_module_site(self) -> None:
+    def _other_thread_post(self, output) -> None:
+        """A module call returned in another thread: its own depth (a shared one would be
+        corrupted by threads calling modules at once), and at its top level the call's time,
+        whether it built a graph, and the line that made it. Never a step tick."""
+        other = self._other_threads
+        other.depth = max(getattr(other, "depth", 1) - 1, 0)
+        if other.depth or not hasattr(other, "began"):
+            return
+        log = self.log
+        log.thread_module_calls += 1
+        log.thread_module_s += time.perf_counter() - other.began
+        if getattr(output, "grad_fn", None) is not None:
+            log.thread_module_outputs_with_grad += 1
+        ident = threading.get_ident()
+        if ident not in self._thread_ids and len(self._thread_ids) < MODULE_SITES_KEPT:
+            self._thread_ids.add(ident)
+            log.thread_module_threads = len(self._thread_ids)
+        self._note_module_site(log.thread_module_sites)
+
+    def _note_module_site(self, sites: dict) -> None:
         """Count the user's line that called a top-level module (a few µs a call): the line an
         inference fix (`torch.inference_mode()`) goes around, which the trace cannot name."""
-        sites = self.log.top_module_sites
         frame: types.FrameType | None = sys._getframe(2)
         while frame is not None and not is_user_file(frame.f_code.co_filename):
             frame = frame.f_back

@@ -273,6 +273,12 @@ class AutogradInInferenceEvidence(Record):
     estimated_overhead: float
     grad_mode_ops: int = 0
     graph_nodes: int = 0
+    threads: int = 0
+    """Other threads that made the model calls (a server's workers); 0: the main thread."""
+    model_calls_s: float = 0.0
+    """Wall seconds inside those threads' model calls, summed over the threads."""
+    share_of: str | None = None
+    """`run_wall` when the cost is measured over the whole run (the threads' calls)."""
 
 
 @register
@@ -282,7 +288,10 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
     (the capture's module clock); or, whatever the clock (an evaluation after training, a trace
     from elsewhere), the trace's ops carry autograd's sequence numbers and those advanced by at
     least `MIN_GRAPH_NODES`: graph nodes were built (ops on tensors needing no gradient in grad
-    mode repeat one number, and build nothing).
+    mode repeat one number, and build nothing). Model calls in other threads (a server's
+    workers), which neither the profiler nor the sampler sees, are counted by the capture's
+    module hooks in those threads: most of them building a graph is the third way; the main
+    thread's wait for them (a python_hotspot waiting in `Queue.get`, `join`...) is then a symptom.
 
     Time lost: `AUTOGRAD_OVERHEAD` of the time the model calls take (recording the graph and
     keeping activations alive), an estimate: the trace cannot separate it from the ops. The model
@@ -290,6 +299,7 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
     call the top-level module) when the trace places ops at lines, else the whole window."""
 
     kind = "autograd_in_inference"
+    explains = ("python_hotspot",)
     summary = "Inference records autograd graphs that no backward uses (no inference_mode / no_grad)."
     docs = DOCS["inference_mode"]
     evidence_type = AutogradInInferenceEvidence
@@ -308,8 +318,14 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
     """Measured here: an 8-layer Linear+GELU stack, 64x256 inputs, 1 thread: 0.28-0.31 s per
     200 calls with grad, 0.264 s under inference_mode (7-15 %); more for small ops."""
 
+    MIN_THREAD_CALLS = 5
+    """Model calls in other threads to speak of a pattern there."""
+
     def check(self, facts: Facts) -> list[Finding]:
         a = facts.analysis
+        in_threads = self._in_threads(facts)
+        if in_threads:
+            return in_threads
         if not a or facts.window_s <= 0:
             return []
         calls = facts.clock.get("top_module_calls") or 0
@@ -341,6 +357,38 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
                                                          estimated_overhead=self.AUTOGRAD_OVERHEAD,
                                                          grad_mode_ops=a.trace.grad_mode_ops, graph_nodes=nodes),
                              title=title, lost_s=lost, pct=facts.pct(lost), where=where)]
+
+    def _in_threads(self, facts: Facts) -> list[Finding]:
+        """Model calls made in other threads, most building a graph, in a run that does not train
+        (no optimizer clock, no backward in the trace): the capture's own counts and timing."""
+        clock = facts.clock
+        calls = clock.get("thread_module_calls") or 0
+        with_grad = clock.get("thread_module_outputs_with_grad") or 0
+        if calls < self.MIN_THREAD_CALLS or with_grad / calls < self.MIN_GRAD_SHARE or clock.get("kind") == "optimizer":
+            return []
+        if facts.analysis and facts.analysis.ops.training_ops:
+            return []
+        threads = max(int(clock.get("thread_module_threads") or 1), 1)
+        spent = float(clock.get("thread_module_s") or 0.0)
+        wall = facts.run_wall_s
+        overlapped = min(spent / threads, wall) if wall > 0 else spent / threads  # the threads run side by side
+        lost = overlapped * self.AUTOGRAD_OVERHEAD
+        where = self._grad_context(facts, where_of((clock.get("thread_module_sites") or [])[:1]))
+        title = (f"{with_grad} of {calls} model calls in {threads} worker thread{'s' if threads > 1 else ''} built an "
+                 "autograd graph that no backward used")
+        evidence = AutogradInInferenceEvidence(model_calls=calls, outputs_with_grad=with_grad, backward_in_trace=False,
+                                               estimated_overhead=self.AUTOGRAD_OVERHEAD, threads=threads,
+                                               model_calls_s=spent, share_of="run_wall")
+        return [self.finding(evidence, title=title, lost_s=lost, pct=100 * lost / wall if wall > 0 else 0.0,
+                             where=where)]
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """The main thread waiting (off the CPU) while the worker threads run the model: its wait
+        is their model calls' time, of which this cause is a part."""
+        threads = cause.evidence.get("threads") or 0
+        if not threads or not symptom.evidence.get("waits"):
+            return None
+        return Explanation(seconds=min(symptom.time_lost_s, (cause.evidence.get("model_calls_s") or 0.0) / threads))
 
     @staticmethod
     def _model_call(facts: Facts, hot: list[Where]) -> list[Where]:
