@@ -79,6 +79,21 @@ def test_a_graph_break_carries_the_compile_time_and_recompiles_it_causes():
     assert abs(top[0].saving_s - (0.05 * 9 + 6.0)) < 1e-9  # its eager share of the steps + the compile it causes
 
 
+def test_tiny_ops_inside_a_compile_stage_are_the_recompiles_not_a_problem_of_their_own():
+    """A window holding a recompilation: AOT traces the joint graph by running ops one by one;
+    those ops (labelled with the stage's `dynamo_timed` span) are the recompile's time. Tiny ops
+    outside any compile stage stay a finding of their own."""
+    recompile = _finding("recompile", 10.0, 70.0, where=[Where(file="/m.py", line=13)], share_of="run_wall")
+    compiling = _finding("dispatch_overhead", 0.5, 56.0, confidence="estimated")
+    compiling.label = "aot_trace_joint_graph (dynamo_timed)"
+    eager = _finding("dispatch_overhead", 0.4, 40.0, confidence="estimated")
+    run = facts(analysis=analysis(window_us=1_000_000.0), run_wall_s=14.0, phases={"phases": {"startup_s": 1.0}})
+    findings = [recompile, compiling, eager]
+    estimate_savings(findings, run)
+    top = rank_findings(fold_symptoms(findings, run))
+    assert top == [recompile, eager] and recompile.symptoms == [compiling]
+
+
 def test_near_ties_go_to_the_better_known_saving_whatever_the_jitter():
     """The same two problems measured twice, a few percent apart each time: the same order."""
     for jitter in (0.85, 1.0, 1.15):

@@ -8,6 +8,7 @@ from typing import Any
 from ..analysis.labels import label_of
 from ..model.base import to_builtins
 from ..model.findings import Finding
+from ..trace.normalise import COMPILE_STAGE_SUFFIX
 from . import rules  # noqa: F401  (registers the rule families)
 from .causes import estimate_savings, fold_symptoms, rank_findings
 from .facts import Facts
@@ -49,4 +50,7 @@ def name_labels(findings: list[Finding], facts: Facts) -> None:
         found = label_of(labels, f.ops, [(w.file, w.line) for w in f.where], op_self_us)
         if found is not None:
             f.label = found["name"]
-            f.title = f'{f.title} (in record_function "{f.label}")'
+            if f.label.endswith(COMPILE_STAGE_SUFFIX):  # torch.compile's own stage, not the user's label
+                f.title = f"{f.title} (while torch.compile compiled: {f.label.removesuffix(COMPILE_STAGE_SUFFIX)})"
+            else:
+                f.title = f'{f.title} (in record_function "{f.label}")'

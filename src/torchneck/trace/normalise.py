@@ -151,8 +151,12 @@ _PROFILER_SPANS = ("ProfilerStep#", "Optimizer.step#", "Optimizer.zero_grad#", "
 files them as `user_annotation` since PyTorch 1.9, PyTorch 1.8 as `Operator` like any op."""
 
 
+COMPILE_STAGE_SUFFIX = " (dynamo_timed)"
+"""How torch.compile names the spans of its own stages (`aot_trace_joint_graph (dynamo_timed)`)."""
+
+
 def _is_framework_span(name: str) -> bool:
-    return (name.endswith(" (dynamo_timed)")
+    return (name.endswith(COMPILE_STAGE_SUFFIX)
             or name.startswith(("Torch-Compiled Region:", "## Call CompiledFxGraph", LINE_PREFIX, *_PROFILER_SPANS))
             or name in ("CompiledFunction", "CompiledFunctionBackward"))
 

@@ -17,6 +17,7 @@ from ...analysis.compile_guards import recompile_limit_name, torch_version_tuple
 from ...model.analysis import CompiledFrame
 from ...model.base import Record
 from ...model.findings import Finding, Severity, Where
+from ...trace.normalise import COMPILE_STAGE_SUFFIX
 from ..facts import Facts, where_of
 from ..rule import MEDIUM_SHARE, Explanation, Rule, register, severity_for, worse
 from ..source import (
@@ -86,6 +87,19 @@ def _broken_frame(b: dict, frames: list[dict]) -> dict | None:
         if f["file"] == b["file"] and f["function"] == b["function"] \
                 and (f.get("window") or {}).get("eager_s") is not None:
             return f
+    return None
+
+
+COMPILING_SYMPTOMS = ("dispatch_overhead", "op_hotspot", "python_hotspot")
+"""Findings on ops that may lie inside a compile stage (dynamo and AOT trace the model by
+running its ops, one by one, through Python): then they are compiling, not the program's steps."""
+
+
+def while_compiling(symptom: Finding) -> Explanation | None:
+    """All of `symptom` when its ops lie inside one of torch.compile's own stages
+    (`... (dynamo_timed)` spans, named as the finding's label)."""
+    if symptom.label and symptom.label.endswith(COMPILE_STAGE_SUFFIX):
+        return Explanation(symptom.time_lost_s)
     return None
 
 
@@ -287,7 +301,7 @@ class Recompiles(Rule[RecompileEvidence]):
     evidence_type = RecompileEvidence
     confidence = "measured"
     saving_basis = "the recompilations' compile seconds (over the run)"
-    explains = ("compile_time",)
+    explains = ("compile_time", *COMPILING_SYMPTOMS)
     MIN_RECOMPILES = 2
     """One recompile (e.g. dynamo switching a dimension to dynamic after the first change) is
     normal; two or more for one function is a pattern."""
@@ -333,7 +347,10 @@ class Recompiles(Rule[RecompileEvidence]):
         return out
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
-        """Recompilation seconds are part of the run's compile time."""
+        """Recompilation seconds are part of the run's compile time; ops found inside a compile
+        stage are that compiling."""
+        if symptom.kind != "compile_time":
+            return while_compiling(symptom)
         return Explanation(cause.time_lost_s) if cause.time_lost_s > 0 else None
 
     def least_severity(self, finding: Finding) -> Severity:
@@ -463,7 +480,7 @@ class CompileTime(Rule[CompileTimeEvidence]):
     confidence = "measured"
     saving_basis = "the run's compile seconds (a warm cache or fewer graphs removes most)"
     max_severity = "medium"
-    explains = ("one_time_cost",)
+    explains = ("one_time_cost", *COMPILING_SYMPTOMS)
     MIN_SHARE = 0.10
     """Under a tenth of the run, compile time is not worth a line in the report."""
     MEDIUM_SHARE = 0.50
@@ -507,7 +524,10 @@ class CompileTime(Rule[CompileTimeEvidence]):
                              severity=severity)]
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
-        """Compiling the first calls happens before the first step ends: part of the start-up."""
+        """Compiling the first calls happens before the first step ends: part of the start-up.
+        Ops found inside a compile stage are compiling too."""
+        if symptom.kind != "one_time_cost":
+            return while_compiling(symptom)
         return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
     def fix(self, evidence: CompileTimeEvidence) -> str:
