@@ -154,6 +154,30 @@ def test_a_long_c_call_outside_the_window_is_what_the_window_saw_on_that_line():
     assert unseen.tolist() == [0.01] * n
 
 
+def test_one_long_call_seen_in_the_window_does_not_decide_for_the_whole_run():
+    """float64_mask: in the window, line 17's samples were mostly inside its 20 ms ops, but the one
+    long-C-call sample there fell just past its op (clock alignment): that single sample must not
+    make the line's 70 long-call samples outside the window Python. Too few seen: the line's
+    share over all its window samples decides."""
+    import numpy as np
+
+    from torchneck.analysis.python_stacks import Samples
+    from torchneck.analysis.run import _op_seconds_beyond_window
+
+    n_in, n_out = 6, 4
+    n = n_in + n_out
+    uf = np.zeros(n, dtype=np.int64)
+    leaf = np.array([False] * 5 + [True] + [True] * n_out)  # one long call in the window, all outside
+    s = Samples(frames=[["f", "a.py", 17]], end_s=np.arange(1, n + 1) * 0.02, dur_s=np.full(n, 0.02),
+                user_frame=uf, leaf_is_user=leaf, leaf_frame=uf, tool=np.zeros(n, bool), importing=np.zeros(n, bool),
+                compiling=np.zeros(n, bool), loading=np.zeros(n, bool), start_monotonic_ns=0,
+                stacks=[[0]] * n, cpu_s=np.full(n, 0.02), runq_s=np.zeros(n))
+    in_window = np.array([True] * n_in + [False] * n_out)
+    op_s = np.array([0.02] * 5 + [0.0] + [0.0] * n_out)
+    est = _op_seconds_beyond_window(s, op_s, in_window)
+    assert np.allclose(est[n_in:], 0.02 * 5 / 6)
+
+
 def test_a_loop_gathering_a_few_rows_from_a_big_table_is_a_loop_of_tiny_ops(tmp_path):
     """`h[nbrs].mean(0)` per node: the profiler records the index's source ([2000, 64], 128 k
     elements), not the few rows it gathers; a gather op is judged by its duration, so the loop

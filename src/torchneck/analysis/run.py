@@ -306,9 +306,15 @@ def _op_seconds_beyond_window(samples: Samples, op_s: np.ndarray, in_window: np.
     cpu = np.nan_to_num(samples.cpu_s) if samples.cpu_s is not None and len(samples.cpu_s) == len(own) else own
     one_call = samples.leaf_is_user & (np.minimum(cpu, own) >= ONE_C_CALL_S)
     seen = known & one_call
+    # Few such samples in the window (one, whose interval the clock alignment put just past its
+    # op, made a 20 ms float64 op line "Python" for the whole run): the line's share over all its
+    # window samples then, and op time for a line the window never saw.
     op_in_calls = np.bincount(uf[seen], weights=np.minimum(op_s * keep, own)[seen], minlength=n)
     own_in_calls = np.bincount(uf[seen], weights=own[seen], minlength=n)
-    call_share = np.divide(op_in_calls, own_in_calls, out=np.ones(n), where=own_in_calls > 0)
+    calls_seen = np.bincount(uf[seen], minlength=n)
+    fallback = np.where(own_by_line > 0, share, 1.0)
+    call_share = np.divide(op_in_calls, own_in_calls, out=fallback.copy(),
+                           where=(own_in_calls > 0) & (calls_seen >= MIN_ONE_CALL_SAMPLES))
     estimate = np.where(one_call, call_share[np.maximum(uf, 0)] * samples.dur_s, estimate)
     return np.where(in_window, op_s, estimate)
 
@@ -316,6 +322,9 @@ def _op_seconds_beyond_window(samples: Samples, op_s: np.ndarray, in_window: np.
 ONE_C_CALL_S = 0.005
 """On-CPU seconds in one sample's interval beyond which the interval was one C call: five
 intervals of the 1 ms sampler without a single bytecode boundary where a signal is handled."""
+MIN_ONE_CALL_SAMPLES = 3
+"""One-C-call samples of a line the window must hold for what they were there to stand for the
+line's one-C-call samples outside it."""
 
 
 def capture_summary(run: dict, phases: dict, events: int | None) -> dict:
