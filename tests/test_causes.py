@@ -94,6 +94,19 @@ def test_tiny_ops_inside_a_compile_stage_are_the_recompiles_not_a_problem_of_the
     assert top == [recompile, eager] and recompile.symptoms == [compiling]
 
 
+def test_the_python_of_a_rebuilding_line_is_part_of_its_cost():
+    """`all_emb = torch.cat([all_emb, emb])` in a loop: the line's own Python (a python_hotspot on
+    it) is folded under rebuilt_tensor, which counts the whole line; another line's stays."""
+    at = Where(file="/m.py", line=43)
+    rebuilt = _finding("rebuilt_tensor", 0.75, 75.0, confidence="upper_bound", where=[at])
+    same = _finding("python_hotspot", 0.26, 26.0, where=[at])
+    other = _finding("python_hotspot", 0.12, 12.0, where=[Where(file="/m.py", line=49)])
+    run = facts(analysis=analysis(window_us=1_000_000.0), run_wall_s=10.0, phases={"phases": {"startup_s": 1.0}})
+    findings = [rebuilt, same, other]
+    estimate_savings(findings, run)
+    assert rank_findings(fold_symptoms(findings, run)) == [rebuilt, other] and rebuilt.symptoms == [same]
+
+
 def test_near_ties_go_to_the_better_known_saving_whatever_the_jitter():
     """The same two problems measured twice, a few percent apart each time: the same order."""
     for jitter in (0.85, 1.0, 1.15):

@@ -286,6 +286,7 @@ class RebuiltTensor(Rule[RebuiltTensorEvidence]):
     part used, remains)."""
 
     kind = "rebuilt_tensor"
+    explains = ("python_hotspot", "op_hotspot", "dispatch_overhead")
     summary = "A loop rebuilds a tensor every pass: torch.cat onto a growing tensor, a buffer allocated per call."
     docs = DOCS["tuning"]
     evidence_type = RebuiltTensorEvidence
@@ -297,6 +298,14 @@ class RebuiltTensor(Rule[RebuiltTensorEvidence]):
     """As python_hotspot's: ten samples of the 1 ms sampler, fewer do not tell a line from its neighbours."""
     LINES_CONSIDERED = 5
     """Only the top sampled lines: below them no line reaches MIN_SHARE."""
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """Another finding on the rebuilding line itself (its Python, its copy ops) is part of the
+        line's time, which this cost already counts."""
+        if not symptom.where or (symptom.where[0].file, symptom.where[0].line) != \
+                ((cause.where[0].file, cause.where[0].line) if cause.where else None):
+            return None
+        return Explanation(min(symptom.time_lost_s, cause.time_lost_s))
 
     def check(self, facts: Facts) -> list[Finding]:
         win = (facts.python or {}).get("window") or {}
