@@ -138,6 +138,38 @@ def test_the_python_of_a_tiny_op_loop_is_the_per_op_overhead_not_a_second_proble
     assert {s.kind for s in found[0].symptoms} == {"python_hotspot", "op_hotspot"}  # the add's 40000 calls too
 
 
+BOX_EVAL = """\
+import torch
+
+
+def single_box_iou(box, gts):
+    x1 = torch.maximum(box[0], gts[:, 0])
+    return x1 - gts[:, 2]
+
+
+def average_precision(images):
+    for boxes, gts in images:
+        ious = torch.stack([single_box_iou(b, gts) for b in boxes])
+"""
+
+
+def test_the_line_driving_a_tiny_op_helper_is_named_and_its_python_folded(tmp_path):
+    """The samples charged the listcomp calling the helper (line 11), not the helper's lines:
+    the line, read from the source as calling `single_box_iou`, is the loop to vectorise, named
+    by dispatch_overhead and its Python folded under it."""
+    src = tmp_path / "box_eval.py"
+    src.write_text(BOX_EVAL)
+    f = str(src)
+    python_lines = [{"file": f, "line": 11, "function": "average_precision.<locals>.<listcomp>", "total_s": 0.45,
+                     "self_s": 0.45, "outside_ops_s": 0.45, "waiting_s": 0.0, "library": ""}]
+    by_line = [{"op": "aten::select", "file": f, "line": 5, "function": "single_box_iou", "self_us": 100_000.0}]
+    found = _tiny_op_run(python_lines, by_line)
+    assert [x.kind for x in found] == ["dispatch_overhead"], found
+    assert [(w.line, w.function) for w in found[0].where] == [(5, "single_box_iou"),
+                                                               (11, "average_precision.<locals>.<listcomp>")]
+    assert [x.kind for x in found[0].symptoms] == ["python_hotspot"]
+
+
 def _tiny_op_run(python_lines, by_line):
     d = Dispatch(top_level_ops=8000, ops_per_step=1600.0, tiny_ops=7500, tiny_us=300_000.0, tiny_share=0.3,
                  tiny_run_us=600_000.0, tiny_run_ops=7500, tiny_run_share=0.6)

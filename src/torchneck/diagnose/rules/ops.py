@@ -3,6 +3,7 @@ a convolution bias that BatchNorm cancels."""
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any
 
@@ -13,7 +14,7 @@ from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..masks import mask_group_by
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import argument_origin, densified_at, in_loop, rebuilt_tensor
+from ..source import argument_origin, densified_at, enclosing, in_loop, names_in, rebuilt_tensor
 
 
 class OpHotspotEvidence(Record):
@@ -372,6 +373,9 @@ class DispatchOverhead(Rule[Dispatch]):
     SMALL_CALL_US = 50.0
     """A dominant op whose calls average under this is many small calls: the tiny-op pattern."""
 
+    CALLERS_READ = 5
+    """Top sampled lines read for one calling the helper that issues the tiny ops."""
+
     def check(self, facts: Facts) -> list[Finding]:
         a = facts.analysis
         if not a:
@@ -384,10 +388,16 @@ class DispatchOverhead(Rule[Dispatch]):
         # The forward ops name the loop to change: their backward runs at the backward() line.
         forward = [o for o in a.ops.by_name if not is_backward_op(o.name)] or a.ops.by_name
         names = {o.name for o in forward[: self.NAMED_OPS]}
+        issuing = facts.lines_for_ops(names)
+        where = facts.with_callers(issuing)
+        if where == issuing:  # the helper's lines were not sampled: a sampled line calling it, if one does
+            helpers = {w.function.rsplit(".", 1)[-1] for w in issuing}
+            seen = {(w.file, w.line) for w in where}
+            sampled = where_of(((facts.python or {}).get("window") or {}).get("lines", [])[:self.CALLERS_READ])
+            where += [w for w in sampled if (w.file, w.line) not in seen and _calls_one_of(w, helpers)][:1]
         return [self.finding(d, title=f"{per_step:.0f} tiny ops per step, issued one by one: per-op overhead "
                                       f"takes {100 * d.tiny_run_share:.0f}% of the time",
-                             lost_s=lost, pct=facts.pct(lost), where=facts.with_callers(facts.lines_for_ops(names)),
-                             ops=sorted(names))]
+                             lost_s=lost, pct=facts.pct(lost), where=where, ops=sorted(names))]
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """The Python of a loop issuing tiny ops is the same problem as their per-op overhead (one
@@ -403,7 +413,8 @@ class DispatchOverhead(Rule[Dispatch]):
             here = {(w.file, w.function) for w in issuing}
             calling = {(w.file, w.line) for w in cause.where}
             hot = symptom.where[0] if symptom.where else None  # the line itself, not its callers
-            same = hot is not None and ((hot.file, hot.function) in here or (hot.file, hot.line) in calling)
+            same = hot is not None and ((hot.file, hot.function) in here or (hot.file, hot.line) in calling
+                                        or _calls_one_of(hot, {w.function.rsplit(".", 1)[-1] for w in issuing}))
             return Explanation(symptom.time_lost_s) if same else None
         if symptom.kind == "op_hotspot":  # the dominant op is one of the tiny ones, called many times
             small = symptom.evidence.get("mean_us", float("inf")) < self.SMALL_CALL_US
@@ -413,6 +424,17 @@ class DispatchOverhead(Rule[Dispatch]):
     def fix(self, evidence: Dispatch) -> str:
         return ("Batch the work into fewer, larger tensor ops (vectorise loops over elements/rows), "
                 "use torch._foreach_* for lists of tensors, or torch.compile the step to fuse them.")
+
+
+def _calls_one_of(line: Where, functions: set[str]) -> bool:
+    """The statement at `line` calls one of these functions (by name, read from the source): the
+    line driving a helper that issues tiny ops, when the samples charged its loop to it rather
+    than to the helper's lines (which named it as their caller otherwise)."""
+    found = enclosing(line.file, line.line)
+    if not found or not functions:
+        return False
+    calls = {n.func for n in ast.walk(found[-1]) if isinstance(n, ast.Call)}
+    return any(names_in(f) & functions for f in calls)
 
 
 class Float64Evidence(Record):
