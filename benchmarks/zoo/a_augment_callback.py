@@ -1,9 +1,9 @@
 """Handwriting-like glyph classification (28x28 grey images, an MLP) with a Trainer whose
 callbacks run at the start of each batch.
 
-The augmentation callback applies a chain of transforms (reflect-pad and random crop,
-brightness / contrast / gamma jitter, noise, cutout, normalisation) to every image on its
-own with NumPy. --fixed applies the same transforms, with the same random parameters, to
+The augmentation callback applies a chain of transforms (reflect-pad and random crop, random
+sharpening, brightness / contrast / gamma jitter, noise, cutout, normalisation) to every image
+on its own with NumPy. --fixed applies the same transforms, with the same random parameters, to
 the whole batch at once with torch."""
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ def augment_one(img: np.ndarray, p: dict, i: int) -> np.ndarray:
     _, h, w = img.shape
     img = np.pad(img, ((0, 0), (2, 2), (2, 2)), mode="reflect")
     img = img[:, p["oy"][i]:p["oy"][i] + h, p["ox"][i]:p["ox"][i] + w]
+    edge = np.pad(img, ((0, 0), (1, 1), (1, 1)), mode="edge")
+    blur = sum(edge[:, dy:dy + h, dx:dx + w] for dy in range(3) for dx in range(3)) / np.float32(9)
+    img = img + p["sharpness"][i] * (img - blur)
     img = img * p["brightness"][i]
     mean = img.mean()
     img = np.clip((img - mean) * p["contrast"][i] + mean, 0.0, 1.0)
@@ -39,6 +42,9 @@ def augment_batch(x: torch.Tensor, p: dict) -> torch.Tensor:
     rows = (t["oy"][:, None] + torch.arange(h))[:, :, None]
     cols = (t["ox"][:, None] + torch.arange(w))[:, None, :]
     x = padded[torch.arange(b)[:, None, None], :, rows, cols].permute(0, 3, 1, 2)
+    edge = F.pad(x, (1, 1, 1, 1), mode="replicate")
+    blur = sum(edge[..., dy:dy + h, dx:dx + w] for dy in range(3) for dx in range(3)) / 9
+    x = x + t["sharpness"][:, None, None, None] * (x - blur)
     x = x * t["brightness"][:, None, None, None]
     mean = x.mean((1, 2, 3), keepdim=True)
     x = ((x - mean) * t["contrast"][:, None, None, None] + mean).clamp(0.0, 1.0)
@@ -68,7 +74,8 @@ class Augment(Callback):
                 "contrast": r.uniform(0.8, 1.2, n).astype(np.float32),
                 "gamma": r.uniform(0.7, 1.4, n).astype(np.float32),
                 "noise": r.normal(0.0, 0.05, (n, 1, h, w)).astype(np.float32),
-                "cy": r.integers(0, h, n), "cx": r.integers(0, w, n)}
+                "cy": r.integers(0, h, n), "cx": r.integers(0, w, n),
+                "sharpness": r.uniform(0.0, 1.0, n).astype(np.float32)}
 
     def on_batch_start(self, trainer, batch):
         x = batch["images"]

@@ -17,7 +17,7 @@ FIXED = False
 class DiffusionDenoiser(torch.nn.Module):
     """Perona-Malik anisotropic diffusion: smooth within regions, keep the edges."""
 
-    def __init__(self, iterations: int = 12, rate: float = 0.2, kappa: float = 0.15, tol: float = 1e-7):
+    def __init__(self, iterations: int = 20, rate: float = 0.2, kappa: float = 0.15, tol: float = 1e-7):
         super().__init__()
         self.iterations, self.rate, self.kappa, self.tol = iterations, rate, kappa, tol
 
@@ -47,7 +47,7 @@ def frames(count: int, size: int, seed: int = 0):
 def main() -> None:
     global FIXED
     ap = argparse.ArgumentParser()
-    ap.add_argument("--frames", type=int, default=300)
+    ap.add_argument("--frames", type=int, default=800)
     ap.add_argument("--size", type=int, default=512)
     ap.add_argument("--fixed", action="store_true", help="no early-exit check")
     args = ap.parse_args()
