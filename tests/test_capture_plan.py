@@ -105,8 +105,12 @@ def _start(run_dir, *args):
            "run", "--quiet", "--out", str(run_dir), *args]
     import os
 
+    # SIGINT as a terminal gives it: a runner started in the background (`cmd &` without job
+    # control) ignores SIGINT, its children inherit that, and python then never raises
+    # KeyboardInterrupt (as plain python would not either: the Ctrl-C case would hang).
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+                            env=dict(os.environ, OMP_NUM_THREADS="1"),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for(path, timeout=120.0):
@@ -122,7 +126,10 @@ def test_sigterm_and_sigint_mid_run_report_with_the_script_status(tmp_path):
         proc = _start(run_dir, str(SCRIPTS / "forever.py"))
         _wait_for(run_dir / "trace.json.gz")
         proc.send_signal(signum)
-        proc.communicate(timeout=300)
+        try:
+            proc.communicate(timeout=300)
+        finally:
+            proc.kill()  # never left running (it loops forever) when the signal did not end it
         assert proc.returncode == code
         report = read_report(run_dir)
         assert report["run"]["status"] == status and report["run"]["exit_code"] == code
