@@ -396,7 +396,7 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
         line a grad-mode fix goes around (the capture's module sites say it when it counted)."""
         path = facts.with_callers(hot[:1])
         for i, frame in enumerate(path):
-            if not frame.function.rsplit(".", 1)[-1] == "forward":
+            if frame.function.rsplit(".", 1)[-1] != "forward":
                 return [frame] if i else hot[:1]
         return hot[:1]
 
