@@ -119,6 +119,27 @@ def test_a_function_dynamo_gave_up_on_explains_its_eager_python():
     assert brk.symptoms == [inside] and brk.saving_s >= 0.1
 
 
+@fires("graph_break")
+def test_a_function_left_uncompiled_costs_half_its_sampled_share_of_the_window():
+    """No compiled graph of forward() to compare with: its sampled share of the steady state (6
+    of 8 s) is all eager time in the window; compiling it is assumed to save half. Without
+    samples of it the break keeps no number (and its medium severity)."""
+    skipped = dict(_break(line=25), skipped_function=True)
+    phases = {"phases": {"window_s": 0.1, "startup_s": 1.0}}
+    python = {"window": {"sampled_s": 8.0, "lines": [],
+                         "functions": [{"file": "model.py", "function": "Denoiser.forward", "total_s": 6.0},
+                                       {"file": "model.py", "function": "<module>", "total_s": 2.0}]}}
+    f_ = facts(analysis=_with_compiled(Compiled(present=True)), compile=_compile(breaks=[skipped]), phases=phases,
+               python=python, run_wall_s=10.0)
+    [brk] = GraphBreaks().check(f_)
+    assert abs(brk.time_lost_s - f_.window_s * 6 / 8 * GraphBreaks.UNCOMPILED_SAVING) < 1e-9
+    assert brk.confidence == "estimated" and f_.window_s > 0
+    unsampled = dict(python, window={"sampled_s": 8.0, "lines": [], "functions": []})
+    [bare] = GraphBreaks().check(facts(analysis=_with_compiled(Compiled(present=True)),
+                                       compile=_compile(breaks=[skipped]), phases=phases, python=unsampled))
+    assert bare.time_lost_s == 0.0 and bare.severity == "medium"
+
+
 BUCKETED = '''import torch
 
 
