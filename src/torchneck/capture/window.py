@@ -23,7 +23,6 @@ import sys
 import threading
 import time
 import types
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +34,12 @@ from .plan import (
     MIN_STEPS,
     RSS_SETTLE_LOOP_S,
     RSS_SETTLE_S,
-    SLICE_S,
     STEP_SILENCE_S,
-    WINDOW_MAX_MB,
-    WINDOW_MAX_S,
     CaptureLog,
+    ClockLog,
     MemoryProbe,
     SteadyState,
+    WindowOptions,
     loop_site,
 )
 from .sampler import CHECK_INTERVAL_NS, RECORDING_CHECK_INTERVAL_NS
@@ -62,47 +60,6 @@ the memory bound in marked torch calls (`MARKED_CALLS_PER_MB`: a step of 25,000 
 recorded 36 MB against a 4 MB bound, and Kineto took ~1.5 s to stop and write it). Memory itself
 is not checked between ticks: a step's own tensors live there (a float64 mask of 2x64 MB made one
 window stop after 46 events), while at a tick they are the same as at the window's start."""
-
-
-@dataclass
-class WindowOptions:
-    warmup: int = 3
-    steps: int = 5
-    duration: float | None = None  # seconds; overrides `steps` (and the slice length) when set
-    all: bool = False  # profile the whole run
-    record_shapes: bool = True
-    profile_memory: bool = True
-    with_stack: bool = False
-    max_window_s: float = WINDOW_MAX_S
-    max_window_mb: float = WINDOW_MAX_MB
-    slice_s: float = SLICE_S
-    nvtx: bool = False  # NVTX (CUDA) / ITT (CPU) ranges around steps and record_function labels
-
-
-@dataclass
-class ClockLog:
-    """Monotonic times (ns) of every tick of the chosen clock, for the whole run."""
-
-    kind: str | None = None
-    ticks: list[int] = field(default_factory=list)
-    window_start_ns: int | None = None
-    window_end_ns: int | None = None
-    window_first_step: int | None = None
-    step_marks: list[tuple[int, int]] = field(default_factory=list)  # (ProfilerStep N, monotonic ns)
-    user_profiler: bool = False
-    window_note: str | None = None  # why the window is not the usual one
-    tentative: bool = False  # the window covers the whole run (--all)
-    lines_marked: bool = False  # torch calls carry `torchneck@` spans naming the user's line
-    top_module_calls: int = 0  # calls of top-level modules seen by the module clock
-    top_module_outputs_with_grad: int = 0  # ... whose output carried an autograd graph
-    top_module_sites: dict = field(default_factory=dict)  # (file, line, function) of the user's call -> calls
-    # Top-level module calls in other threads (a server's workers): the profiler records only the
-    # main thread's ops and the sampler samples only it, so these are all torchneck sees of them.
-    thread_module_calls: int = 0
-    thread_module_outputs_with_grad: int = 0
-    thread_module_s: float = 0.0  # wall seconds inside those calls, summed over the threads
-    thread_module_threads: int = 0  # distinct threads that made them
-    thread_module_sites: dict = field(default_factory=dict)
 
 
 class ProfiledWindow:
