@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from .source import enclosing, names_in
+from .source import call_name, enclosing, names_in, walk_own
 
 COMPARISON_CALLS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isin", "equal"})
 """Calls that compare elementwise and give a boolean mask (`labels.eq(c)`, `torch.isin(x, ks)`)."""
@@ -45,7 +45,7 @@ def mask_group_by(file: str, line: int, follow: bool = True) -> tuple[int, int] 
             return line, line
     if follow and isinstance(stmt, ast.Assign) and stmt.lineno == line and len(stmt.targets) == 1 and \
             isinstance(stmt.targets[0], ast.Name):  # the mask's own line: the selection comes after it
-        later = sorted({n.lineno for n in _walk_own(loop) if isinstance(n, ast.stmt) and n.lineno > line})
+        later = sorted({n.lineno for n in walk_own(loop) if isinstance(n, ast.stmt) and n.lineno > line})
         for at in later:
             if mask_group_by(file, at, follow=False) == (line, at):
                 return line, at
@@ -57,16 +57,16 @@ def _selections(stmt: ast.stmt, line: int) -> list[tuple[ast.expr | None, ast.ex
     selection the statement makes on `line`: subscripts (`x[m]`, `x[m, :]`) and selecting calls
     (`x.masked_select(m)`, `torch.masked_select(x, m)`, `m.nonzero()`, `torch.where(m)`)."""
     out: list[tuple[ast.expr | None, ast.expr]] = []
-    for n in _walk_own(stmt):
+    for n in walk_own(stmt):
         if getattr(n, "lineno", line) != line:
             continue
         if isinstance(n, ast.Subscript):
             index = n.slice
             out += [(n.value, i) for i in (index.elts if isinstance(index, ast.Tuple) else [index])]
-        elif isinstance(n, ast.Call) and _call_name(n) in SELECTING_CALLS:
+        elif isinstance(n, ast.Call) and call_name(n) in SELECTING_CALLS:
             receiver = n.func.value if isinstance(n.func, ast.Attribute) and not _is_module(n.func.value) else None
             args = ([receiver] if receiver is not None else []) + list(n.args)
-            if _call_name(n) == "where" and len(args) != 1:
+            if call_name(n) == "where" and len(args) != 1:
                 continue  # torch.where(c, a, b) chooses, it does not select
             if args:
                 out.append((args[0] if len(args) > 1 else None, args[-1]))
@@ -77,7 +77,7 @@ def _loop_names(loop: ast.For | ast.AsyncFor, line: int) -> set[str]:
     """The loop's variables, and the names its body assigns from them before `line` (`cid =
     ids[i]`): what changes from one pass to the next."""
     names = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
-    assigns = [n for n in _walk_own(loop) if isinstance(n, ast.Assign) and n.lineno < line and n is not loop]
+    assigns = [n for n in walk_own(loop) if isinstance(n, ast.Assign) and n.lineno < line and n is not loop]
     grew = True
     while grew:
         grew = False
@@ -93,7 +93,7 @@ def _loop_names(loop: ast.For | ast.AsyncFor, line: int) -> set[str]:
 def _assigned_in(loop: ast.For | ast.AsyncFor) -> set[str]:
     """Every name the loop (re)binds: its variables and whatever its body assigns."""
     out: set[str] = set()
-    for n in _walk_own(loop):
+    for n in walk_own(loop):
         targets: list[ast.expr] = []
         if isinstance(n, ast.Assign):
             targets = list(n.targets)
@@ -116,7 +116,7 @@ def _last_assignment(loop: ast.For | ast.AsyncFor, name: str, line: int) -> ast.
     functions not)."""
     best: ast.Assign | None = None
     for stmt in loop.body:
-        for n in _walk_own(stmt):
+        for n in walk_own(stmt):
             if isinstance(n, ast.Assign) and n.lineno < line and any(
                     isinstance(t, ast.Name) and t.id == name for t in n.targets):
                 if best is None or n.lineno > best.lineno:
@@ -131,7 +131,7 @@ def _compares(expr: ast.expr, per_pass: set[str], changing: set[str]) -> bool:
         sides: list[ast.expr] = []
         if isinstance(n, ast.Compare) and len(n.ops) == 1:
             sides = [n.left, *n.comparators]
-        elif isinstance(n, ast.Call) and _call_name(n) in COMPARISON_CALLS:
+        elif isinstance(n, ast.Call) and call_name(n) in COMPARISON_CALLS:
             receiver = n.func.value if isinstance(n.func, ast.Attribute) and not _is_module(n.func.value) else None
             sides = ([receiver] if receiver is not None else []) + list(n.args)
         if len(sides) == 2 and any(_invariant(s, changing) for s in sides) and \
@@ -142,20 +142,6 @@ def _compares(expr: ast.expr, per_pass: set[str], changing: set[str]) -> bool:
 
 def _names(expr: ast.expr) -> set[str]:
     return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
-
-
-def _walk_own(node: ast.AST):
-    """`ast.walk` without descending into nested functions, classes or lambdas (other frames)."""
-    todo = [node]
-    while todo:
-        n = todo.pop()
-        yield n
-        todo += [c for c in ast.iter_child_nodes(n)
-                 if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))]
-
-
-def _call_name(call: ast.Call) -> str | None:
-    return getattr(call.func, "attr", None) or getattr(call.func, "id", None)
 
 
 def _is_module(node: ast.expr) -> bool:

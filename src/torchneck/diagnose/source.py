@@ -124,7 +124,7 @@ def argument_origin(file: str, line: int, function: str) -> int | None:
     if tree is None:
         return None
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno == line and n.args
-             and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) == function]
+             and call_name(n) == function]
     if not calls or not isinstance(calls[0].args[0], ast.Name):
         return None
     found = _assigned_before(tree, file, line, calls[0].args[0].id)
@@ -203,7 +203,7 @@ def rebuilt_tensor(file: str, line: int) -> str | None:
     targets = {ast.unparse(t) for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])}
     calls = [n for n in ast.walk(stmt.value) if isinstance(n, ast.Call)]
     for call in calls:
-        name = getattr(call.func, "attr", None) or getattr(call.func, "id", None)
+        name = call_name(call)
         if name in GROWING_CALLS and call.args:
             first = call.args[0]
             parts = first.elts if isinstance(first, (ast.List, ast.Tuple)) else [first]
@@ -373,7 +373,7 @@ class _Walk:
         if not isinstance(expr, ast.Call):
             return None
         func = expr.func
-        name = getattr(func, "attr", None) or getattr(func, "id", None)
+        name = call_name(expr)
         if isinstance(func, ast.Attribute) and name in SHAPE_KEEPING_METHODS:
             return self.tensor(scope, func.value, dim, line)
         if name in SIZED_FACTORIES:
@@ -517,16 +517,23 @@ def _shape_of(expr: ast.expr) -> tuple[ast.expr, int] | None:
 
 def _own_nodes(fdef: ast.AST, *kinds: type) -> list[ast.AST]:
     """The nodes of these kinds in a function's own body, not in functions or lambdas nested in it."""
-    out: list[ast.AST] = []
-    todo = list(ast.iter_child_nodes(fdef))
+    return sorted((n for n in walk_own(fdef) if n is not fdef and isinstance(n, kinds)),
+                  key=lambda n: getattr(n, "lineno", 0))
+
+
+def walk_own(node: ast.AST) -> Iterator[ast.AST]:
+    """`ast.walk` without descending into nested functions, classes or lambdas (other frames)."""
+    todo = [node]
     while todo:
         n = todo.pop()
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
-        if isinstance(n, kinds):
-            out.append(n)
-        todo.extend(ast.iter_child_nodes(n))
-    return sorted(out, key=lambda n: getattr(n, "lineno", 0))
+        yield n
+        todo += [c for c in ast.iter_child_nodes(n)
+                 if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))]
+
+
+def call_name(call: ast.Call) -> str | None:
+    """The called name: `f` of `f(x)`, `m` of `obj.m(x)`."""
+    return getattr(call.func, "attr", None) or getattr(call.func, "id", None)
 
 
 def _binding(file: str, name: str, line: int) -> ast.Assign | ast.AnnAssign | ast.For | None:
