@@ -6,7 +6,10 @@
 Runs `torchneck run --json` on every program of benchmarks/zoo/manifest*.json (see zoo_lib.py)
 and prints, per program, the expected kind, the top finding (kind, line), whether both are
 right, and the top finding's estimated saving (its share of the run) beside the saving measured
-by removing the plant (`measured.saving_share_of_run`, written by zoo_verify.py). Then the score
+by removing the plant (`measured.saving_share_of_work`, written by zoo_verify.py). torchneck's run
+clock starts after it has imported torch, so its share of the run is a share of the program's
+work, and the measured share is taken of the same: the planted run minus a bare `import torch`
+(the share of the whole process, start-up included, is smaller by that start-up). Then the score
 per kind and overall: `top-1 correct (kind and planted line) N/M, kind right N/M, false high
 findings K, estimates within 30% of the measured saving E/M`. A clean program (expect null) is correct when it has no
 `high` finding. A cause no kind names yet (expect "new:<name>") is correct when the top finding
@@ -100,7 +103,7 @@ def main() -> int:
             got = f"{top['kind']} @ {','.join(str(w['line']) for w in top['where'][:3]) or '-'}" if top else "none"
             got += f"  [planted line {line}]"
             if ok_kind and prog.measured:
-                est, meas = top.get("saving_pct", 0.0) / 100, prog.measured.get("saving_share_of_run")
+                est, meas = top.get("saving_pct", 0.0) / 100, prog.measured.get("saving_share_of_work")
                 if meas:
                     estimated += 1
                     estimates_ok += abs(est - meas) <= ESTIMATE_TOLERANCE * meas

@@ -8,9 +8,10 @@ and the program with its `fixed_args`. The medians give:
 
 - work: wall time minus the start-up baseline (importing torch is not the program's work);
 - speedup: planted work / fixed work (target >= 1.7);
-- saving share: (planted - fixed) / planted work, the part of the program's work the fix saves,
-  and (planted - fixed) / planted wall, the part of the whole run (for one-time costs such as
-  compilation, which torchneck reports as a share of the run).
+- saving share: (planted - fixed) / planted work, the part of the program's work the fix saves
+  (what zoo_score.py compares torchneck's estimate with: torchneck's run clock starts after its
+  own import of torch, so its "share of the run" is a share of this work), and
+  (planted - fixed) / planted wall, the part of the whole process, start-up included.
 
 `--write` stores the figures in the manifest entry (`measured`); zoo_score.py compares them with
 the top finding's estimate. Exit code 1 when a plant is under the target.
