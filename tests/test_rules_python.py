@@ -132,3 +132,17 @@ def test_python_hotspot_lines_of_a_loop_in_one_function_stay_apart(tmp_path):
     found = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(data, fmt)))
     assert [f.where[0].line for f in found] == [7, 8]
     assert all(9 not in [w.line for w in f.where] for f in found)  # not done too often: no `if` named
+
+
+@fires("python_hotspot")
+def test_python_hotspot_a_call_made_too_often_saves_its_ops_too():
+    """Formatting a tensor runs torch ops (select, item...) inside Tensor.__repr__: not formatting it
+    removes them with the Python, so the saving is the line's whole time. A computing line keeps
+    its ops after the fix (vectorised): only its time outside them is saved."""
+    fmt = dict(_line(40, 0.6, 0.01, library="Tensor.__repr__ (_tensor.py)"), outside_ops_s=0.3,
+               library_is_torch=True)
+    [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(fmt)))
+    assert abs(f.time_lost_s - 0.6) < 1e-9 and "whole" in PythonHotspot.saving_basis
+    loop = dict(_line(12, 0.6, 0.3), outside_ops_s=0.3)
+    [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(loop)))
+    assert abs(f.time_lost_s - 0.3) < 1e-9

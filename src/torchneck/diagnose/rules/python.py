@@ -94,14 +94,18 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
 
     Time lost: the line's sampled time outside torch ops, as a share of the sampled steady
     state applied to the window (what moving the work into tensor ops, or overlapping the
-    wait, would save at most)."""
+    wait, would save at most). When the line asks a library for work too often (formatting a
+    tensor, a deep copy, a checkpoint: `asks_too_often`) or reads elements one at a time, the
+    fix removes the call or the loop with the ops it runs: then the line's whole time counts."""
 
     kind = "python_hotspot"
     summary = "A line of your code spends much of each step in Python, NumPy or waiting, outside torch ops."
     docs = DOCS["tuning"]
     evidence_type = PythonHotspotEvidence
     confidence = "measured"
-    saving_basis = "the line's sampled time outside torch ops (its share of the steps, over the run)"
+    saving_basis = ("the line's sampled time outside torch ops (its share of the steps, over the run); its whole "
+                    "time, ops included, when the fix removes the call (work asked too often, elements read one "
+                    "at a time)")
     explains = ("gpu_idle", "launch_bound", "dispatch_overhead")
     MIN_SHARE = 0.10
     """A line whose work outside torch ops (its own Python, NumPy, other libraries) takes 10 % of
@@ -154,7 +158,6 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
             share = outside / total
             if share < self.MIN_SHARE or outside < self.MIN_SAMPLED_S:
                 continue
-            lost = share * facts.window_s
             lines = [line, *helper]
             callee = next((c for c in (ln.get("library") or "" for ln in lines) if asks_too_often(c)),
                           line.get("library") or "")
@@ -164,6 +167,10 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                                        line_total_s=line["total_s"], sampled_s=total, calls_into=callee,
                                        waits=waiting >= self.WAITING_SHARE * outside,
                                        reads_elements=reads_elements(facts, lines))
+            removed = outside
+            if not ev.waits and (asks_too_often(callee) or ev.reads_elements):
+                removed = max(outside, sum(ln["total_s"] for ln in [*lines, *body]))  # the call's ops go too
+            lost = removed / total * facts.window_s
             library = callee.split(" (")[0]
             if ev.waits:
                 what = f" in {library}" if callee else ""
