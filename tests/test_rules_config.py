@@ -43,17 +43,77 @@ def test_thread_probe_restores_the_setting_and_skips_when_threads_fit():
     assert p["threads"] == before + 2 and p["slowdown"] > 0 and p["seconds_at_cores"] > 0
 
 
+def _anomaly_samples(tmp_path, explicit_s):
+    """Sampled stacks of a forward pass under anomaly mode: torch's C++ calls torch.fx's
+    `format_stack` while `Linear.forward` runs its op (0.6 s), and while the script's own line
+    runs `x.relu()` (0.1 s); the script also calls `traceback.format_stack()` itself for
+    `explicit_s`; 1.3 s elsewhere."""
+    from torchneck.analysis.python_stacks import hotspots, load_samples
+
+    script = tmp_path / "train.py"
+    script.write_text("import traceback\ny = model(x)\nz = x.relu()\nwhere = traceback.format_stack()\n")
+    frames = [["<module>", str(script), 2], ["Linear.forward", "/env/site-packages/torch/nn/modules/linear.py", 134],
+              ["format_stack", "/env/site-packages/torch/fx/traceback.py", 503],
+              ["extract_stack", "/usr/lib/python3.11/traceback.py", 228],
+              ["<module>", str(script), 3], ["<module>", str(script), 4],
+              ["format_stack", "/usr/lib/python3.11/traceback.py", 213]]
+    stacks = [[0, 1, 2, 3], [4, 2, 3], [5, 6], [0, 1]]
+    seconds = [(0, 0.6), (1, 0.1), (2, explicit_s), (3, 1.3)]
+    data = {"frames": frames, "stacks": stacks,
+            "samples": [[k, 0.001] for k, total in seconds for _ in range(round(total / 0.001))]}
+    return {"window": hotspots(load_samples(data))}
+
+
+NAN_CHECK_OPS = [OpRow(name="aten::ne", count=100, self_us=4_000.0, total_us=4_000.0, mean_us=40.0),
+                 OpRow(name="aten::isnan", count=100, self_us=1_000.0, total_us=5_000.0, mean_us=50.0),
+                 OpRow(name="aten::item", count=110, self_us=1_100.0, total_us=1_100.0, mean_us=10.0)]
+"""A window's NaN checks (100; the script's own 10 `item` calls left out): 6 ms of a 100 ms window."""
+
+
 @fires("anomaly_detection")
-def test_anomaly_detection_left_on_at_the_line_that_turned_it_on():
+def test_anomaly_detection_costs_the_stack_captures_c_plus_plus_made_and_the_nan_checks(tmp_path):
+    """0.7 s of 2.3 s sampled inside captures torch's C++ made (the script's own format_stack call
+    is not anomaly mode's), plus NaN checks taking 6 % of the window: 36 %, measured."""
     env = {"settings_at_end": {"anomaly_detection": True}}
     sites = [{"what": "anomaly_detection", "file": "/x/train.py", "line": 4, "function": "<module>"}]
-    [f] = AnomalyDetection().check(facts(env=env, call_sites=sites))
-    assert f.severity == "high" and f.where[0].line == 4 and "set_detect_anomaly" in f.fix
+    python = _anomaly_samples(tmp_path, explicit_s=0.3)
+    assert abs(python["window"]["stack_capture_s"] - 0.7) < 1e-6 and abs(python["window"]["sampled_s"] - 2.3) < 1e-6
+    [f] = AnomalyDetection().check(facts(env=env, call_sites=sites, python=python,
+                                         analysis=analysis(by_name=NAN_CHECK_OPS)))
+    assert abs(f.time_lost_pct - 100 * (0.7 / 2.3 + 0.06)) < 1e-6 and f.confidence == "measured"
+    assert f.evidence["nan_checks"] == 100 and f.severity == "high" and f.where[0].line == 4
+    assert "set_detect_anomaly" in f.fix
+    env_no_nan = {"settings_at_end": {"anomaly_detection": True, "anomaly_check_nan": False}}
+    [f] = AnomalyDetection().check(facts(env=env_no_nan, python=python, analysis=analysis(by_name=NAN_CHECK_OPS)))
+    assert abs(f.time_lost_pct - 100 * 0.7 / 2.3) < 1e-6  # check_nan=False: no checks
+
+
+def test_anomaly_detection_without_samples_is_high_and_unmeasured():
+    """A trace alone: the captures run inside the ops' spans, not told apart."""
+    env = {"settings_at_end": {"anomaly_detection": True}}
+    [f] = AnomalyDetection().check(facts(env=env, analysis=analysis(by_name=NAN_CHECK_OPS)))
+    assert f.severity == "high" and f.confidence == "unmeasured" and f.time_lost_pct == 0.0
+
+
+def test_anomaly_detection_a_script_s_own_stack_captures_are_not_its_cost(tmp_path):
+    """Only the script's explicit `traceback.format_stack()` call: no capture C++ made."""
+    from torchneck.analysis.python_stacks import hotspots, load_samples
+
+    script = tmp_path / "log.py"
+    script.write_text("import traceback\nwhere = traceback.format_stack()\n")
+    data = {"frames": [["<module>", str(script), 2], ["format_stack", "/usr/lib/python3.11/traceback.py", 213]],
+            "stacks": [[0, 1]], "samples": [[0, 0.001]] * 500}
+    window = hotspots(load_samples(data))
+    assert window["stack_capture_s"] == 0.0 and abs(window["sampled_s"] - 0.5) < 1e-9
+    env = {"settings_at_end": {"anomaly_detection": True}}
+    [f] = AnomalyDetection().check(facts(env=env, python={"window": window}))
+    assert f.time_lost_pct == 0.0 and f.severity == "low" and f.confidence == "measured"
 
 
 @silent("anomaly_detection")
-def test_anomaly_detection_silent_when_off():
-    assert AnomalyDetection().check(facts(env={"settings_at_end": {"anomaly_detection": False}})) == []
+def test_anomaly_detection_silent_when_off(tmp_path):
+    python = _anomaly_samples(tmp_path, explicit_s=0.0)
+    assert AnomalyDetection().check(facts(env={"settings_at_end": {"anomaly_detection": False}}, python=python)) == []
 
 
 def _startup(startup_s, importing_s=1.0):

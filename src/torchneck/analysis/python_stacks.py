@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import linecache
 import os
 import re
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ class Samples:
     cpu_s: np.ndarray | None = None  # on-CPU seconds of each sample's interval (NaN: unknown)
     runq_s: np.ndarray | None = None  # seconds ready to run, another process on the CPU (NaN: unknown)
     unsampled: np.ndarray | None = None  # an interval the sampler was paused (the script's own profiler)
+    stack_capture: np.ndarray | None = None  # inside a Python stack capture that torch's C++ made (see below)
 
     def waiting_s(self) -> np.ndarray:
         """Per sample, the part of its interval the thread was off the CPU (blocked: sleep, I/O,
@@ -74,10 +76,11 @@ def load_samples(data: dict) -> Samples:
     # format 4: seconds the thread was ready to run while another process had the CPU
     runq = _runq_to_its_interval(dur, cpu, np.array([s[3] if len(s) > 3 and s[3] >= 0 else np.nan for s in raw],
                                                     dtype=np.float64))
-    user_frame, leaf, leaf_user, tool, importing, compiling, loading, unsampled = (
+    user_frame, leaf, leaf_user, tool, importing, compiling, loading, unsampled, capture = (
         col[stack_of] if len(stack_of) else col[:0] for col in per_stack)
     return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool, importing, compiling, loading,
-                   data.get("start_monotonic_ns"), [table[k] for k in stack_of.tolist()], cpu, runq, unsampled)
+                   data.get("start_monotonic_ns"), [table[k] for k in stack_of.tolist()], cpu, runq, unsampled,
+                   capture)
 
 
 def _runq_to_its_interval(dur: np.ndarray, cpu: np.ndarray, runq: np.ndarray) -> np.ndarray:
@@ -114,7 +117,7 @@ def _frame_mask(frames: list[list], predicate) -> np.ndarray:
 def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.ndarray, ...]:
     """Per stack: deepest user frame, leaf frame, leaf is user code, torchneck overhead below the
     user frame (or a sample of torchneck's own work), importing, compiling, inside DataLoader
-    iteration, an interval the sampler did not sample."""
+    iteration, an interval the sampler did not sample, inside a stack capture torch's C++ made."""
     user = _frame_mask(frames, lambda f: is_user_file(f[1]))
     ours = _frame_mask(frames, lambda f: is_hook_file(f[1]))
     # The line marker's frames: the user's call below `call_marked`, torchneck's overhead otherwise.
@@ -123,10 +126,11 @@ def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.nd
     imp = _frame_mask(frames, lambda f: f[1].startswith("<frozen importlib"))
     comp = _frame_mask(frames, lambda f: f[1].replace(os.sep, "/").endswith(_CONVERT_FRAME))
     in_data = _frame_mask(frames, lambda f: "/torch/utils/data/" in f[1].replace(os.sep, "/"))
+    capturing = _frame_mask(frames, _is_stack_capture)
     n = len(stacks)
     user_frame = np.full(n, -1, dtype=np.int64)
     leaf = np.full(n, -1, dtype=np.int64)
-    leaf_user, tool, importing, compiling, loading, unsampled = (np.zeros(n, dtype=bool) for _ in range(6))
+    leaf_user, tool, importing, compiling, loading, unsampled, capture = (np.zeros(n, dtype=bool) for _ in range(7))
     for i, st in enumerate(stacks):
         if not st:
             continue
@@ -138,6 +142,10 @@ def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.nd
         loading[i] = in_data[ids].any()
         importing[i] = imp[ids].any()
         compiling[i] = comp[ids].any()
+        captures = np.flatnonzero(capturing[ids])
+        if len(captures):  # the outermost capture frame: its caller made the call
+            k = int(captures[0])
+            capture[i] = k == 0 or not _calls_stack_capture(*frames[st[k - 1]][1:3])
         leaf[i] = st[-1]
         leaf_user[i] = user[st[-1]]
         mine = np.flatnonzero(user[ids])
@@ -146,7 +154,27 @@ def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.nd
             user_frame[i] = st[depth]
             below = ids[depth + 1:]
             tool[i] = ours[below].any() or (marker[below].any() and not user_call[below].any())
-    return user_frame, leaf, leaf_user, tool, importing, compiling, loading, unsampled
+    return user_frame, leaf, leaf_user, tool, importing, compiling, loading, unsampled, capture
+
+
+_STACK_CAPTURES = ("format_stack", "extract_stack")
+"""Functions that capture the Python stack, in a `traceback.py`: Python's own module, or
+torch.fx's (autograd's anomaly mode calls `torch.fx.traceback.format_stack` from C++ for every
+graph node a forward op makes; older torch called `traceback.format_stack`)."""
+
+
+def _is_stack_capture(frame: list) -> bool:
+    return frame[0] in _STACK_CAPTURES and os.path.basename(frame[1]) == "traceback.py"
+
+
+@functools.lru_cache(maxsize=4096)
+def _calls_stack_capture(file: str, line: int) -> bool:
+    """The source line calls a stack capture itself (torch.xpu's lazy-init queue does, once).
+    When it does not, the Python frame was running a C++ call (a torch op) when the capture
+    started: C++ made it. A line that cannot be read (the run was recorded on another machine)
+    shows no such call, and is taken for C++'s."""
+    text = linecache.getline(file, line) if isinstance(line, int) else ""
+    return any(f"{name}(" in text for name in _STACK_CAPTURES)
 
 
 _CONVERT_FRAME = "torch/_dynamo/convert_frame.py"
@@ -165,6 +193,9 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
     the thread's CPU time, `waiting_s` (the part of that spent off the CPU: sleeping, blocked on
     I/O, a lock or a queue). Also per function, and the share of samples in user code vs library
     code.
+
+    `stack_capture_s` is the time inside Python stack captures that torch's C++ made (anomaly
+    mode records the forward stack of every autograd node): work the script did not ask for.
 
     Time the thread was ready to run while other processes had the CPU (`ready_s`, known on
     Linux) is left out of every figure but `ready_s` itself: it is the machine's load, not the
@@ -240,6 +271,7 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
         "user_code_self_s": float(own_s[win].sum()),
         "in_torch_ops_s": float((dur - outside)[win].sum()) if known else None,
         "ready_s": float(ready[win].sum()),
+        "stack_capture_s": float(dur[win & s.stack_capture].sum()) if s.stack_capture is not None else 0.0,
         "attributed_to_user_lines_s": user_total,
         "lines": out_lines,
         "functions": out_funcs,

@@ -12,29 +12,77 @@ from ..rule import DOCS, Explanation, Rule, register
 
 class AnomalyEvidence(Record):
     anomaly_detection: bool
+    stack_capture_share: float | None = None
+    """Share of the sampled steady state inside the forward stack captures C++ made (None: no samples)."""
+    stack_capture_s: float = 0.0
+    """Those captures' sampled seconds in the steady state."""
+    nan_checks: int = 0
+    """NaN checks of backward outputs in the profiled window (see `NAN_CHECK_ANCHORS`)."""
+    nan_check_share: float = 0.0
+    """Their ops' share of the profiled window."""
 
 
 @register
 class AnomalyDetection(Rule[AnomalyEvidence]):
-    """Autograd anomaly detection left on: every backward op is checked for NaNs and records the
-    forward stack trace, several times slower than plain autograd. Its cost cannot be told apart
-    from the ops' in a trace, so it is `high` without a time estimate."""
+    """Autograd anomaly detection left on: every forward op that makes a graph node records its
+    Python stack (torch's C++ calls `format_stack`, which reads every frame's source line), and
+    every backward output is checked for NaN (`isnan`, `_is_any_true`, `item`).
+
+    Time lost: the sampled time inside the stack captures C++ made (analysis/python_stacks.py
+    tells them from a script's own calls by the caller's source line), as a share of the sampled
+    steady state, plus the NaN checks' ops (`NAN_CHECK_OPS`) as a share of the profiled window
+    (none with `check_nan=False`). What anomaly mode adds in C++ around a capture (the call into
+    Python, keeping the stack) is not counted.
+    Without samples (a trace alone) the captures cannot be told from the ops' time: `high`,
+    unmeasured."""
 
     kind = "anomaly_detection"
     summary = "Autograd anomaly detection is on (a debugging mode that slows every backward op)."
     docs = DOCS["anomaly"]
     evidence_type = AnomalyEvidence
-    confidence = "unmeasured"
-    saving_basis = "not separable from the ops' time in a trace"
+    confidence = "measured"
+    saving_basis = ("sampled time of the forward stack captures C++ made, as a share of the steady state, plus the "
+                    "NaN checks' ops as a share of the window")
+    NAN_CHECK_OPS = ("aten::isnan", "aten::ne", "aten::_is_any_true", "aten::any", "aten::item",
+                     "aten::_local_scalar_dense")
+    """A NaN check's ops, with their children: `isnan(out)._is_any_true().item()` (older torch:
+    `.any()`), `isnan` running `ne` on floats."""
+    NAN_CHECK_ANCHORS = ("aten::_is_any_true", "aten::isnan", "aten::any")
+    """The op whose calls count the checks, the first the window's op table holds: autograd's
+    engine is `_is_any_true`'s only caller; small ops can be missing from the table's top rows."""
 
     def check(self, facts: Facts) -> list[Finding]:
         settings = facts.env.get("settings_at_end") or facts.env.get("settings") or {}
         if not settings.get("anomaly_detection"):
             return []
-        return [self.finding(AnomalyEvidence(anomaly_detection=True),
-                             title="Autograd anomaly detection is on (every backward op is checked and traced)",
-                             lost_s=0.0, pct=0.0, severity="high",
-                             where=where_of(facts.sites_of("anomaly_detection")[:3]))]
+        where = where_of(facts.sites_of("anomaly_detection")[:3])
+        steady = (facts.python or {}).get("window") or {}
+        sampled = steady.get("sampled_s") or 0.0
+        if sampled <= 0:
+            return [self.finding(AnomalyEvidence(anomaly_detection=True),
+                                 title="Autograd anomaly detection is on (every backward op is checked and traced)",
+                                 lost_s=0.0, pct=0.0, severity="high", where=where, confidence="unmeasured")]
+        capture_s = float(steady.get("stack_capture_s") or 0.0)
+        checks, nan_share = self._nan_checks(facts) if settings.get("anomaly_check_nan") is not False else (0, 0.0)
+        share = min(capture_s / sampled + nan_share, 1.0)
+        lost = share * facts.window_s
+        ev = AnomalyEvidence(anomaly_detection=True, stack_capture_share=capture_s / sampled, stack_capture_s=capture_s,
+                             nan_checks=checks, nan_check_share=nan_share)
+        title = (f"Autograd anomaly detection is on: recording every graph node's forward stack and checking "
+                 f"backward outputs for NaN take {100 * share:.0f}% of the steady state")
+        return [self.finding(ev, title=title, lost_s=lost, pct=100 * share, where=where)]
+
+    def _nan_checks(self, facts: Facts) -> tuple[int, float]:
+        """NaN checks in the window and their ops' share of it, from the window's op table: each
+        op's self time, prorated to as many calls as there are checks (the script's own `isnan`,
+        `!=` or `item` calls are not the checks')."""
+        if not facts.analysis or facts.window_s <= 0:
+            return 0, 0.0
+        rows = {o.name: o for o in facts.analysis.ops.by_name}
+        checks = next((rows[n].count for n in self.NAN_CHECK_ANCHORS if n in rows), 0)
+        us = sum(rows[n].self_us * min(1.0, checks / rows[n].count)
+                 for n in self.NAN_CHECK_OPS if n in rows and rows[n].count)
+        return checks, min(us / 1e6 / facts.window_s, 1.0)
 
     def fix(self, evidence: AnomalyEvidence) -> str:
         return "Remove torch.autograd.set_detect_anomaly(True) / detect_anomaly() outside debugging."
