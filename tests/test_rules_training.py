@@ -162,6 +162,42 @@ def test_autograd_in_inference_in_worker_threads_folds_the_main_thread_s_wait():
     assert [s.kind for s in found[0].symptoms] == ["python_hotspot"] and found[0].symptoms[0].where[0].line == 87
 
 
+PROBE = {"module": "TransformerEncoder", "training": False, "device": "cpu", "rounds": 3,
+         "seconds_with_grad": 0.5, "seconds_inference_mode": 0.2, "inference_over_grad": 0.4}
+
+
+@fires("autograd_in_inference")
+def test_autograd_in_inference_saving_is_the_probe_s_measured_share():
+    """The autograd probe timed one of the model calls again after the run: 500 ms with autograd,
+    200 ms under inference_mode (a Transformer's fast path): 60 % of the model calls' time, not
+    the 10 % of a plain MLP; `measured`. Without a probe result (skipped, failed), the 10 %."""
+    by_line = [{"op": "aten::addmm", "file": "/x/infer.py", "line": 8, "function": "<module>", "self_us": 1_000.0}]
+    clock = dict(CLOCK, top_module_sites=[{"file": "/x/infer.py", "line": 8, "function": "<module>", "calls": 8}])
+
+    def check(probe):
+        env = {"settings_at_end": {"autograd_probe": probe}}
+        (f,) = AutogradInInference().check(facts(analysis=_inference(), clock=clock, ops_by_line=by_line, env=env))
+        return f
+
+    f = check(PROBE)
+    assert abs(f.time_lost_s - 1_000.0 / 1e6 * 0.6) < 1e-12 and f.confidence == "measured"
+    assert f.evidence["estimated_overhead"] == 0.6 and f.evidence["probe"]["rounds"] == 3
+    assert "500 ms with autograd, 200 ms under inference_mode" in f.title
+    for unmeasured in (None, {"skipped": "a call takes 3.00 s (over 2 s)"}, {"error": "RuntimeError: shape"}):
+        f = check(unmeasured)
+        assert f.time_lost_s == 1_000.0 / 1e6 * AutogradInInference.AUTOGRAD_OVERHEAD
+        assert f.confidence == "estimated" and f.evidence["probe"] is None and "ms" not in f.title
+    assert check(dict(PROBE, inference_over_grad=1.1)).time_lost_s == 0.0  # inference mode no faster: no saving
+
+
+@fires("autograd_in_inference")
+def test_autograd_in_inference_in_worker_threads_uses_the_probe_too():
+    env = {"settings_at_end": {"autograd_probe": PROBE}}
+    (f,) = AutogradInInference().check(facts(clock=THREADS, run_wall_s=10.0, env=env))
+    assert abs(f.time_lost_s - 4.0 * 0.6) < 1e-12 and f.confidence == "measured"
+    assert abs(f.time_lost_pct - 24.0) < 1e-9
+
+
 @silent("autograd_in_inference")
 def test_autograd_in_inference_in_threads_silent_when_training_or_without_graphs():
     assert AutogradInInference().check(facts(clock=dict(THREADS, kind="optimizer"), run_wall_s=10.0)) == []

@@ -287,3 +287,24 @@ def test_tiny_ops_of_a_recursive_helper_name_the_line_that_starts_it(run_dir):
     assert planted_line(script, "# CALLER") in lines
     callers = lines[lines.index(planted_line(script, "# CALLER")):]
     assert all(w["function"] != "tree_sum" for w in tiny["where"][len(lines) - len(callers):])
+
+
+def test_the_autograd_probe_times_a_model_call_that_built_a_graph(run_dir, tmp_path):
+    """A DataLoader's clock replaces the module clock before the first model call: the module
+    hooks still see a few calls, keep one, and the probe times it again after the script, with
+    autograd on and under inference_mode (the model left in eval mode). Under no_grad, no call
+    built a graph: no probe."""
+    script = SCRIPTS / "eval_with_grad.py"
+    r = torchneck("run", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr
+    assert "scored 4096 rows, training=False" in r.stdout
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["clock"]["kind"] == "dataloader"
+    probe = run["settings_at_end"]["autograd_probe"]
+    assert probe["module"] == "Sequential" and probe["training"] is False and probe["rounds"] >= 2
+    assert probe["seconds_with_grad"] > 0 and probe["seconds_inference_mode"] > 0
+    assert probe["inference_over_grad"] == probe["seconds_inference_mode"] / probe["seconds_with_grad"]
+    clean = tmp_path / "clean"
+    r = torchneck("run", "--out", str(clean), str(script), "--no-grad")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((clean / "run.json").read_text())["settings_at_end"]["autograd_probe"] is None

@@ -72,8 +72,10 @@ class CaptureSession:
     `torchneck.profile()`): `begin()` before it, `end(outcome)` after it, which writes the raw
     evidence into `run_dir`."""
 
-    def __init__(self, run_dir: Path, options: WindowOptions, status=None, on_hard_exit=None):
+    def __init__(self, run_dir: Path, options: WindowOptions, status=None, on_hard_exit=None,
+                 probe_model: bool = False):
         self.run_dir = run_dir
+        self.probe_model = probe_model  # the work is a whole script: its model may be called again at the end
         self.options = options
         self.status = status
         self.on_hard_exit = on_hard_exit  # called with the RunResult when the script calls os._exit
@@ -261,6 +263,12 @@ class CaptureSession:
                                                                        usable_cores())
         except Exception:
             pass
+        if self.probe_model and not window.compile_in_use and outcome.status not in ("interrupted", "terminated"):
+            try:  # what autograd cost one model call; Ctrl-C during it skips it, the evidence is still written
+                self.end_settings["autograd_probe"] = window.calls.probe()
+            except (Exception, KeyboardInterrupt):
+                pass
+        window.calls.forget()  # the program's model and inputs are not held past the capture
         sampler.write(run_dir / "samples.json")
         self.compile_capture.write(run_dir / "compile.json")
         self._write_run_json(outcome)
@@ -335,7 +343,7 @@ def capture_run(target: Target, options: WindowOptions, out: str | None, timeout
     """Run the target once under the sampler and the profiler; write the raw evidence.
     `on_hard_exit(result)` runs when the script ends with os._exit, before the process exits."""
     code = check_target(target)
-    session = CaptureSession(make_run_dir(out, target.label), options, status, on_hard_exit)
+    session = CaptureSession(make_run_dir(out, target.label), options, status, on_hard_exit, probe_model=True)
     session.begin(target)
     outcome = Outcome(1, "terminated", "torchneck stopped before the script ended")
     with sigterm_held_back():  # a SIGTERM after the script: once its evidence is written

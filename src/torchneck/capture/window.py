@@ -3,8 +3,9 @@ state (see `plan.py` for how the window is chosen and bounded).
 
 Step clocks, most trusted first: optimizer `step()` calls (a global post-hook), DataLoader
 iterations (`__next__` of the loader's iterator), and calls of a top-level `nn.Module`
-(global forward hooks; removed as soon as a better clock ticks, since they cost a little per
-module call, and before anything is compiled, see `dynamo_guard.py`). The first clock of a
+(global forward hooks; removed a few model calls after a better clock ticks, since they cost a
+little per module call, and before anything is compiled, see `dynamo_guard.py`; they also keep
+one model call for the autograd probe, `autograd_probe.py`). The first clock of a
 higher rank to tick takes over. When the clock reaches `warmup` steps, the profiler records
 `steps` steps; each tick marks a `ProfilerStep#N` span, as `torch.profiler.profile.step()` does,
 which the analyses use. A program without steps gets a time slice of its steady state instead,
@@ -27,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from ..sites import is_user_file
+from .autograd_probe import RememberedCall
 from .dynamo_guard import is_compiling
+from .gzipped import gzip_copy, gzip_file
 from .kineto import Kineto
 from .lines import LineMarking
 from .plan import (
@@ -46,6 +49,9 @@ from .sampler import CHECK_INTERVAL_NS, RECORDING_CHECK_INTERVAL_NS
 from .spans import OpenSpans
 
 CLOCK_RANK = {"optimizer": 3, "dataloader": 2, "module": 1}
+LOOK_CALLS = 3
+"""Top-level module calls the module hooks still see after a better clock began, before they go:
+a DataLoader's clock ticks before the first model call, and the autograd probe needs one."""
 MODULE_SITES_KEPT = 20
 """Distinct lines calling a top-level module counted at most (a script calls its model from a few)."""
 
@@ -82,9 +88,12 @@ class ProfiledWindow:
         self._handles: list = []
         self._module_handles: list = []
         self._module_depth = 0
+        self._top_began = 0.0  # when the current top-level module call began (main thread)
+        self._look_calls = 0  # module calls the module hooks still see once a better clock began
         self._other_threads = threading.local()  # module depth and entry time in each other thread
         self._thread_ids: set[int] = set()
         self._main_thread = threading.get_ident()
+        self.calls = RememberedCall()  # one recent model call that built a graph, for the autograd probe
         self.export_error: str | None = None
         self._lines = LineMarking()
         self._spans = OpenSpans()
@@ -221,7 +230,7 @@ class ProfiledWindow:
             tmp = self.trace_path.with_suffix("")  # trace.json
             with self._ours():
                 prof.export(tmp)
-            _gzip_file(tmp, self.trace_path)
+            gzip_file(tmp, self.trace_path)
             cap.export_s = round(time.perf_counter() - t0, 4)
         except Exception as exc:  # never let the profiler take the user's run down
             self.export_error = f"{type(exc).__name__}: {exc}"
@@ -244,7 +253,7 @@ class ProfiledWindow:
                 self._restep(log.kind)
             log.kind = kind
             if kind != "module":
-                self._remove_module_hooks()
+                self._look_calls = LOOK_CALLS  # then the module hooks go (_module_post)
         elif kind != log.kind:
             return
         now = time.monotonic_ns()
@@ -467,7 +476,7 @@ class ProfiledWindow:
             for path in reversed(user.exports):
                 if os.path.isfile(path):
                     try:
-                        _gzip_copy(Path(path), self.trace_path)
+                        gzip_copy(Path(path), self.trace_path)
                     except OSError as exc:
                         self.capture.notes.append(f"could not copy the script's trace {path}: {exc}")
                         continue
@@ -481,7 +490,7 @@ class ProfiledWindow:
         try:
             with self._ours():
                 user.owner.kineto_results.save(str(tmp))
-            _gzip_file(tmp, self.trace_path)
+            gzip_file(tmp, self.trace_path)
         except Exception as exc:
             self.capture.notes.append(f"could not save the script's profiler events: {exc}")
             return
@@ -500,6 +509,7 @@ class ProfiledWindow:
         def optimizer_step_ticks(optimizer, args, kwargs):
             if not is_compiling():  # dynamo inlines this as nothing
                 window._tick("optimizer")
+                window.calls.forget()  # the model call it follows was training's
 
         self._handles.append(register_optimizer_step_post_hook(optimizer_step_ticks))
         base = dataloader._BaseDataLoaderIter
@@ -519,10 +529,12 @@ class ProfiledWindow:
             if not self.compile_in_use:
                 self._module_handles = [
                     torch.nn.modules.module.register_module_forward_pre_hook(self._module_pre),
-                    torch.nn.modules.module.register_module_forward_hook(self._module_post),
+                    torch.nn.modules.module.register_module_forward_hook(self._module_post, with_kwargs=True),
                 ]
             else:
                 self._wrap_compiled_modules()
+        elif not self.compile_in_use:
+            self.calls.follow()
 
     def _module_pre(self, module, args) -> None:
         if threading.get_ident() != self._main_thread:
@@ -532,21 +544,28 @@ class ProfiledWindow:
                 other.began = time.perf_counter()
             other.depth = depth + 1
             return
+        if self._module_depth == 0:
+            self._top_began = time.perf_counter()
         self._module_depth += 1
 
-    def _module_post(self, module, args, output) -> None:
+    def _module_post(self, module, args, kwargs, output) -> None:
         if threading.get_ident() != self._main_thread:
-            self._other_thread_post(output)
+            self._other_thread_post(module, args, kwargs, output)
             return
         self._module_depth -= 1
         if self._module_depth == 0:
             self.log.top_module_calls += 1
             if getattr(output, "grad_fn", None) is not None:
                 self.log.top_module_outputs_with_grad += 1
+                self.calls.remember(module, args, kwargs, time.perf_counter() - self._top_began)
             self._note_module_site(self.log.top_module_sites)
             self._tick("module")
+            self._look_calls -= 1
+            if self.log.kind != "module" and self._look_calls <= 0:  # a better clock ticks: follow the model alone
+                self._remove_module_hooks()
+                self.calls.follow()
 
-    def _other_thread_post(self, output) -> None:
+    def _other_thread_post(self, module, args, kwargs, output) -> None:
         """A module call returned in another thread: its own depth (a shared one would be
         corrupted by threads calling modules at once), and at its top level the call's time,
         whether it built a graph, and the line that made it. Never a step tick."""
@@ -559,6 +578,7 @@ class ProfiledWindow:
         log.thread_module_s += time.perf_counter() - other.began
         if getattr(output, "grad_fn", None) is not None:
             log.thread_module_outputs_with_grad += 1
+            self.calls.remember(module, args, kwargs, time.perf_counter() - other.began)
         ident = threading.get_ident()
         if ident not in self._thread_ids and len(self._thread_ids) < MODULE_SITES_KEPT:
             self._thread_ids.add(ident)
@@ -579,8 +599,11 @@ class ProfiledWindow:
             sites[key] = sites.get(key, 0) + 1
 
     def _remove_module_hooks(self) -> None:
+        from torch.nn.modules import module as nn_module
+
         for h in self._module_handles:
-            h.remove()
+            h.remove()  # torch leaves a with_kwargs hook's id behind, where dynamo sees a global hook:
+            getattr(nn_module, "_global_forward_hooks_with_kwargs", {}).pop(h.id, None)
         self._module_handles = []
 
     def compile_started(self) -> None:
@@ -592,6 +615,7 @@ class ProfiledWindow:
         if threading.get_ident() != self._main_thread:
             return
         self.compile_in_use = True
+        self.calls.unfollow()
         if self._module_handles:
             self._remove_module_hooks()
             self._module_depth = 0
@@ -633,6 +657,7 @@ class ProfiledWindow:
             h.remove()
         self._handles = []
         self._remove_module_hooks()
+        self.calls.unfollow()
         if hasattr(self, "_restore_next"):
             base, original = self._restore_next
             setattr(base, "__next__", original)  # noqa: B010
@@ -653,33 +678,6 @@ _WINDOW_FIELDS = ("plan", "why", "window_start_ns", "window_end_ns", "stopped_by
                   "trace_bytes", "stop_s", "export_s", "trace_source")
 """What describes a recorded window in `CaptureLog`: saved when a window is set aside, restored if
 it stays the run's."""
-
-
-def _gzip_file(src: Path, dst: Path) -> None:
-    gz: Any
-    try:
-        from isal import igzip as gz
-    except ImportError:  # pragma: no cover
-        import gzip as gz
-    with open(src, "rb") as fin, gz.open(dst, "wb", compresslevel=1) as fout:
-        while True:
-            block = fin.read(8 << 20)
-            if not block:
-                break
-            fout.write(block)
-    src.unlink()
-
-
-def _gzip_copy(src: Path, dst: Path) -> None:
-    """The script's own trace, gzipped into the run directory (or copied, when gzipped already)."""
-    import shutil
-
-    if src.suffix == ".gz":
-        shutil.copyfile(src, dst)
-        return
-    tmp = dst.with_suffix(".tmp")
-    shutil.copyfile(src, tmp)
-    _gzip_file(tmp, dst)
 
 
 def _on_cpu_share(samples: list) -> float | None:

@@ -279,6 +279,8 @@ class AutogradInInferenceEvidence(Record):
     """Wall seconds inside those threads' model calls, summed over the threads."""
     share_of: str | None = None
     """`run_wall` when the cost is measured over the whole run (the threads' calls)."""
+    probe: dict[str, Any] | None = None
+    """The autograd probe's timings of one model call (capture/autograd_probe.py), when it ran."""
 
 
 @register
@@ -293,18 +295,24 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
     module hooks in those threads: most of them building a graph is the third way; the main
     thread's wait for them (a python_hotspot waiting in `Queue.get`, `join`...) is then a symptom.
 
-    Time lost: `AUTOGRAD_OVERHEAD` of the time the model calls take (recording the graph and
-    keeping activations alive), an estimate: the trace cannot separate it from the ops. The model
-    calls' time is the self time of the ops run at the model-call line (the line the capture saw
-    call the top-level module) when the trace places ops at lines, else the whole window."""
+    Time lost: the model calls' time x (1 - t_inference / t_grad), the times of one of the
+    script's own model calls, made again after the script with autograd on and under
+    `inference_mode` (the capture's autograd probe): what autograd costs depends on the model and
+    its input (recording the graph is ~10 % of a small MLP's call; a padded batch through
+    `nn.TransformerEncoder` loses its inference fast path, nested tensors that skip the padding,
+    and took twice as long). Without the probe (no call kept, one too slow, a compiled model,
+    a trace from elsewhere), `AUTOGRAD_OVERHEAD` of that time. The model calls' time is the
+    self time of the ops run at the model-call line (the line the capture saw call the
+    top-level module) when the trace places ops at lines, else the whole window; in worker
+    threads, their calls' wall time side by side."""
 
     kind = "autograd_in_inference"
     explains = ("python_hotspot",)
     summary = "Inference records autograd graphs that no backward uses (no inference_mode / no_grad)."
     docs = DOCS["inference_mode"]
     evidence_type = AutogradInInferenceEvidence
-    saving_basis = ("10% of the model calls' time (recording graphs and keeping activations, measured on a "
-                    "typical MLP)")
+    saving_basis = ("the model calls' time x (1 - inference-mode time / grad-mode time of one model call, "
+                    "re-timed by a probe after the run); without the probe, 10% of it")
     MIN_GRAD_SHARE = 0.5
     """Most model calls must have built a graph (one stray call is not a pattern)."""
     MIN_GRAPH_NODES = 20
@@ -315,8 +323,9 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
     """Context managers that set the grad mode of their block, and `contextlib.nullcontext`, the
     stand-in of an optional context (`torch.no_grad() if eval else nullcontext()`)."""
     AUTOGRAD_OVERHEAD = 0.10
-    """Measured here: an 8-layer Linear+GELU stack, 64x256 inputs, 1 thread: 0.28-0.31 s per
-    200 calls with grad, 0.264 s under inference_mode (7-15 %); more for small ops."""
+    """Without the probe. Measured here: an 8-layer Linear+GELU stack, 64x256 inputs, 1 thread:
+    0.28-0.31 s per 200 calls with grad, 0.264 s under inference_mode (7-15 %); more for small
+    ops, far more for models with an inference fast path (the probe measures those)."""
 
     MIN_THREAD_CALLS = 5
     """Model calls in other threads to speak of a pattern there."""
@@ -348,15 +357,35 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
         at = {(w.file, w.line) for w in where}
         where = self._grad_context(facts, where)
         in_calls = sum(e["self_us"] for e in facts.ops_by_line if (e.get("file"), e.get("line")) in at) / 1e6
-        lost = (in_calls or facts.window_s) * self.AUTOGRAD_OVERHEAD
+        overhead, probe = self._overhead(facts)
+        lost = (in_calls or facts.window_s) * overhead
         nodes = a.trace.autograd_nodes
         title = (f"{with_grad} of {calls} model calls built an autograd graph that no backward used" if counted else
                  f"ops ran in grad mode and built {nodes:,} autograd graph nodes that no backward used")
         return [self.finding(AutogradInInferenceEvidence(model_calls=calls, outputs_with_grad=with_grad,
-                                                         backward_in_trace=False,
-                                                         estimated_overhead=self.AUTOGRAD_OVERHEAD,
-                                                         grad_mode_ops=a.trace.grad_mode_ops, graph_nodes=nodes),
-                             title=title, lost_s=lost, pct=facts.pct(lost), where=where)]
+                                                         backward_in_trace=False, estimated_overhead=overhead,
+                                                         grad_mode_ops=a.trace.grad_mode_ops, graph_nodes=nodes,
+                                                         probe=probe),
+                             title=title + self._measured(probe), lost_s=lost, pct=facts.pct(lost), where=where,
+                             confidence="measured" if probe else None)]
+
+    def _overhead(self, facts: Facts) -> tuple[float, dict | None]:
+        """The share of a model call's time that autograd costs, and the probe it comes from: 1 -
+        t_inference / t_grad when the autograd probe timed a call (capture/autograd_probe.py),
+        else `AUTOGRAD_OVERHEAD`, with no probe."""
+        probe = (facts.env.get("settings_at_end") or {}).get("autograd_probe") or {}
+        ratio = probe.get("inference_over_grad")
+        if isinstance(ratio, (int, float)) and ratio > 0:
+            return max(0.0, 1.0 - ratio), probe
+        return self.AUTOGRAD_OVERHEAD, None
+
+    @staticmethod
+    def _measured(probe: dict | None) -> str:
+        """What the probe measured, for the title."""
+        if not probe:
+            return ""
+        return (f" (one call of {probe.get('module') or 'the model'} took {probe['seconds_with_grad'] * 1e3:.0f} ms "
+                f"with autograd, {probe['seconds_inference_mode'] * 1e3:.0f} ms under inference_mode)")
 
     def _in_threads(self, facts: Facts) -> list[Finding]:
         """Model calls made in other threads, most building a graph, in a run that does not train
@@ -372,15 +401,16 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
         spent = float(clock.get("thread_module_s") or 0.0)
         wall = facts.run_wall_s
         overlapped = min(spent / threads, wall) if wall > 0 else spent / threads  # the threads run side by side
-        lost = overlapped * self.AUTOGRAD_OVERHEAD
+        overhead, probe = self._overhead(facts)
+        lost = overlapped * overhead
         where = self._grad_context(facts, where_of((clock.get("thread_module_sites") or [])[:1]))
         title = (f"{with_grad} of {calls} model calls in {threads} worker thread{'s' if threads > 1 else ''} built an "
-                 "autograd graph that no backward used")
+                 "autograd graph that no backward used" + self._measured(probe))
         evidence = AutogradInInferenceEvidence(model_calls=calls, outputs_with_grad=with_grad, backward_in_trace=False,
-                                               estimated_overhead=self.AUTOGRAD_OVERHEAD, threads=threads,
-                                               model_calls_s=spent, share_of="run_wall")
+                                               estimated_overhead=overhead, threads=threads, model_calls_s=spent,
+                                               share_of="run_wall", probe=probe)
         return [self.finding(evidence, title=title, lost_s=lost, pct=100 * lost / wall if wall > 0 else 0.0,
-                             where=where)]
+                             where=where, confidence="measured" if probe else None)]
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """The main thread waiting (off the CPU) while the worker threads run the model: its wait

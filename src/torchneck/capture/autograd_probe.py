@@ -1,0 +1,169 @@
+"""What autograd costs the script's model calls, measured: the capture keeps one of the
+top-level module calls that built an autograd graph, and after the script has ended the probe
+calls that module again with the same inputs, interleaved, with autograd on and under
+`torch.inference_mode()`, and records the fastest call of each.
+
+No constant says what grad mode costs a forward pass: recording the graph and keeping the
+activations is ~10 % of a small MLP's call, while `nn.TransformerEncoder` and
+`nn.MultiheadAttention` take their inference fast path (nested tensors that skip the padding,
+fused attention) only with autograd off, which halved the zoo's padded batches. The probe re-runs
+the program's own call, so the `autograd_in_inference` finding carries that call's figure.
+
+Which call: one drawn in proportion to the time the calls took (weighted reservoir sampling:
+each call replaces the kept one with probability its seconds / all the calls' seconds so far).
+Calls differ (a batch padded to 40 tokens lost 25 % to autograd in the zoo's server, one padded
+to 256 lost 85 %); drawn that way, the kept call's ratio is on average the ratio of all the
+calls' time, and an embedding or a head called beside the model is rarely the one kept.
+
+Keeping is a reference, never a copy: the module and the call's `args` / `kwargs` (the same
+tensors); an optimizer step forgets it (that call was a training step's). Inputs on an
+accelerator hold the module only weakly: a program that frees one model to load the next must
+get its device memory back (no probe then, when the model is gone by the end). The probe runs
+only at the end of `torchneck run`, when the script is over and re-calling its model cannot
+change its results (not under `torchneck.profile()`, whose program goes on), and never once
+anything was compiled (a grad-mode change recompiles).
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+import weakref
+from typing import Any
+
+MAX_CALL_S = 2.0
+"""A call with autograd on slower than this is not probed: the probe (two rounds at least) would
+add over 5 s to the run. The zoo's padded Transformer batches take 0.15-0.6 s a call on an idle
+core, and 1-2 s on a loaded one."""
+BUDGET_S = 1.0
+"""No round starts once the probe has taken this long (after `MIN_ROUNDS`)."""
+MIN_ROUNDS = 2
+"""Rounds of (autograd on, inference mode) always run: the fastest of two leaves out the first
+inference-mode call's one-time costs (its first dispatch of the fast path's kernels)."""
+MAX_ROUNDS = 3
+"""At most this many rounds: the probe's time stays about two seconds for the zoo's slowest call."""
+
+
+class RememberedCall:
+    """One of the top-level module calls whose output required grad, drawn by their time (the
+    capture's module hooks offer each, from any thread: a race only skews a draw's weights), and
+    the probe that times it again once the script is over."""
+
+    def __init__(self) -> None:
+        self._call: tuple[Any, tuple, dict] | None = None  # (module or a weakref to it, args, kwargs)
+        self._seen_s = 0.0  # the seconds of every call offered since the last forget()
+        self._draw = random.Random(0)  # its own: the script's random state is left alone
+        self._follow: tuple = ()  # the hooks on the remembered module alone, once the global ones are gone
+        self._began = threading.local()  # when the followed module's call began, per thread
+
+    def remember(self, module, args: tuple, kwargs: dict | None, seconds: float) -> None:
+        """A top-level call whose output has a grad_fn, which took `seconds`: keep references to
+        it with probability `seconds` / all the calls' seconds so far (a few µs)."""
+        self._seen_s += seconds
+        if self._call is not None and self._draw.random() * self._seen_s >= seconds:
+            return
+        held = weakref.ref(module) if _device_of(args, kwargs) is not None else module
+        self._call = (held, args, kwargs or {})
+
+    def forget(self) -> None:
+        """An optimizer step: the remembered call was a training step's."""
+        self._call = None
+        self._seen_s = 0.0
+
+    def module(self):
+        if self._call is None:
+            return None
+        held = self._call[0]
+        return held() if isinstance(held, weakref.ref) else held
+
+    def follow(self) -> None:
+        """The capture's global module hooks are going (a better step clock began): go on
+        remembering the calls of the remembered module through a hook on it alone (an evaluation
+        after a few training steps)."""
+        module = self.module()
+        if module is None or self._follow:
+            return
+        try:
+            self._follow = (module.register_forward_pre_hook(self._followed_began),
+                            module.register_forward_hook(self._followed, with_kwargs=True))
+        except Exception:  # a module that refuses hooks: nothing to follow
+            self.unfollow()
+
+    def _followed_began(self, module, args) -> None:
+        self._began.at = time.perf_counter()
+
+    def _followed(self, module, args, kwargs, output) -> None:
+        began = getattr(self._began, "at", None)
+        if began is not None and getattr(output, "grad_fn", None) is not None:
+            self.remember(module, args, kwargs, time.perf_counter() - began)
+
+    def unfollow(self) -> None:
+        for handle in self._follow:
+            handle.remove()
+        self._follow = ()
+
+    def probe(self) -> dict | None:
+        """Time the remembered call again, with autograd on and under inference mode (after the
+        script: its results are written). None when no call is remembered; a dict with `skipped`
+        or `error` when it could not be timed. The references are dropped either way."""
+        self.unfollow()
+        module, call, self._call = self.module(), self._call, None
+        if call is None:
+            return None
+        if module is None:
+            return {"skipped": "the model was freed before the script ended"}
+        _, args, kwargs = call
+        try:
+            return _time_call(module, args, kwargs)
+        except Exception as exc:  # the probe must never fail the run
+            return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
+
+
+def _device_of(args: tuple, kwargs: dict | None):
+    """The device of the first input tensor not in host memory, else None."""
+    import torch
+
+    for value in (*args, *(kwargs or {}).values()):
+        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+            return value.device
+    return None
+
+
+def _time_call(module, args: tuple, kwargs: dict) -> dict:
+    """Rounds of one call with autograd on and one under inference mode, outputs discarded;
+    the module's training flag is left as it is. Synchronizes around each call when the inputs
+    are on an accelerator (its kernels run asynchronously)."""
+    import torch
+
+    device = _device_of(args, kwargs)
+    backend = getattr(torch, device.type, None) if device is not None else None
+    sync = backend.synchronize if backend is not None and hasattr(backend, "synchronize") else None
+
+    def timed(mode) -> float:
+        with mode():
+            if sync:
+                sync(device)
+            t0 = time.perf_counter()
+            out = module(*args, **kwargs)
+            if sync:
+                sync(device)
+            seconds = time.perf_counter() - t0
+        del out
+        return seconds
+
+    began = time.perf_counter()
+    with_grad: list[float] = []
+    inference: list[float] = []
+    while len(with_grad) < MAX_ROUNDS:
+        with_grad.append(timed(torch.enable_grad))
+        if with_grad[-1] > MAX_CALL_S:
+            return {"skipped": f"a call takes {with_grad[-1]:.2f} s (over {MAX_CALL_S:g} s)"}
+        inference.append(timed(torch.inference_mode))
+        if len(with_grad) >= MIN_ROUNDS and time.perf_counter() - began > BUDGET_S:
+            break
+    grad_s, inference_s = min(with_grad), min(inference)
+    return {"module": type(module).__qualname__, "training": module.training,
+            "device": str(device) if device is not None else "cpu", "rounds": len(with_grad),
+            "seconds_with_grad": grad_s, "seconds_inference_mode": inference_s,
+            "inference_over_grad": inference_s / grad_s if grad_s > 0 else None,
+            "probe_s": round(time.perf_counter() - began, 4)}

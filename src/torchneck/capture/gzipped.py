@@ -1,0 +1,34 @@
+"""Writing traces gzipped: isal's igzip when installed (several times faster than gzip)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def gzip_file(src: Path, dst: Path) -> None:
+    """`src` gzipped (fast, level 1) into `dst`; `src` removed."""
+    gz: Any
+    try:
+        from isal import igzip as gz
+    except ImportError:  # pragma: no cover
+        import gzip as gz
+    with open(src, "rb") as fin, gz.open(dst, "wb", compresslevel=1) as fout:
+        while True:
+            block = fin.read(8 << 20)
+            if not block:
+                break
+            fout.write(block)
+    src.unlink()
+
+
+def gzip_copy(src: Path, dst: Path) -> None:
+    """The script's own trace, gzipped into the run directory (or copied, when gzipped already)."""
+    import shutil
+
+    if src.suffix == ".gz":
+        shutil.copyfile(src, dst)
+        return
+    tmp = dst.with_suffix(".tmp")
+    shutil.copyfile(src, tmp)
+    gzip_file(tmp, dst)
