@@ -472,3 +472,14 @@ def test_optimizer_work_counts_an_op_dispatched_again_inside_itself_once(tmp_pat
     p.write_text(json.dumps({"traceEvents": events}))
     [zero] = analyze_trace(load_trace(p)).ops.optimizer.spans
     assert zero.first_call_ops == 2 and [(o.count, o.self_us, o.total_us) for o in zero.ops] == [(2, 100.0, 100.0)]
+
+
+@fires("optimizer")
+def test_optimizer_step_from_its_spans_when_the_sampler_named_no_callee():
+    """Under load the sampler may leave the opt.step() line's callee blank (its samples all
+    inside big ops): that is no bound, not a step of 0 %."""
+    lines = [{"file": "/x/t.py", "line": 85, "function": "fit", "total_s": 4.0, "library": ""}]
+    ops = [_op("aten::sqrt", 40_000.0, count=20), _op("aten::lerp_", 10_000.0, count=20)]
+    [f] = SingleTensorOptimizer().check(facts(analysis=_optimizer_steps(70_000.0, ops),
+                                              python={"window": {"sampled_s": 5.0, "lines": lines}}))
+    assert abs(f.time_lost_s - 0.060) < 1e-12

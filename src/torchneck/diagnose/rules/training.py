@@ -102,12 +102,15 @@ class InputPipeline(Rule[InputPipelineEvidence]):
 
 def _sampled_share(facts: Facts, calls: Callable[[str], bool]) -> float | None:
     """The share of the sampled steady state spent on lines whose callee (the sampler's
-    "function (file.py)") passes `calls`; None when the Python sampler did not run."""
+    "function (file.py)") passes `calls`; None when the Python sampler did not run or named no
+    such callee (it leaves a line's callee blank when nearly all its samples were inside traced
+    ops: a line of big ops is not a line of none)."""
     window = (facts.python or {}).get("window") or {}
     total = window.get("sampled_s") or 0.0
-    if total <= 0:
+    lines = [ln for ln in window.get("lines", []) if calls(ln.get("library") or "")]
+    if total <= 0 or not lines:
         return None
-    return sum(ln["total_s"] for ln in window.get("lines", []) if calls(ln.get("library") or "")) / total
+    return sum(ln["total_s"] for ln in lines) / total
 
 
 class OptimizerEvidence(Record):
@@ -315,16 +318,13 @@ class ZeroGradKernels(Rule[ZeroGradEvidence]):
             zeroed = float(params)  # still growing: in the steady state, every parameter has one
         return self._step_s(facts) * (1.0 - written / zeroed), zeroed
 
-    def _step_s(self, facts: Facts) -> float:
+    @staticmethod
+    def _step_s(facts: Facts) -> float:
         """The optimizer steps' time: the sampled share of the steady state of the lines that
-        call `Optimizer.step` (not those running the zero_grad calls), else its spans' time."""
-        steady = (facts.python or {}).get("window") or {}
-        total = steady.get("sampled_s") or 0.0
-        if total > 0:
-            zeroing = self._zeroing_lines(facts)
-            share = sum(ln["total_s"] for ln in steady.get("lines", [])
-                        if (ln["file"], ln["line"]) not in zeroing and _steps_optimizer(ln.get("library") or ""))
-            return share / total * facts.window_s
+        call `Optimizer.step`, else its spans' time in the window."""
+        sampled = _sampled_share(facts, _steps_optimizer)
+        if sampled is not None:
+            return sampled * facts.window_s
         a = facts.analysis
         assert a is not None
         return sum(n.total_us for n in a.ops.annotations if n.name.startswith("Optimizer.step#")) / 1e6
