@@ -3,58 +3,109 @@
 from rule_cases import analysis, facts, fires, silent
 
 from torchneck.diagnose.rules.training import AutogradInInference, InputPipeline, SingleTensorOptimizer, ZeroGradKernels
-from torchneck.model.analysis import Annotation, OpRow, TraceInfo
+from torchneck.model.analysis import Annotation, OpRow, OptimizerWork, SpanOps, TraceInfo
 
 
 def _op(name, self_us, count=10):
     return OpRow(name=name, count=count, self_us=self_us, total_us=self_us, mean_us=self_us / count)
 
 
+ZERO_GRAD = "Optimizer.zero_grad#SGD.zero_grad"
+
+
+def _zeroing(total_us, zeroes=50, calls=5, first_ops=20, last_ops=20, accumulated=0, added_us=0.0):
+    """The optimizer's work in a window of `calls` zero_grad(set_to_none=False) calls, each
+    zeroing `zeroes / calls` gradients (a `zero_` each, its `fill_` inside), and `accumulated`
+    gradients written by backward."""
+    ops = [_op("aten::fill_", 0.8 * total_us, count=zeroes), _op("aten::zero_", 0.05 * total_us, count=zeroes)]
+    return OptimizerWork(spans=[SpanOps(name=ZERO_GRAD, count=calls, total_us=total_us, ops=ops,
+                                        first_call_ops=first_ops, last_call_ops=last_ops)],
+                         gradients_accumulated=accumulated, accumulate_added_us=added_us)
+
+
+def _zero_grad_analysis(total_us=7_000.0, window_us=100_000.0, **zeroing):
+    spans = [Annotation(name=ZERO_GRAD, count=zeroing.get("calls", 5), total_us=total_us)]
+    return analysis(window_us=window_us, annotations=spans, optimizer=_zeroing(total_us, **zeroing))
+
+
 @fires("zero_grad")
-def test_zero_grad_needs_the_optimizer_span():
-    fills = [_op("aten::zero_", 6_000.0, count=50)]
-    spans = [Annotation(name="Optimizer.zero_grad#SGD.zero_grad", count=5, total_us=7_000.0)]
-    f_ = facts(analysis=analysis(by_name=fills, annotations=spans),
+def test_zero_grad_costs_its_calls_wall_time():
+    """The fills and the Python over every parameter: the spans' whole time, not the fills' 80 %."""
+    f_ = facts(analysis=_zero_grad_analysis(accumulated=50, added_us=1_000.0),
                call_sites=[{"what": "optimizer", "file": "/x/train.py", "line": 12, "function": "main"}])
     [f] = ZeroGradKernels().check(f_)
-    assert f.kind == "zero_grad" and f.time_lost_s == 0.006 and f.where[0].line == 12
-    assert "set_to_none=True" in f.fix
+    assert f.kind == "zero_grad" and f.where[0].line == 12 and "set_to_none=True" in f.fix
+    assert abs(f.time_lost_s - (0.007 + 0.001)) < 1e-12  # the calls, and backward's adds into the zeros
+    assert f.evidence["idle_update_s"] == 0.0  # backward wrote every gradient zeroed
 
 
 @fires("zero_grad")
 def test_zero_grad_points_at_the_line_that_ran_the_fills():
-    fills = [_op("aten::zero_", 6_000.0, count=50)]
-    spans = [Annotation(name="Optimizer.zero_grad#SGD.zero_grad", count=5, total_us=7_000.0)]
     by_line = [{"op": "aten::zero_", "file": "/x/train.py", "line": 35, "function": "hook", "self_us": 6_000.0}]
-    f_ = facts(analysis=analysis(by_name=fills, annotations=spans), ops_by_line=by_line,
+    f_ = facts(analysis=_zero_grad_analysis(), ops_by_line=by_line,
                call_sites=[{"what": "optimizer", "file": "/x/train.py", "line": 12, "function": "main"}])
     [f] = ZeroGradKernels().check(f_)
     assert [w.line for w in f.where] == [35, 12]  # the zero_grad call, then the optimizer
 
 
+@fires("zero_grad")
+def test_zero_grad_counts_only_the_first_add_of_an_accumulated_gradient():
+    """Four micro-batches a step: None saves the first add of each gradient, not the other three."""
+    [f] = ZeroGradKernels().check(facts(analysis=_zero_grad_analysis(accumulated=200, added_us=4_000.0)))
+    assert abs(f.evidence["accumulate_add_s"] - 0.001) < 1e-12
+
+
 @silent("zero_grad")
 def test_zero_grad_silent_when_the_fills_are_elsewhere():
+    """Fills outside zero_grad (a backward's), or zero_grad calls that zero nothing (set_to_none=True)."""
     assert ZeroGradKernels().check(facts(analysis=analysis(by_name=[_op("aten::zero_", 6_000.0)]))) == []
+    to_none = OptimizerWork(spans=[SpanOps(name=ZERO_GRAD, count=5, total_us=20_000.0,
+                                           ops=[_op("aten::detach_", 100.0)])])
+    spans = [Annotation(name=ZERO_GRAD, count=5, total_us=20_000.0)]
+    assert ZeroGradKernels().check(facts(analysis=analysis(annotations=spans, optimizer=to_none,
+                                                           by_name=[_op("aten::fill_", 9_000.0)]))) == []
 
 
-def _zero_grad_facts(by_line, lines):
-    fills = [_op("aten::fill_", 800.0, count=19)]
-    spans = [Annotation(name="Optimizer.zero_grad#SGD.zero_grad", count=2, total_us=3_000.0)]
-    return facts(analysis=analysis(window_us=33_000.0, by_name=fills, annotations=spans), ops_by_line=by_line,
-                 python={"window": {"sampled_s": 5.0, "lines": lines}})
+def _zero_grad_facts(by_line, lines, **zeroing):
+    zeroing = {"calls": 2, "zeroes": 19, **zeroing}
+    return facts(analysis=_zero_grad_analysis(total_us=800.0, window_us=33_000.0, **zeroing),
+                 ops_by_line=by_line, python={"window": {"sampled_s": 5.0, "lines": lines}},
+                 call_sites=[{"what": "optimizer", "optimizer": "SGD", "params": 100, "file": "/x/mt.py", "line": 32,
+                              "function": "configure"}])
+
+
+MT_BY_LINE = [{"op": "aten::fill_", "file": "/x/mt.py", "line": 35, "function": "zg", "self_us": 700.0},
+              {"op": "aten::_foreach_zero_", "file": "/x/mt.py", "line": 35, "function": "zg", "self_us": 50.0}]
+MT_LINES = [{"file": "/x/mt.py", "line": 35, "function": "zg", "total_s": 1.3,
+             "library": "_disable_dynamo.<locals>.inner (_compile.py)"},
+            {"file": "/x/mt.py", "line": 53, "function": "fit", "total_s": 2.2,
+             "library": "Optimizer.profile_hook_step.<locals>.wrapper (optimizer.py)"}]
 
 
 @fires("zero_grad")
 def test_zero_grad_measured_over_the_steady_state_when_the_window_came_early():
-    """One head per task: in an early window few gradients exist and zeroing is 2 % of it; the
+    """One head per task: in an early window few gradients exist and zeroing is 3 % of it; the
     sampler finds the zero_grad line at 26 % of the steady state, once every head has a gradient."""
-    by_line = [{"op": "aten::fill_", "file": "/x/mt.py", "line": 35, "function": "zg", "self_us": 700.0},
-               {"op": "aten::_foreach_zero_", "file": "/x/mt.py", "line": 35, "function": "zg", "self_us": 50.0}]
-    lines = [{"file": "/x/mt.py", "line": 35, "function": "zg", "total_s": 1.3},
-             {"file": "/x/mt.py", "line": 53, "function": "fit", "total_s": 2.0}]
-    [f] = ZeroGradKernels().check(_zero_grad_facts(by_line, lines))
+    [f] = ZeroGradKernels().check(_zero_grad_facts(MT_BY_LINE, MT_LINES))
     assert f.where[0].line == 35 and abs(f.evidence["sampled_share"] - 0.26) < 1e-9
     assert abs(f.time_lost_s - 0.26 * 0.033) < 1e-12 and "26% of the steady state" in f.title
+
+
+@fires("zero_grad")
+def test_zero_grad_adds_the_optimizer_s_updates_of_gradients_backward_did_not_write():
+    """48 heads, one trained a step: each call zeroes more gradients than backward wrote (12 vs 6
+    in the window, growing), so the heads a step skipped keep zeros the optimizer updates; in the
+    steady state all 100 parameters have one, 94 of them zeros."""
+    grown = _zero_grad_facts(MT_BY_LINE, MT_LINES, calls=3, zeroes=36, accumulated=18, first_ops=15, last_ops=21)
+    [f] = ZeroGradKernels().check(grown)
+    step_s = 2.2 / 5.0 * 0.033
+    assert f.evidence["gradients_written"] == 6 and f.evidence["gradients_zeroed"] == 100
+    assert abs(f.evidence["idle_update_s"] - step_s * 0.94) < 1e-12
+    assert abs(f.time_lost_s - (0.26 * 0.033 + step_s * 0.94)) < 1e-12 and "94 of its 100 gradients" in f.title
+    # Not growing in the window: the steady state is the window's 12 zeroed gradients, 6 of them written.
+    steady = _zero_grad_facts(MT_BY_LINE, MT_LINES, calls=3, zeroes=36, accumulated=18, first_ops=21, last_ops=21)
+    [g] = ZeroGradKernels().check(steady)
+    assert g.evidence["gradients_zeroed"] == 12 and abs(g.evidence["idle_update_s"] - step_s * 0.5) < 1e-12
 
 
 @silent("zero_grad")
@@ -335,47 +386,136 @@ def test_input_pipeline_silent_when_the_loader_keeps_up():
     assert InputPipeline().check(facts(analysis=a)) == []
 
 
-def _optimizer_steps(total_us):
-    return [Annotation(name="Optimizer.step#Adam.step", count=5, total_us=total_us)]
+def _optimizer_steps(total_us, ops=(), floor_us=0.0, name="Optimizer.step#Adam.step", **more):
+    """A window of 100 ms whose optimizer steps (5 calls) take `total_us` and run `ops`."""
+    a = analysis(annotations=[Annotation(name=name, count=5, total_us=total_us)],
+                 optimizer=OptimizerWork(spans=[SpanOps(name=name, count=5, total_us=total_us, ops=list(ops))]),
+                 **more)
+    a.ops.dispatch.floor_op_us = floor_us
+    return a
 
 
 @fires("optimizer")
 def test_single_tensor_optimizer_with_many_parameters():
+    """300 small tensors: each in-place op is little more than the per-op floor, which a fused
+    step pays once; the out-of-place sqrt goes too."""
     sites = [{"what": "optimizer", "optimizer": "Adam", "params": 300, "foreach": None, "fused": None,
               "file": "/x/train.py", "line": 30, "function": "main"}]
-    [f] = SingleTensorOptimizer().check(facts(analysis=analysis(annotations=_optimizer_steps(40_000.0)),
+    ops = [_op("aten::lerp_", 9_000.0, count=1500), _op("aten::sqrt", 3_000.0, count=300)]
+    [f] = SingleTensorOptimizer().check(facts(analysis=_optimizer_steps(40_000.0, ops, floor_us=5.0),
                                               call_sites=sites))
-    assert abs(f.time_lost_s - 0.018) < 1e-12 and f.where[0].line == 30 and "foreach=True" in f.fix
-    assert "Adam steps take 40%" in f.title
+    assert abs(f.time_lost_s - 0.040 * (1 - 1_500.0 / 40_000.0)) < 1e-12 and f.where[0].line == 30
+    assert "Adam steps take 40%" in f.title and "fused=True" in f.fix and f.evidence["kept_us"] == 1_500.0
 
 
 @fires("optimizer")
 def test_single_tensor_optimizer_over_a_few_large_tensors():
-    """Four embedding tables: a short loop, but each elementwise op is a pass over memory; fused
-    makes one (measured 108 ms single-tensor vs 19 ms fused a step)."""
+    """Four embedding tables: a short loop, but each out-of-place op allocates and fills a
+    temporary as big as a table; fused keeps at most the in-place passes over the state."""
     few = [{"what": "optimizer", "optimizer": "Adam", "params": 4, "foreach": False, "fused": None,
             "file": "/x/t.py", "line": 3, "function": "m"}]
-    [f] = SingleTensorOptimizer().check(facts(analysis=analysis(annotations=_optimizer_steps(70_000.0)),
+    ops = [_op("aten::sqrt", 35_000.0, count=20), _op("aten::div", 20_000.0, count=20),
+           _op("aten::addcdiv_", 8_000.0, count=20), _op("aten::lerp_", 6_000.0, count=20)]
+    [f] = SingleTensorOptimizer().check(facts(analysis=_optimizer_steps(70_000.0, ops, floor_us=3.0),
                                               call_sites=few))
-    assert f.where[0].line == 3 and "fused=True" in f.fix and "70%" in f.title
+    kept = 8_000.0 - 60.0 + 6_000.0 - 60.0
+    saving = 1 - kept / 70_000.0
+    assert f.where[0].line == 3 and "70%" in f.title and abs(f.evidence["expected_saving"] - saving) < 1e-12
+    assert abs(f.time_lost_s - 0.070 * saving) < 1e-12
+
+
+@fires("optimizer")
+def test_optimizer_without_a_fused_implementation_keeps_every_op_s_work():
+    """RMSprop has foreach only: the multi-tensor ops do the same math, temporaries included;
+    only the Python and the per-parameter dispatch go."""
+    ops = [_op("aten::sqrt", 20_000.0, count=200), _op("aten::addcmul_", 10_000.0, count=200)]
+    a = _optimizer_steps(50_000.0, ops, floor_us=10.0, name="Optimizer.step#RMSprop.step")
+    [f] = SingleTensorOptimizer().check(facts(analysis=a))
+    assert f.evidence["fix_kind"] == "foreach" and f.evidence["kept_us"] == 26_000.0
+    assert abs(f.time_lost_s - 0.024) < 1e-12 and f.fix.startswith("Pass foreach=True")
 
 
 @silent("optimizer")
 def test_optimizer_silent_when_multi_tensor_or_a_small_step():
-    foreach = analysis(annotations=_optimizer_steps(40_000.0), by_name=[_op("aten::_foreach_add_", 1000.0)])
+    foreach = _optimizer_steps(40_000.0, by_name=[_op("aten::_foreach_add_", 1000.0)])
     assert SingleTensorOptimizer().check(facts(analysis=foreach)) == []
     fused = [{"what": "optimizer", "optimizer": "Adam", "params": 4, "fused": True, "file": "/x/t.py", "line": 3,
               "function": "m"}]
-    assert SingleTensorOptimizer().check(facts(analysis=analysis(annotations=_optimizer_steps(40_000.0)),
-                                               call_sites=fused)) == []
+    assert SingleTensorOptimizer().check(facts(analysis=_optimizer_steps(40_000.0), call_sites=fused)) == []
     # the span says 87 %, the sampler saw the opt.step() line take 1 % of every step: not the optimizer
     stray = [dict(fused[0], fused=None, params=2)]
     lines = [{"file": "/x/t.py", "line": 19, "function": "m", "total_s": 0.05,
               "library": "Optimizer.profile_hook_step.<locals>.wrapper (optimizer.py)"},
              {"file": "/x/t.py", "line": 16, "function": "m", "total_s": 4.0, "library": ""}]
-    assert SingleTensorOptimizer().check(facts(analysis=analysis(annotations=_optimizer_steps(87_000.0)),
-                                               call_sites=stray,
+    assert SingleTensorOptimizer().check(facts(analysis=_optimizer_steps(87_000.0), call_sites=stray,
                                                python={"window": {"sampled_s": 5.0, "lines": lines}})) == []
     small = [dict(fused[0], fused=None, params=300)]
-    assert SingleTensorOptimizer().check(facts(analysis=analysis(annotations=_optimizer_steps(10_000.0)),
+    assert SingleTensorOptimizer().check(facts(analysis=_optimizer_steps(10_000.0),
                                                call_sites=small)) == []  # 10 % < 15 %
+
+
+def test_optimizer_work_reads_the_ops_inside_the_optimizer_s_spans(tmp_path):
+    """From a trace: the ops inside each optimizer span (its thread's, not another thread's at
+    the same moment), their growth from the first call to the last, and backward's
+    `AccumulateGrad` calls with the add inside the one whose gradient existed."""
+    import json
+
+    from torchneck.analysis.summary import analyze_trace
+    from torchneck.trace.loader import load_trace
+
+    def ev(name, ts, dur, cat="cpu_op", tid=1):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+    def step(t0, zeroes):
+        out = [ev(f"ProfilerStep#{t0 // 1000}", t0, 1000, "user_annotation"),
+               ev("Optimizer.zero_grad#SGD.zero_grad", t0 + 10, 100, "user_annotation")]
+        out += [e for i in range(zeroes) for e in (ev("aten::zero_", t0 + 20 + 20 * i, 15),
+                                                   ev("aten::fill_", t0 + 22 + 20 * i, 10))]
+        out += [ev("torch::autograd::AccumulateGrad", t0 + 300, 30), ev("aten::add_", t0 + 305, 20),
+                ev("torch::autograd::AccumulateGrad", t0 + 340, 5),
+                ev("Optimizer.step#SGD.step", t0 + 400, 300, "user_annotation"),
+                ev("aten::add_", t0 + 410, 100), ev("aten::sqrt", t0 + 520, 150),
+                ev("aten::mul", t0 + 420, 50, tid=2)]  # another thread's op, inside the span's time
+        return out
+
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": step(0, 2) + step(1000, 3)}))
+    work = analyze_trace(load_trace(p)).ops.optimizer
+    zero, opt = ({s.name: s for s in work.spans}[n] for n in ("Optimizer.zero_grad#SGD.zero_grad",
+                                                              "Optimizer.step#SGD.step"))
+    assert (zero.count, zero.total_us, zero.first_call_ops, zero.last_call_ops) == (2, 200.0, 4, 6)
+    assert {o.name: (o.count, o.self_us) for o in zero.ops} == {"aten::zero_": (5, 25.0), "aten::fill_": (5, 50.0)}
+    assert {o.name: (o.count, o.self_us) for o in opt.ops} == {"aten::add_": (2, 200.0), "aten::sqrt": (2, 300.0)}
+    assert work.gradients_accumulated == 4 and work.accumulate_added_us == 40.0
+
+
+def test_optimizer_work_counts_an_op_dispatched_again_inside_itself_once(tmp_path):
+    """PyTorch 1.8 records `aten::zero_` inside `aten::zero_` (its autograd and CPU kernels): one
+    gradient zeroed, not two."""
+    import json
+
+    from torchneck.analysis.summary import analyze_trace
+    from torchneck.trace.loader import load_trace
+
+    def ev(name, ts, dur, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    events = [ev("ProfilerStep#1", 0, 1000, "user_annotation"),
+              ev("Optimizer.zero_grad#SGD.zero_grad", 10, 200, "user_annotation"),
+              ev("aten::zero_", 20, 50), ev("aten::zero_", 25, 40),  # one call, its kernel inside
+              ev("aten::zero_", 100, 50), ev("aten::zero_", 105, 40)]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    [zero] = analyze_trace(load_trace(p)).ops.optimizer.spans
+    assert zero.first_call_ops == 2 and [(o.count, o.self_us, o.total_us) for o in zero.ops] == [(2, 100.0, 100.0)]
+
+
+@fires("optimizer")
+def test_optimizer_step_from_its_spans_when_the_sampler_named_no_callee():
+    """Under load the sampler may leave the opt.step() line's callee blank (its samples all
+    inside big ops): that is no bound, not a step of 0 %."""
+    lines = [{"file": "/x/t.py", "line": 85, "function": "fit", "total_s": 4.0, "library": ""}]
+    ops = [_op("aten::sqrt", 40_000.0, count=20), _op("aten::lerp_", 10_000.0, count=20)]
+    [f] = SingleTensorOptimizer().check(facts(analysis=_optimizer_steps(70_000.0, ops),
+                                              python={"window": {"sampled_s": 5.0, "lines": lines}}))
+    assert abs(f.time_lost_s - 0.060) < 1e-12

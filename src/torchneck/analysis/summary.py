@@ -40,6 +40,7 @@ from .ops import (
     op_table,
     rows_starting_in,
 )
+from .optimizer import optimizer_work
 from .patterns import filled_then_copied_to_gpu, unaligned_half_matmuls
 from .steps import BREAKDOWN_CATEGORIES, find_steps, step_breakdown
 from .syncs import host_syncs
@@ -90,6 +91,7 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None,
             half_matmul_unaligned=unaligned_half_matmuls(t, nesting, cpu_ops),
             filled_then_copied=filled_then_copied_to_gpu(t, nesting, cpu_ops),
             main_thread=_busiest_cpu_thread(t, cpu_ops),
+            optimizer=optimizer_work(t, nesting, rows, cpu_ops),
             training_ops=int(np.count_nonzero(t.names_matching(is_training_event)[t.name])) if len(t) else 0,
         )
         del cpu_ops

@@ -100,6 +100,33 @@ class Annotation(Record):
     total_us: float
 
 
+class SpanOps(Record):
+    """The CPU ops inside one optimizer span (`Optimizer.step#Adam.step`...), all its calls in
+    the window together (analysis/optimizer.py)."""
+
+    name: str
+    count: int
+    total_us: float
+    ops: list[OpRow] = []
+    """By op name, most self time first (self time, calls, time inside these spans only)."""
+    first_call_ops: int = 0
+    last_call_ops: int = 0
+    """CPU ops inside the first and the last call: more in the last, the call's work grew in
+    the window (zero_grad zeroing gradients that did not exist before)."""
+
+
+class OptimizerWork(Record):
+    """What the optimizer does in the window, and the gradients backward hands it
+    (analysis/optimizer.py)."""
+
+    spans: list[SpanOps] = []
+    gradients_accumulated: int = 0
+    """autograd's `AccumulateGrad` calls: one for each gradient backward wrote into a `.grad`."""
+    accumulate_added_us: float = 0.0
+    """Self time of the ops inside `AccumulateGrad`: adding into a `.grad` that already exists
+    (a `.grad` that is None takes the new gradient without a pass over it)."""
+
+
 class CodeSite(Record):
     """A place in the user's code that ran (or waited in) particular rows of the trace, with the
     time and count charged to it (analysis/trace_stacks.user_code_of)."""
@@ -173,6 +200,7 @@ class Ops(Record):
         default_factory=lambda: HalfMatmulUnaligned(recorded=False))
     filled_then_copied: FilledThenCopied = msgspec.field(default_factory=FilledThenCopied)
     main_thread: MainThread = msgspec.field(default_factory=MainThread)
+    optimizer: OptimizerWork = msgspec.field(default_factory=OptimizerWork)
     training_ops: int = 0
     """Events of a backward pass (autograd's `...Backward...`, `evaluate_function`) or an optimizer
     step anywhere in the trace: the program trains (the top ops of `by_name` may not show them)."""

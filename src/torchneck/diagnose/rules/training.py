@@ -7,7 +7,7 @@ import ast
 from collections.abc import Callable
 from typing import Any
 
-from ...model.analysis import Annotation, OpRow
+from ...model.analysis import Annotation, OpRow, SpanOps
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
@@ -102,19 +102,40 @@ class InputPipeline(Rule[InputPipelineEvidence]):
 
 def _sampled_share(facts: Facts, calls: Callable[[str], bool]) -> float | None:
     """The share of the sampled steady state spent on lines whose callee (the sampler's
-    "function (file.py)") passes `calls`; None when the Python sampler did not run."""
+    "function (file.py)") passes `calls`; None when the Python sampler did not run or named no
+    such callee (it leaves a line's callee blank when nearly all its samples were inside traced
+    ops: a line of big ops is not a line of none)."""
     window = (facts.python or {}).get("window") or {}
     total = window.get("sampled_s") or 0.0
-    if total <= 0:
+    lines = [ln for ln in window.get("lines", []) if calls(ln.get("library") or "")]
+    if total <= 0 or not lines:
         return None
-    return sum(ln["total_s"] for ln in window.get("lines", []) if calls(ln.get("library") or "")) / total
+    return sum(ln["total_s"] for ln in lines) / total
 
 
 class OptimizerEvidence(Record):
     optimizer_step_s: float
     expected_saving: float
+    """The share of the step's time the fix saves: 1 - `kept_us` / `step_span_us`."""
     optimizers: list[dict[str, Any]] = []
     """The optimizers' constructor calls (file, line, class, parameter count, foreach/fused)."""
+    step_span_us: float = 0.0
+    """The `Optimizer.step` spans' wall time in the window."""
+    kept_us: float = 0.0
+    """What the fix still does of it: the self time, net of the per-op floor, of the in-place
+    ops (a fused step) or of every op (foreach)."""
+    fix_kind: str = "fused"
+    """`fused` when the optimizer class has a fused implementation, else `foreach`."""
+
+
+def _steps_optimizer(callee: str) -> bool:
+    """Whether a sampled line's callee ("function (file.py)") is the optimizer's step."""
+    return ("Optimizer." in callee or "(optimizer.py)" in callee) and "zero_grad" not in callee
+
+
+def _optimizer_class(span: str) -> str:
+    """The class of an `Optimizer.step#Adam.step` span: `Adam`."""
+    return span.split("#", 1)[-1].rsplit(".", 1)[0]
 
 
 @register
@@ -122,22 +143,27 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
     """An optimizer running its per-parameter for-loop (`foreach=False`, the default on CPU)
     over many parameters, when its step is a large part of the window.
 
-    Time lost: `FOREACH_SAVING` of the time inside `Optimizer.step` (from the trace)."""
+    Time lost: the step's time (the trace's `Optimizer.step` spans, bounded by the sampled share
+    of the lines that call it) less what the fix still does, read from the ops inside the spans.
+    A fused step (`FUSED_OPTIMIZERS`) updates each tensor in one pass: it keeps at most the
+    in-place passes over the parameters and their state (`lerp_`, `addcdiv_`...), and drops the
+    loop's Python, each op's dispatch, and the out-of-place temporaries (`sqrt`, `div`: a tensor
+    allocated, written and read back per parameter). foreach runs the same math in multi-tensor
+    ops: it keeps every op's own work and drops the Python and the per-parameter dispatch. Each
+    kept op counts its self time less the trace's per-op floor (`Dispatch.floor_op_us`) a call,
+    the overhead a multi-tensor op pays once."""
 
     kind = "optimizer"
     summary = "The optimizer updates one parameter tensor at a time (single-tensor implementation)."
     docs = DOCS["optim"]
     evidence_type = OptimizerEvidence
-    saving_basis = "45% of the time in Optimizer.step (foreach=True measured against the for-loop)"
+    saving_basis = ("the Optimizer.step time less what a fused step keeps (the in-place ops' self time net of the "
+                    "per-op floor; every op's for foreach)")
     MIN_SHARE = 0.15
-    """An optimizer step under 15 % of the window is not worth changing."""
-    FOREACH_SAVING = 0.45
-    """Measured here (CPU, 1 thread, torch 2.13): Adam over 300 16x16 tensors, 33 ms a step
-    single-tensor, 29 ms foreach, 13 ms fused; over 4 embedding tables (5 M values), 108 ms
-    single-tensor, 61 ms foreach, 19 ms fused. With few large tensors the loop is short but makes
-    one pass over memory per elementwise op; fused makes one. 45 % is the least of those gains
-    (foreach on large tensors); on GPUs the gain is larger. No parameter-count threshold: the
-    step's share of the window (MIN_SHARE) already says whether the loop matters."""
+    """An optimizer step under 15 % of the window is not worth changing. No parameter-count
+    threshold: the step's share of the window already says whether the loop matters."""
+    FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad")
+    """The classes with `fused=True` on CPU and CUDA (torch >= 2.4; the others take foreach only)."""
 
     def check(self, facts: Facts) -> list[Finding]:
         a = facts.analysis
@@ -147,7 +173,7 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
         if not steps:
             return []
         step_s = sum(n.total_us for n in steps) / 1e6
-        sampled = _sampled_share(facts, lambda callee: "Optimizer." in callee or "(optimizer.py)" in callee)
+        sampled = _sampled_share(facts, _steps_optimizer)
         if sampled is not None:
             # An annotation span can outlast the step it labels (closed late in the trace: two SGD
             # steps over two tensors "took" 87 % of a window); the sampled time of the lines that
@@ -160,15 +186,37 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
         sites = [c for c in facts.sites_of("optimizer") if not c.get("foreach") and not c.get("fused")]
         if facts.sites_of("optimizer") and not sites:
             return []  # every optimizer the script built is multi-tensor already
-        lost = step_s * self.FOREACH_SAVING
-        names = sorted({n.name.split("#", 1)[1].rsplit(".", 1)[0] for n in steps})
+        names = sorted({_optimizer_class(n.name) for n in steps})
+        fused = all(name in self.FUSED_OPTIMIZERS for name in names)
+        span_us, kept_us = self._kept(facts, in_place_only=fused)
+        if span_us <= 0:
+            return []
+        saving = max(0.0, 1.0 - kept_us / span_us)
+        lost = step_s * saving
+        evidence = OptimizerEvidence(optimizer_step_s=step_s, optimizers=sites[:3], expected_saving=saving,
+                                     step_span_us=span_us, kept_us=kept_us, fix_kind="fused" if fused else "foreach")
         return [self.finding(
-            OptimizerEvidence(optimizer_step_s=step_s, optimizers=sites[:3], expected_saving=self.FOREACH_SAVING),
+            evidence,
             title=f"{', '.join(names)} steps take {100 * step_s / facts.window_s:.0f}% of the time, one "
                   "parameter tensor at a time (single-tensor implementation)",
             lost_s=lost, pct=facts.pct(lost), where=where_of(sites[:3]), ops=[n.name for n in steps])]
 
+    @staticmethod
+    def _kept(facts: Facts, in_place_only: bool) -> tuple[float, float]:
+        """(the step spans' wall µs, the µs of their ops the fix keeps: each op's self time less
+        the per-op floor a call; with `in_place_only`, only ops that write their input in place)."""
+        a = facts.analysis
+        assert a is not None
+        floor = a.ops.dispatch.floor_op_us
+        spans = [s for s in a.ops.optimizer.spans if s.name.startswith("Optimizer.step#")]
+        kept = sum(max(0.0, o.self_us - o.count * floor) for s in spans for o in s.ops
+                   if not in_place_only or o.name.endswith("_"))
+        return sum(s.total_us for s in spans), kept
+
     def fix(self, evidence: OptimizerEvidence) -> str:
+        if evidence.fix_kind == "foreach":
+            return ("Pass foreach=True to the optimizer (one multi-tensor op per step of the update for all "
+                    "parameters; this optimizer has no fused implementation).")
         return ("Pass fused=True to the optimizer where supported (Adam/AdamW/SGD/Adagrad on CUDA and CPU: one "
                 "pass over each tensor), else foreach=True (one kernel per op for all parameters).")
 
@@ -176,29 +224,50 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
 class ZeroGradEvidence(Record):
     zero_grad_spans: list[Annotation] = []
     fill_ops: list[OpRow] = []
+    """The zeroing ops inside the zero_grad calls."""
     sampled_share: float | None = None
     """The share of the sampled steady state on the lines that ran the fills, when it is the
-    larger measure (the window's steps ran before most gradients existed)."""
+    larger measure of the calls' time (the window's steps ran before most gradients existed)."""
+    zero_grad_s: float = 0.0
+    """The zero_grad calls' time: their spans in the window, or the sampled lines' share."""
+    accumulate_add_s: float = 0.0
+    """Backward's adds into the zeroed gradients that a None gradient skips."""
+    gradients_written: float = 0.0
+    """Gradients backward wrote per zero_grad call (autograd's `AccumulateGrad` calls)."""
+    gradients_zeroed: float = 0.0
+    """Gradients one zero_grad call zeroes in the steady state."""
+    idle_update_s: float = 0.0
+    """The optimizer steps' time on the gradients backward did not write (zeros, updated all the same)."""
+
+
+ZERO_GRAD = "Optimizer.zero_grad#"
 
 
 @register
 class ZeroGradKernels(Rule[ZeroGradEvidence]):
-    """`optimizer.zero_grad(set_to_none=False)` (or `model.zero_grad()` on torch < 2.0) launches a
-    fill per parameter every step; setting gradients to None costs nothing and lets the next
-    backward write them directly.
+    """`optimizer.zero_grad(set_to_none=False)` keeps every gradient and zeroes it, a fill per
+    parameter, every step; gradients set to None cost next to nothing, let the next backward take
+    its gradients without adding them to zeros, and let the optimizer skip the parameters that got
+    none. Seen by the zeroing ops inside the trace's `Optimizer.zero_grad` spans.
 
-    Time lost: the self time of `aten::zero_` / `aten::fill_` in the window when the trace has
-    `Optimizer.zero_grad` spans (the fills run inside them); or, when larger, the sampled share of
-    the steady state of the lines that ran them (lines that ran little else): gradients that exist
-    only once a part of the model has run (one head per task, per-branch layers) are few in an
-    early window, all of them later."""
+    Time lost, three parts: (1) the zero_grad calls: their spans' wall time (fills and the
+    Python over every parameter) or, when larger, the sampled share of the steady state of the
+    lines that ran the fills (lines that ran little else): gradients that exist only once a part
+    of the model has run (one head per task) are few in an early window, all of them later;
+    (2) backward's adds into the zeroed gradients (the ops inside `AccumulateGrad`), the first
+    per gradient and call (more are gradient accumulation's, kept); (3) when a call zeroes more
+    gradients than backward writes between two calls, the parts of the model a step did not use
+    keep zero gradients that the optimizer updates anyway: that share of the optimizer step's
+    time (its sampled lines, else its spans). Zeroed gradients only accumulate: when their count
+    grew in the window, the steady state holds one for each of the optimizer's parameters."""
 
     kind = "zero_grad"
     summary = "Gradients are zeroed with fills every step instead of being set to None."
     docs = DOCS["zero_grad"]
     evidence_type = ZeroGradEvidence
     confidence = "measured"
-    saving_basis = "the fills' self time inside Optimizer.zero_grad (None costs nothing)"
+    saving_basis = ("the zero_grad calls' time, backward's adds into the zeroed gradients, and the optimizer's "
+                    "updates of the gradients backward did not write (None skips all three)")
     MIN_SHARE = 0.03
     """Zeroing is pure overhead: 3 % of the window is worth a keyword argument."""
 
@@ -206,25 +275,59 @@ class ZeroGradKernels(Rule[ZeroGradEvidence]):
         a = facts.analysis
         if not a or facts.window_s <= 0:
             return []
-        spans = [x for x in a.ops.annotations if x.name.startswith("Optimizer.zero_grad")]
-        if not spans:
-            return []
-        fills = [o for o in a.ops.by_name if o.name in self.FILLS]
-        time_s = min(sum(o.self_us for o in fills), sum(x.total_us for x in spans)) / 1e6
+        calls_ops = [s for s in a.ops.optimizer.spans if s.name.startswith(ZERO_GRAD)]
+        fills = [o for s in calls_ops for o in s.ops if o.name in self.FILLS]
+        if not fills:
+            return []  # set_to_none=True (or no zero_grad call): nothing zeroed
+        calls = sum(s.count for s in calls_ops)
+        zero_s = sum(s.total_us for s in calls_ops) / 1e6
         sampled = self._sampled_share(facts)
-        if sampled is not None and sampled * facts.window_s > time_s:
-            time_s = sampled * facts.window_s
+        if sampled is not None and sampled * facts.window_s > zero_s:
+            zero_s = sampled * facts.window_s
         else:
             sampled = None
-        share = time_s / facts.window_s
-        if share < self.MIN_SHARE:
+        written = a.ops.optimizer.gradients_accumulated / calls
+        zeroed = sum(o.count for o in fills if o.name == "aten::zero_") / calls  # one per gradient
+        first_adds = min(1.0, zeroed / written) if zeroed and written else 1.0
+        added_s = a.ops.optimizer.accumulate_added_us / 1e6 * first_adds
+        idle_s, zeroed = self._idle_updates(facts, calls_ops, written, zeroed)
+        lost = zero_s + added_s + idle_s
+        if lost / facts.window_s < self.MIN_SHARE:
             return []
-        return [self.finding(ZeroGradEvidence(zero_grad_spans=spans, fill_ops=fills, sampled_share=sampled),
-                             title=f"Zeroing gradients takes {100 * share:.0f}% of the "
-                                   f"{'steady state' if sampled is not None else 'profiled time'} "
-                                   f"({sum(x.count for x in spans)} zero_grad calls)",
-                             lost_s=time_s, pct=100 * share, ops=[o.name for o in fills],
+        title = (f"Zeroing gradients takes {100 * zero_s / facts.window_s:.0f}% of the "
+                 f"{'steady state' if sampled is not None else 'profiled time'} ({calls} zero_grad calls)")
+        if idle_s > 0:
+            title += (f"; the optimizer updates {zeroed - written:.0f} of its {zeroed:.0f} gradients a step "
+                      "as zeros, backward never wrote them")
+        evidence = ZeroGradEvidence(zero_grad_spans=[x for x in a.ops.annotations if x.name.startswith(ZERO_GRAD)],
+                                    fill_ops=fills, sampled_share=sampled, zero_grad_s=zero_s,
+                                    accumulate_add_s=added_s, gradients_written=written, gradients_zeroed=zeroed,
+                                    idle_update_s=idle_s)
+        return [self.finding(evidence, title=title, lost_s=lost, pct=facts.pct(lost), ops=[o.name for o in fills],
                              where=self._where(facts, {o.name for o in fills}))]
+
+    def _idle_updates(self, facts: Facts, calls_ops: list[SpanOps], written: float,
+                      zeroed: float) -> tuple[float, float]:
+        """(the optimizer steps' time on gradients backward did not write, the gradients a call
+        zeroes in the steady state): none when each call zeroes no more than backward wrote."""
+        if not written or zeroed <= written:
+            return 0.0, zeroed
+        classes = {_optimizer_class(s.name) for s in calls_ops}
+        params = sum(int(c.get("params") or 0) for c in facts.sites_of("optimizer") if c.get("optimizer") in classes)
+        if any(s.last_call_ops > s.first_call_ops for s in calls_ops) and params > zeroed:
+            zeroed = float(params)  # still growing: in the steady state, every parameter has one
+        return self._step_s(facts) * (1.0 - written / zeroed), zeroed
+
+    @staticmethod
+    def _step_s(facts: Facts) -> float:
+        """The optimizer steps' time: the sampled share of the steady state of the lines that
+        call `Optimizer.step`, else its spans' time in the window."""
+        sampled = _sampled_share(facts, _steps_optimizer)
+        if sampled is not None:
+            return sampled * facts.window_s
+        a = facts.analysis
+        assert a is not None
+        return sum(n.total_us for n in a.ops.annotations if n.name.startswith("Optimizer.step#")) / 1e6
 
     FILLS = ("aten::zero_", "aten::fill_", "aten::_foreach_zero_")
     """The ops zero_grad(set_to_none=False) runs (one per gradient, or one foreach call)."""
@@ -234,11 +337,16 @@ class ZeroGradKernels(Rule[ZeroGradEvidence]):
 
     def _sampled_share(self, facts: Facts) -> float | None:
         """The share of the sampled steady state on the lines where the trace places the fills and
-        that run little else; None without samples or such lines."""
+        that run little else (`_zeroing_lines`); None without samples or such lines."""
         steady = (facts.python or {}).get("window") or {}
         total = steady.get("sampled_s") or 0.0
-        if total <= 0:
+        lines = self._zeroing_lines(facts)
+        if total <= 0 or not lines:
             return None
+        return sum(ln["total_s"] for ln in steady.get("lines", []) if (ln["file"], ln["line"]) in lines) / total
+
+    def _zeroing_lines(self, facts: Facts) -> set[tuple[str, int]]:
+        """The lines whose trace ops are mostly fills (`LINE_FILL_SHARE`), none of a backward."""
         op_us: dict[tuple[str, int], list[float]] = {}
         backward: set[tuple[str, int]] = set()  # lines running a backward: their fills are autograd's
         for e in facts.ops_by_line:
@@ -248,11 +356,8 @@ class ZeroGradKernels(Rule[ZeroGradEvidence]):
                 acc[1] += e["self_us"]
                 if is_backward_op(e["op"]):
                     backward.add((e["file"], e["line"]))
-        lines = {k for k, (fill, every) in op_us.items()
-                 if fill > 0 and fill >= self.LINE_FILL_SHARE * every and k not in backward}
-        if not lines:
-            return None
-        return sum(ln["total_s"] for ln in steady.get("lines", []) if (ln["file"], ln["line"]) in lines) / total
+        return {k for k, (fill, every) in op_us.items()
+                if fill > 0 and fill >= self.LINE_FILL_SHARE * every and k not in backward}
 
     def _where(self, facts: Facts, fills: set[str]) -> list[Where]:
         """The line that ran the fills (the zero_grad call: the line to change), then the
