@@ -176,3 +176,50 @@ def test_a_real_run_with_debug_switches_left_on(tmp_path):
     settings = [f for f in report["findings"] if f["kind"] == "slow_setting"]
     assert [f["evidence"]["setting"] for f in settings] == ["TORCH_LOGS"]
     assert "Environment:" in r.stdout and "torch " in r.stdout.split("Environment:")[1].splitlines()[0]
+
+
+def _kinds(**ladders):
+    return {kind: [{"size": size, "op": kind, "seconds_at_threads": t, "seconds_at_cores": t / s, "slowdown": s}
+                   for size, (t, s) in zip(("small", "large"), ladder)] for kind, ladder in ladders.items()}
+
+
+@fires("thread_oversubscription")
+def test_thread_oversubscription_costs_each_op_its_kind_s_slowdown_at_its_size():
+    """A convolution's backward, a mid-sized matmul and an element-wise op each lose what the
+    probe measured for their kind at their time per call (log-interpolated between its sizes,
+    held at the ends); the one big matmul's slowdown would have understated all three."""
+    ops = [OpRow(name="aten::convolution_backward", count=10, self_us=80_000.0, total_us=80_000.0, mean_us=8000.0),
+           OpRow(name="aten::mm", count=100, self_us=10_000.0, total_us=10_000.0, mean_us=100.0),
+           OpRow(name="aten::gelu", count=100, self_us=5_000.0, total_us=5_000.0, mean_us=50.0)]
+    env = _env(8, 1.1)
+    env["settings_at_end"]["thread_probe"]["kinds"] = _kinds(
+        conv=[(0.001, 10.0), (0.004, 4.0)],  # 8 ms a call: beyond the large one, its 4x
+        matmul=[(0.00001, 5.0), (0.001, 1.0)],  # 0.1 ms: half-way in log time, 3x
+        elementwise=[(0.0001, 2.0), (0.001, 1.5)])  # 0.05 ms: under the small one, its 2x
+    [f] = ThreadOversubscription().check(facts(analysis=analysis(by_name=ops), env=env, call_sites=SITES))
+    lost = 0.08 * (1 - 1 / 4) + 0.01 * (1 - 1 / 3) + 0.005 * (1 - 1 / 2)
+    assert abs(f.time_lost_s - lost) < 1e-9 and f"{0.095 / (0.095 - lost):.2f}x slower" in f.title
+    assert f.severity == "high" and f.confidence == "measured"
+
+
+def test_thread_oversubscription_no_cost_when_every_kind_ran_as_fast():
+    """More threads than cores, but no kind slower with them (a machine whose OpenMP threads
+    sleep): the setting is reported, `low`, with no time lost."""
+    env = _env(8, 1.0)
+    env["settings_at_end"]["thread_probe"]["kinds"] = _kinds(matmul=[(0.0001, 0.9), (0.001, 1.0)])
+    [f] = ThreadOversubscription().check(facts(analysis=analysis(by_name=OPS), env=env, call_sites=SITES))
+    assert f.severity == "low" and f.time_lost_s == 0.0 and "no slowdown measured" in f.title
+
+
+def test_thread_probe_times_each_kind_of_op_at_two_sizes_and_leaves_grad_mode_alone():
+    import torch
+
+    from torchneck.capture.thread_probe import SIZES, probe_oversubscription
+
+    before = torch.get_num_threads()
+    p = probe_oversubscription(before + 1, before)
+    torch.set_num_threads(before)
+    assert torch.is_grad_enabled() and set(p["kinds"]) == {"matmul", "conv", "elementwise"}
+    for ladder in p["kinds"].values():
+        assert [e["size"] for e in ladder] == list(SIZES) and all(e["seconds_at_cores"] > 0 for e in ladder)
+    assert p["slowdown"] == p["kinds"]["matmul"][-1]["slowdown"]

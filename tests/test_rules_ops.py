@@ -11,6 +11,7 @@ from torchneck.diagnose.rules.ops import (
     RebuiltTensor,
 )
 from torchneck.model.analysis import CodeSite, ConvBiasBn, Dispatch, Float64Ops, OpRow
+from torchneck.model.findings import Where
 
 
 def _op(name, self_us, count=10, shapes=None):
@@ -32,14 +33,102 @@ def test_op_hotspot_silent_when_no_op_dominates():
 
 
 @fires("dispatch_overhead")
-def test_dispatch_overhead_counts_what_fusing_would_save():
+def test_dispatch_overhead_without_samples_counts_the_runs_of_tiny_ops_less_their_arithmetic():
+    """No samples (a trace alone): the runs of tiny ops stand for the loop; of their time, what the
+    ops spend beyond the per-op floor (here 4000 adds of 7.5 µs over a 2.5 µs floor) is work a
+    batched add still does."""
     d = Dispatch(top_level_ops=5000, ops_per_step=1000.0, tiny_ops=4500, tiny_us=40_000.0, tiny_share=0.4,
-                 median_op_us=8.0, tiny_run_us=60_000.0, tiny_run_ops=4500, tiny_run_share=0.6)
-    by_line = [{"op": "aten::add", "file": "/x/loop.py", "line": 9, "function": "f", "self_us": 30_000.0}]
+                 median_op_us=8.0, floor_op_us=2.5, tiny_run_us=60_000.0, tiny_run_ops=4500, tiny_run_share=0.6)
+    by_line = [{"op": "aten::add", "file": "/x/loop.py", "line": 9, "function": "f", "count": 4000,
+                "self_us": 30_000.0}]
     [f] = DispatchOverhead().check(facts(analysis=analysis(dispatch=d, by_name=[_op("aten::add", 30_000.0)]),
                                          ops_by_line=by_line))
-    assert abs(f.time_lost_s - 0.042) < 1e-12 and f.where[0].line == 9  # 70 % of the tiny-op runs' 60 ms
+    # work 30 ms - 4000 x 2.5 µs = 20 ms of the 100 ms window: 20 % of the runs' 60 % of it is left
+    assert abs(f.evidence["work_share"] - 0.2) < 1e-9 and abs(f.time_lost_s - 0.6 * 0.8 * 0.1) < 1e-12
+    assert f.where[0].line == 9 and f.evidence["loop_s"] == 0.0
     assert "900 tiny ops per step" in f.title and "torch.compile" in f.fix
+
+
+TINY_LOOP = """\
+import torch
+
+model = torch.nn.Linear(16, 16)
+for _ in range(100):
+    y = model(torch.randn(1000, 16))
+    acc = torch.zeros(16)
+    for row in y:
+        acc = acc + row.relu() * 0.5
+    acc.sum().backward()
+"""
+
+
+def _tiny_loop_facts(path, backward_ops=4000, steady_extra=()):
+    d = Dispatch(top_level_ops=12_000, ops_per_step=6000.0, tiny_ops=11_000, tiny_us=50_000.0, tiny_share=0.5,
+                 floor_op_us=2.0, tiny_run_us=80_000.0, tiny_run_ops=11_000, tiny_run_share=0.8)
+    f = str(path)
+    by_line = [{"op": "aten::mul", "file": f, "line": 8, "function": "<module>", "count": 6000, "self_us": 30_000.0},
+               {"op": "aten::unbind", "file": f, "line": 7, "function": "<module>", "count": 2,
+                "self_us": 2_000.0},
+               {"op": "aten::addmm", "file": f, "line": 5, "function": "<module>", "count": 2, "self_us": 4_000.0},
+               {"op": "aten::mul", "file": f, "line": 9, "function": "<module>", "count": backward_ops,
+                "self_us": 20_000.0}]
+    def line(n, total, outside):
+        return {"file": f, "line": n, "function": "<module>", "total_s": total, "self_s": outside,
+                "outside_ops_s": outside}
+    python = {"window": {"sampled_s": 4.0, "lines": [line(8, 1.2, 0.6), line(9, 2.0, 0.8), line(7, 0.2, 0.1),
+                                                     line(5, 0.3, 0.1), *steady_extra]},
+              "startup": {"sampled_s": 0.1, "lines": [line(8, 0.1, 0.05)]}}
+    return facts(analysis=analysis(window_us=200_000.0, steps=2, dispatch=d,
+                                   by_name=[_op("aten::mul", 50_000.0, count=10_000), _op("aten::addmm", 4_000.0, 2),
+                                            _op("aten::unbind", 2_000.0, 2)]),
+                 ops_by_line=by_line, python=python)
+
+
+@fires("dispatch_overhead")
+def test_dispatch_overhead_measures_the_sampled_loop_and_its_share_of_the_backward(tmp_path):
+    """The loop is the `for row in y` around the line issuing the tiny ops (lines 7-8), start-up
+    included; the backward line (9) is the loop's in proportion to its forward time in torch ops
+    (0.6 + 0.1 of the 0.9 s of forward op time); its ops' time beyond the floor is left over."""
+    src = tmp_path / "loop.py"
+    src.write_text(TINY_LOOP)
+    [f] = DispatchOverhead().check(_tiny_loop_facts(src))
+    ev = f.evidence
+    part = 0.7 / 0.9
+    assert abs(ev["backward_part"] - part) < 1e-9
+    assert abs(ev["loop_s"] - (1.2 + 0.1 + 0.2 + 2.0 * part)) < 1e-9  # not line 5 (the model's own forward)
+    assert abs(ev["loop_share"] - ev["loop_s"] / 4.0) < 1e-9
+    # beyond the 2 µs floor: mul 30 - 12 = 18 ms, unbind 2 ms, the backward's 20 - 8 = 12 ms at `part`
+    loop_us, work_us = 30_000 + 2_000 + 20_000 * part, 18_000 + 1_996 + 12_000 * part
+    assert abs(ev["work_share"] - work_us / (200_000 * loop_us / 56_000)) < 1e-9
+    assert abs(f.time_lost_s - ev["loop_share"] * (1 - ev["work_share"]) * 0.2) < 1e-12
+    assert f.where[0].line == 8
+
+
+@fires("dispatch_overhead")
+def test_dispatch_overhead_leaves_a_backward_pass_of_few_ops_to_the_model(tmp_path):
+    """A window whose backward ran few ops a step (a model's few big nodes, not a loop's many tiny
+    ones) is not the loop's: its time stays out of the estimate."""
+    src = tmp_path / "loop.py"
+    src.write_text(TINY_LOOP)
+    [f] = DispatchOverhead().check(_tiny_loop_facts(src, backward_ops=40))  # 20 a step < 50
+    assert f.evidence["backward_part"] == 0.0 and abs(f.evidence["loop_s"] - 1.5) < 1e-9
+
+
+@fires("dispatch_overhead")
+def test_dispatch_overhead_loop_is_the_line_when_its_only_loop_is_the_training_loop(tmp_path):
+    """Tiny ops issued inside a library call on a line of the training loop itself (one pass a
+    step, it runs the backward): the line is the loop, not the whole step."""
+    src = tmp_path / "log.py"
+    src.write_text("import torch\nfor step in range(9):\n    loss = model(x)\n    print(f'{loss}')\n"
+                   "    loss.backward()\n")
+    from torchneck.diagnose.rules.ops import _loop_around
+
+    assert _loop_around([Where(file=str(src), line=4, function="<module>")]) == (str(src), 4, 4, "")
+    assert _loop_around([Where(file=str(tmp_path / "gone.py"), line=3, function="f.<locals>.<listcomp>")]) \
+        == (str(tmp_path / "gone.py"), 3, 3, "")  # unreadable source: the frame's name says comprehension
+    rec = tmp_path / "rec.py"
+    rec.write_text("def power(a, k):\n    if k == 1:\n        return a\n    return power(a, k - 1) @ a\n")
+    assert _loop_around([Where(file=str(rec), line=3, function="power")]).function == "power"  # recursion
 
 
 @silent("dispatch_overhead")

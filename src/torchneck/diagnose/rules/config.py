@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ...model.base import Record
@@ -101,22 +102,31 @@ class ThreadsEvidence(Record):
 class ThreadOversubscription(Rule[ThreadsEvidence]):
     """More intra-op threads than usable cores (OMP_NUM_THREADS, torch.set_num_threads).
 
-    Evidence: the thread probe run after the script (capture/thread_probe.py) times a matmul
-    with the script's thread count and with one thread per core on this machine. Time lost: the
-    window's op self time x (1 - 1/slowdown), an estimate that applies the probe's slowdown to
-    every op (ops that do not split over threads lose less). A slowdown under MIN_SLOWDOWN is no
-    measured cost: the finding is then `low` (the setting is still wrong, and costly on another
-    machine or load)."""
+    Evidence: the thread probe run after the script (capture/thread_probe.py) times a training
+    layer of each kind of op (linear, convolution, element-wise; small and large, forward and
+    backward) with the script's thread count and with one thread per core on this machine. What
+    too many threads cost depends on the op: each parallel region wakes and joins every thread,
+    time-sliced on too few cores, which a small op pays in full and a big one amortises, and a
+    convolution's backward opens many regions a call. Time lost: each op's self time x (1 -
+    1/slowdown), the slowdown of its kind at the size of its calls (interpolated between the
+    probe's two sizes by time per call). A probe without kinds (an older run) gives its one
+    matmul's slowdown to every op. A slowdown under MIN_SLOWDOWN is no measured cost: the finding
+    is then `low` (the setting is still wrong, and costly on another machine or load)."""
 
     kind = "thread_oversubscription"
     summary = "More intra-op threads than usable cores: threads fight over the cores."
     docs = DOCS["threads"]
     evidence_type = ThreadsEvidence
     confidence = "measured"
-    saving_basis = "the ops' self time x (1 - 1/slowdown), the slowdown measured by a matmul probe after the run"
+    saving_basis = ("each op's self time x (1 - 1/slowdown), the slowdown measured after the run by a probe of its "
+                    "kind of op (linear, convolution, element-wise) at the size of its calls")
     explains = ("op_hotspot",)
     MIN_SLOWDOWN = 1.05
     """Below 5 % the probe cannot tell a cost from this machine's noise."""
+    MATMULS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+                         "aten::addmv", "aten::mv", "aten::_addmm_activation"})
+    """The ops the probe's linear layer stands for (BLAS products); names with `conv` are the
+    convolution's, any other op the element-wise ops'."""
 
     def check(self, facts: Facts) -> list[Finding]:
         env = facts.env
@@ -128,13 +138,16 @@ class ThreadOversubscription(Rule[ThreadsEvidence]):
             return []
         where = where_of([c for c in facts.sites_of("set_num_threads") if c.get("threads", 0) > cores][:3])
         probe = at_end.get("thread_probe")
-        slowdown = (probe or {}).get("slowdown") or 0.0
-        ops_s = sum(o.self_us for o in facts.analysis.ops.by_name) / 1e6 if facts.analysis else 0.0
+        ops = facts.analysis.ops.by_name if facts.analysis else []
+        ops_s = sum(o.self_us for o in ops) / 1e6
+        lost = sum(o.self_us / 1e6 * (1 - 1 / self._slowdown(probe, o.name, o.self_us / 1e6 / max(o.count, 1)))
+                   for o in ops) if probe else 0.0
+        slowdown = ops_s / (ops_s - lost) if ops_s > lost else (probe or {}).get("slowdown") or 0.0
         measured = slowdown >= self.MIN_SLOWDOWN
-        lost = ops_s * (1 - 1 / slowdown) if measured else 0.0
+        lost = lost if measured else 0.0
         if measured:
-            title = (f"{threads} intra-op threads on {cores} usable cores: a matmul ran {slowdown:.2f}x "
-                     f"slower than with {cores} threads")
+            title = (f"{threads} intra-op threads on {cores} usable cores: the ops ran {slowdown:.2f}x slower "
+                     f"than with {cores} threads would (probed after the run)")
         elif probe:
             title = (f"{threads} intra-op threads on {cores} usable cores (no slowdown measured on this "
                      "machine; it depends on the OpenMP runtime and the load)")
@@ -145,6 +158,21 @@ class ThreadOversubscription(Rule[ThreadsEvidence]):
         return [self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost), where=where,
                              severity=None if measured else ("low" if probe else "medium"),
                              confidence=None if measured else "unmeasured")]
+
+    def _slowdown(self, probe: dict[str, Any], name: str, call_s: float) -> float:
+        """The probe's slowdown for an op of this name whose calls take `call_s` each (at the
+        script's threads): its kind's, interpolated in log time per call between the probed sizes
+        and held at the ends; never under 1 (a faster run with more threads is noise)."""
+        kind = "conv" if "conv" in name else "matmul" if name in self.MATMULS else "elementwise"
+        sizes = sorted(((e["seconds_at_threads"], e["slowdown"]) for e in ((probe.get("kinds") or {}).get(kind) or [])
+                        if e.get("slowdown") and e.get("seconds_at_threads", 0) > 0), key=lambda e: e[0])
+        if not sizes:
+            return max(probe.get("slowdown") or 1.0, 1.0)
+        (t0, s0), (t1, s1) = sizes[0], sizes[-1]
+        if call_s <= t0 or t1 <= t0:
+            return max(s0 if call_s <= t0 else s1, 1.0)
+        at = min((math.log(call_s) - math.log(t0)) / (math.log(t1) - math.log(t0)), 1.0)
+        return max(s0 + (s1 - s0) * at, 1.0)
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """A dominant op runs slower with the threads fighting over the cores."""
