@@ -37,6 +37,25 @@ def test_probe_passes_the_call_s_keyword_arguments():
     assert seen and all(m is mask for m in seen)
 
 
+def test_what_the_model_prints_when_probed_is_not_the_program_s_output(capsys):
+    class Chatty(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            print("forward called")
+            import sys
+            print("debug", file=sys.stderr)
+            return self.lin(x)
+
+    calls = RememberedCall()
+    calls.remember(Chatty(), (torch.randn(2, 4),), {}, 0.01)
+    assert "inference_over_grad" in calls.probe()
+    out, err = capsys.readouterr()
+    assert out == "" and err == ""
+
+
 def test_a_short_call_of_another_module_rarely_replaces_the_kept_one():
     """Kept with probability seconds / all the calls' seconds (its own random draw, seeded): an
     embedding's 1 ms beside the model's 1 s is not kept; the next model call of 1 s is kept with

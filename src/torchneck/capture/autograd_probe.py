@@ -25,6 +25,8 @@ anything was compiled (a grad-mode change recompiles).
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import threading
 import time
@@ -113,8 +115,9 @@ class RememberedCall:
         if module is None:
             return {"skipped": "the model was freed before the script ended"}
         _, args, kwargs = call
-        try:
-            return _time_call(module, args, kwargs)
+        try:  # what the model prints when called again is not the program's output
+            with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                return _time_call(module, args, kwargs)
         except Exception as exc:  # the probe must never fail the run
             return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
 

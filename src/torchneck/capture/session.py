@@ -252,6 +252,9 @@ class CaptureSession:
             self.watch.uninstall()
             os._exit = self._restore_exit
             window.close()
+        # The evidence first: a probe below re-runs the program's own code, which may crash hard.
+        sampler.write(run_dir / "samples.json")
+        self.compile_capture.write(run_dir / "compile.json")
         try:
             self.end_settings = read_slow_settings()
         except Exception:
@@ -269,8 +272,6 @@ class CaptureSession:
             except (Exception, KeyboardInterrupt):
                 pass
         window.calls.forget()  # the program's model and inputs are not held past the capture
-        sampler.write(run_dir / "samples.json")
-        self.compile_capture.write(run_dir / "compile.json")
         self._write_run_json(outcome)
         self._disable_crash_file()
         return RunResult(run_dir, outcome, trace_path if trace_path.exists() else None)
