@@ -308,3 +308,32 @@ def test_the_autograd_probe_times_a_model_call_that_built_a_graph(run_dir, tmp_p
     r = torchneck("run", "--out", str(clean), str(script), "--no-grad")
     assert r.returncode == 0, r.stderr
     assert json.loads((clean / "run.json").read_text())["settings_at_end"]["autograd_probe"] is None
+
+
+def test_a_model_output_whose_attributes_raise_keyerror_runs_undisturbed(run_dir):
+    """A Hugging-Face-style output (a dict with `__getattr__ = dict.__getitem__`) raises KeyError
+    for a missing attribute: the module hooks' look for a graph once broke the program there. It
+    runs as under plain python, and the dict's tensors tell that the calls built a graph."""
+    script = SCRIPTS / "dict_output_model.py"
+    r = torchneck("run", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "scored 12800 rows" in r.stdout
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["clock"]["top_module_outputs_with_grad"] > 0
+    assert run["settings_at_end"]["autograd_probe"]["module"] == "Classifier"
+
+
+def test_a_clock_ticking_at_every_model_call_keeps_a_bounded_record(run_dir):
+    """30,000 model calls are 30,000 module-clock ticks: they are counted, and the times kept once
+    the window is over stop at `TICKS_KEPT` (a server's 100,000 calls filled run.json and the
+    report with every one)."""
+    from torchneck.capture.window import TICKS_KEPT
+
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(SCRIPTS / "many_model_calls.py"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    clock = json.loads((run_dir / "run.json").read_text())["clock"]
+    assert clock["kind"] == "module" and len(clock["ticks"]) == TICKS_KEPT
+    assert len(clock["ticks"]) + clock["ticks_dropped"] == 30_000
+    phases = read_report(run_dir)["run"]["phases"]
+    assert phases["steps_seen"] == 29_999 and len(phases["step_s"]) == TICKS_KEPT - 1
+    assert 0 < phases["steady_step_s"] < 0.01

@@ -263,6 +263,7 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
                  for (file, fn), (tot, own, ln) in sorted(funcs.items(), key=lambda kv: -kv[1][0])[:top]]
     user_total = float(dur[win & (s.user_frame >= 0)].sum())
     return {
+        "inclusive_lines": _inclusive_lines(s, win, dur, INCLUSIVE_LINES_KEPT),
         "sampled_s": total,
         "torchneck_hooks_s": float(s.dur_s[in_range & s.tool].sum()),
         "importing_s": float(s.dur_s[in_range & s.importing].sum()),
@@ -304,6 +305,41 @@ def _is_torch_file(path: str) -> bool:
         return True
     local = _local_torch_dir()
     return local is not None and os.path.realpath(path).startswith(local)
+
+
+INCLUSIVE_LINES_KEPT = 50
+"""Lines kept by inclusive time: the outer frames (the script's main, a trainer's fit) come
+first with nearly all of it, so a call site a dozen frames down still needs a place."""
+
+
+def _inclusive_lines(s: Samples, win: np.ndarray, dur: np.ndarray, top: int) -> list[dict]:
+    """The user's lines by the time spent in them and everything they called (every user line on
+    a sample's stack, not only the deepest): where a loop calling the model spends its time, the
+    model's own lines included. Summed per distinct stack, so a long run costs its few hundred
+    stacks, not its samples."""
+    per_stack: dict[tuple[int, ...], float] = {}
+    for i, d in zip(np.flatnonzero(win).tolist(), dur[win].tolist()):
+        key = tuple(s.stacks[i])
+        per_stack[key] = per_stack.get(key, 0.0) + d
+    place: dict[int, tuple[str, int] | None] = {}  # frame -> (file, line) of the user's, else None
+    first: dict[tuple[str, int], int] = {}  # a place's outermost frame, for its function's name
+    spent: dict[tuple[str, int], float] = {}
+    for stack, d in per_stack.items():
+        seen = set()
+        for fid in stack:
+            if fid not in place:
+                fn, file, line = s.frames[fid]
+                mine = bool(file) and is_user_file(file) and not _LIBRARY_PATH.search(file)
+                place[fid] = (file, line) if mine else None
+            at = place[fid]
+            if at is not None and at not in seen:  # a comprehension's frame and the line holding it: once
+                seen.add(at)
+                first.setdefault(at, fid)
+                spent[at] = spent.get(at, 0.0) + d
+    out = []
+    for at, total in sorted(spent.items(), key=lambda kv: -kv[1])[:top]:
+        out.append({"file": at[0], "line": at[1], "function": s.frames[first[at]][0], "total_s": total})
+    return out
 
 
 CALLER_SHARE = 0.5

@@ -49,7 +49,7 @@ def run_phases(run: dict) -> dict:
     unprofiled = float(np.median(after)) if len(after) >= 2 else None
     return {
         "clock": clock.get("kind"),
-        "steps_seen": max(len(ticks) - 1, 0) if ticks else 0,
+        "steps_seen": max(len(ticks) + int(clock.get("ticks_dropped") or 0) - 1, 0) if ticks else 0,
         "step_s": step_s,
         "steady_step_s": float(np.median(steady_steps)) if steady_steps else None,
         "first_step_s": step_s[0] if step_s else None,

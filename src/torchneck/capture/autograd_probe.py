@@ -26,11 +26,13 @@ anything was compiled (a grad-mode change recompiles).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import random
 import threading
 import time
 import weakref
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 MAX_CALL_S = 2.0
@@ -44,6 +46,37 @@ MIN_ROUNDS = 2
 inference-mode call's one-time costs (its first dispatch of the fast path's kernels)."""
 MAX_ROUNDS = 3
 """At most this many rounds: the probe's time stays about two seconds for the zoo's slowest call."""
+
+
+OUTPUT_TENSORS_LOOKED_AT = 8
+"""How many of a tuple's, list's or dict's first items are looked at for a tensor with a graph
+(a model returns its loss and logits first; a long list of outputs is not searched)."""
+
+
+def builds_graph(output: Any) -> bool:
+    """Whether a module call's output carries an autograd graph: a tensor with a `grad_fn`, or
+    one among the first items of a tuple, list or mapping (an LSTM's `(out, (h, c))`, a
+    Hugging Face `ModelOutput`, which is a dict). Never raises: outputs are the program's own
+    objects, and a common `ModelOutput` idiom (`__getattr__ = dict.__getitem__`) answers a
+    missing attribute with KeyError, which once broke the program's forward under torchneck."""
+    import torch
+
+    try:
+        if isinstance(output, torch.Tensor):
+            return output.grad_fn is not None
+        items: Iterable[Any]
+        if isinstance(output, (tuple, list)):
+            items = output
+        elif isinstance(output, Mapping):
+            items = output.values()
+        else:
+            return False
+        for value in itertools.islice(items, OUTPUT_TENSORS_LOOKED_AT):
+            if isinstance(value, torch.Tensor) and value.grad_fn is not None:
+                return True
+        return False
+    except Exception:
+        return False
 
 
 class RememberedCall:
@@ -96,7 +129,7 @@ class RememberedCall:
 
     def _followed(self, module, args, kwargs, output) -> None:
         began = getattr(self._began, "at", None)
-        if began is not None and getattr(output, "grad_fn", None) is not None:
+        if began is not None and builds_graph(output):
             self.remember(module, args, kwargs, time.perf_counter() - began)
 
     def unfollow(self) -> None:

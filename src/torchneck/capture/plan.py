@@ -98,6 +98,9 @@ class ClockLog:
 
     kind: str | None = None
     ticks: list[int] = field(default_factory=list)
+    ticks_dropped: int = 0  # ticks counted, not kept (window.TICKS_KEPT): the run's steps are both
+    longest_step_ns: int = 0  # the longest time between two ticks, kept or not
+    last_tick_ns: int | None = None  # the latest tick, kept or not
     window_start_ns: int | None = None
     window_end_ns: int | None = None
     window_first_step: int | None = None
@@ -109,6 +112,9 @@ class ClockLog:
     top_module_calls: int = 0  # calls of top-level modules seen by the module clock
     top_module_outputs_with_grad: int = 0  # ... whose output carried an autograd graph
     top_module_sites: dict = field(default_factory=dict)  # (file, line, function) of the user's call -> calls
+    # The same sites' first tensor inputs: calls with a batch of one, calls whose input grew by one
+    # position over the site's previous call, and that previous shape (window.SiteInputs)
+    site_inputs: dict = field(default_factory=dict)
     # Top-level module calls in other threads (a server's workers): the profiler records only the
     # main thread's ops and the sampler samples only it, so these are all torchneck sees of them.
     thread_module_calls: int = 0

@@ -305,6 +305,7 @@ class CaptureSession:
             "clock": {
                 "kind": log.kind,
                 "ticks": log.ticks,
+                "ticks_dropped": log.ticks_dropped,
                 "window_start_ns": log.window_start_ns,
                 "window_end_ns": log.window_end_ns,
                 "window_first_step": log.window_first_step,
@@ -315,12 +316,12 @@ class CaptureSession:
                 "lines_marked": log.lines_marked,
                 "top_module_calls": log.top_module_calls,
                 "top_module_outputs_with_grad": log.top_module_outputs_with_grad,
-                "top_module_sites": _sites(log.top_module_sites),
+                "top_module_sites": _sites(log.top_module_sites, log.site_inputs),
                 "thread_module_calls": log.thread_module_calls,
                 "thread_module_outputs_with_grad": log.thread_module_outputs_with_grad,
                 "thread_module_s": round(log.thread_module_s, 6),
                 "thread_module_threads": log.thread_module_threads,
-                "thread_module_sites": _sites(log.thread_module_sites),
+                "thread_module_sites": _sites(log.thread_module_sites, log.site_inputs),
             },
             "capture": capture,
             "options": asdict(self.options),
@@ -333,10 +334,17 @@ class CaptureSession:
         os.replace(tmp, self.run_dir / "run.json")  # never a half-written run.json
 
 
-def _sites(counted: dict) -> list[dict]:
-    """The module-call lines the capture counted, most calls first."""
-    return [{"file": f, "line": ln, "function": fn, "calls": n}
-            for (f, ln, fn), n in sorted(counted.items(), key=lambda kv: -kv[1])]
+def _sites(counted: dict, inputs: dict) -> list[dict]:
+    """The module-call lines the capture counted, most calls first, with their inputs' tallies
+    (window.note_site_input): calls with a batch of one, calls whose input grew by one and the
+    mean length it grew to."""
+    out = []
+    for key, n in sorted(counted.items(), key=lambda kv: -kv[1]):
+        single, grown, _, grown_len = inputs.get(key) or (0, 0, None, 0)
+        out.append({"file": key[0], "line": key[1], "function": key[2], "calls": n,
+                    "batch_of_one": single, "grew_by_one": grown,
+                    "grown_mean_len": round(grown_len / grown, 1) if grown else None})
+    return out
 
 
 def capture_run(target: Target, options: WindowOptions, out: str | None, timeout: float | None,

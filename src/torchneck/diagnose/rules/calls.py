@@ -1,0 +1,223 @@
+"""Rules on how the program calls its model: once per sample instead of once per batch, or on a
+whole prefix again for every generated token. Read from the capture's module hooks, which tally
+the first tensor input of every top-level module call at the user's line that made it
+(capture/window.note_site_input), and from the sampled time under that line."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from ...model.base import Record
+from ...model.findings import Finding, Where
+from ..facts import Facts
+from ..rule import DOCS, Explanation, Rule, register
+from ..source import enclosing, in_loop
+
+COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+COMPREHENSION_FRAMES = ("<listcomp>", "<genexpr>", "<setcomp>", "<dictcomp>")
+"""The frame names of comprehensions (Python <= 3.11 runs each in a frame of its own)."""
+
+
+class ModelCallsEvidence(Record):
+    calls: int
+    """Top-level module calls made at the line."""
+    matching_calls: int
+    """Of them, the calls that show the pattern (a batch of one; an input grown by one)."""
+    calls_share: float
+    """The sampled share of the steady state spent in those calls (the line and all below it)."""
+    work_share: float
+    """Of the profiled window, the ops' own time beyond the per-op floor: the arithmetic."""
+    mean_length: float | None = None
+    """The mean length of the grown dimension (generation: the prefix fed again)."""
+    share_kept: float = 0.0
+    """What the fixed program still spends of the calls' time, as a share of it."""
+
+
+def model_call_sites(facts: Facts) -> list[dict[str, Any]]:
+    """The lines that called top-level modules, the main thread's and other threads', with the
+    capture's tallies of their inputs (none in runs recorded before them)."""
+    clock = facts.clock or {}
+    return [s for s in [*(clock.get("top_module_sites") or []), *(clock.get("thread_module_sites") or [])]
+            if s.get("file") and s.get("line")]
+
+
+def sampled_under(facts: Facts, file: str, line: int) -> float:
+    """The share of the sampled steady state spent at `file:line` and in everything it called
+    (`inclusive_lines`; in older runs, the sampled lines below it that name it as a caller)."""
+    window = (facts.python or {}).get("window") or {}
+    total = window.get("sampled_s") or 0.0
+    if total <= 0:
+        return 0.0
+    inclusive = window.get("inclusive_lines")
+    if inclusive is not None:  # every user line on the stacks (runs recorded before: the callers below)
+        return min(sum(ln["total_s"] for ln in inclusive if (ln.get("file"), ln.get("line")) == (file, line))
+                   / total, 1.0)
+    spent = 0.0
+    for ln in window.get("lines", []):
+        if (ln.get("file"), ln.get("line")) == (file, line):
+            spent += ln["total_s"]
+            continue
+        through = [c.get("share", 1.0) for c in ln.get("callers") or []
+                   if (c.get("file"), c.get("line")) == (file, line)]
+        if through:
+            spent += ln["total_s"] * min(max(through), 1.0)
+    return min(spent / total, 1.0)
+
+
+def arithmetic_share(facts: Facts) -> float:
+    """Of the profiled window, the ops' self time beyond the trace's per-op floor a call: the
+    work a batched or cached program still does per element (the rest is per-call overhead)."""
+    a = facts.analysis
+    if a is None or facts.window_s <= 0:
+        return 0.0
+    floor = a.ops.dispatch.floor_op_us
+    work_us = sum(max(0.0, o.self_us - o.count * floor) for o in a.ops.by_name)
+    return min(work_us / 1e6 / facts.window_s, 1.0)
+
+
+def repeats(file: str, line: int, function: str) -> bool:
+    """The call at `line` runs once per element: inside a `for`/`while` of its function, or in
+    a comprehension (its own frame before Python 3.12, a node of the statement after)."""
+    if function.rsplit(".", 1)[-1] in COMPREHENSION_FRAMES or in_loop(file, line):
+        return True
+    found = enclosing(file, line)
+    return bool(found) and any(isinstance(n, COMPREHENSIONS) for n in ast.walk(found[-1]))
+
+
+def _under_site(hot: Where, site: Where, facts: Facts) -> bool:
+    """`hot` is the site, or a line that ran below it (its sampled callers name the site): the
+    model's own lines while it was called that way."""
+    if (hot.file, hot.line) == (site.file, site.line):
+        return True
+    for ln in ((facts.python or {}).get("window") or {}).get("lines", []):
+        if (ln.get("file"), ln.get("line")) == (hot.file, hot.line):
+            return any((c.get("file"), c.get("line")) == (site.file, site.line) for c in ln.get("callers") or [])
+    return False
+
+
+class _SiteRule(Rule[ModelCallsEvidence]):
+    """What the two rules share: the site's sampled time is the cost; the model's Python, its
+    tiny ops and their dominant op are symptoms of calling it that way."""
+
+    explains = ("python_hotspot", "dispatch_overhead", "op_hotspot")
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        if not cause.where:
+            return None
+        site = cause.where[0]
+        if symptom.kind in ("python_hotspot", "op_hotspot") and symptom.where \
+                and _under_site(symptom.where[0], site, facts):
+            return Explanation(symptom.time_lost_s)
+        if symptom.kind == "dispatch_overhead" and any(_under_site(w, site, facts) for w in symptom.where):
+            return Explanation(min(symptom.time_lost_s, cause.time_lost_s))
+        return None
+
+
+@register
+class UnbatchedCalls(_SiteRule):
+    """The model is called once per sample, in a loop (`[model(x[None]) for x in batch]`): every
+    call pays the Python of every module and the dispatch of every op for one row, which a batched
+    call pays once for all of them. Seen by the capture's module hooks: nearly every call made at
+    one line of the user's code takes a batch of one, many times, and the line repeats.
+
+    Time lost: the sampled share of the steady state under that line (the calls and all below
+    them), less the arithmetic the batched call still does (the ops' time beyond the per-op
+    floor, as a share of the window)."""
+
+    kind = "unbatched_calls"
+    summary = "The model is called once per sample in a loop instead of once on a batch."
+    docs = DOCS["tuning"]
+    evidence_type = ModelCallsEvidence
+    saving_basis = ("the sampled time under the calling line, less the ops' arithmetic a batched call still does "
+                    "(their time beyond the per-op floor)")
+    MIN_CALLS = 200
+    """Fewer calls of one line are too few for their per-call overhead to add up."""
+    MIN_SINGLE_SHARE = 0.9
+    """Nearly every call at the line has a batch of one: a last partial batch or a warm-up call
+    does not make a loop of batches per-sample calls."""
+    MIN_SHARE = 0.10
+    """What batching would save must be a tenth of the steady state to be worth the change."""
+
+    def check(self, facts: Facts) -> list[Finding]:
+        out = []
+        for site in model_call_sites(facts):
+            calls, single = site.get("calls") or 0, site.get("batch_of_one") or 0
+            if calls < self.MIN_CALLS or single < self.MIN_SINGLE_SHARE * calls:
+                continue
+            if not repeats(site["file"], site["line"], site.get("function") or ""):
+                continue
+            share = sampled_under(facts, site["file"], site["line"])
+            work = arithmetic_share(facts)
+            saving = share * (1.0 - work)
+            if saving < self.MIN_SHARE:
+                continue
+            lost = saving * facts.window_s
+            evidence = ModelCallsEvidence(calls=calls, matching_calls=single, calls_share=share, work_share=work,
+                                          share_kept=work)
+            where = Where(file=site["file"], line=int(site["line"]), function=site.get("function") or "")
+            out.append(self.finding(
+                evidence, title=f"the model is called once per sample: {single:,} calls with a batch of one at this "
+                                f"line take {100 * share:.0f}% of the time",
+                lost_s=lost, pct=facts.pct(lost), where=[where]))
+        return out[:1]
+
+    def fix(self, evidence: ModelCallsEvidence) -> str:
+        return ("Call the model once on a batch: stack the samples (torch.stack, or pad them to one length) and "
+                "call it once, then split its output; called per sample, every module's Python and every op's "
+                "dispatch is paid once per row. Requests that arrive one by one can be collected for a few "
+                "milliseconds first (dynamic batching).")
+
+
+@register
+class UncachedGeneration(_SiteRule):
+    """Autoregressive generation that feeds the whole prefix to the model again for every new
+    token (no key/value cache): each call recomputes every earlier position, so generating N
+    tokens costs O(N^2) positions instead of O(N). Seen by the capture's module hooks: most calls
+    at one line take the previous call's input grown by one along one dimension.
+
+    Time lost: the sampled share of the steady state under that line, times the arithmetic's
+    share of the window (the ops' time beyond the per-op floor), less the one position in
+    `mean_length` a cached call still computes; the calls' per-op overhead stays."""
+
+    kind = "uncached_generation"
+    summary = "Generation feeds the whole prefix to the model for every new token (no KV cache)."
+    docs = "https://huggingface.co/docs/transformers/main/en/kv_cache"
+    evidence_type = ModelCallsEvidence
+    saving_basis = ("the sampled time under the calling line, times the ops' arithmetic share, less the one "
+                    "position in the mean prefix length a cached call still computes")
+    MIN_GROWN_CALLS = 16
+    """Fewer calls growing by one are not a generation loop."""
+    MIN_GROWN_SHARE = 0.5
+    """Most calls at the line grow the input by one (a loop over prompts starts each anew)."""
+    MIN_MEAN_LENGTH = 8.0
+    """A prefix shorter than this on average costs little to recompute."""
+    MIN_SHARE = 0.10
+    """What a cache would save must be a tenth of the steady state to be worth the change."""
+
+    def check(self, facts: Facts) -> list[Finding]:
+        out = []
+        for site in model_call_sites(facts):
+            calls, grown = site.get("calls") or 0, site.get("grew_by_one") or 0
+            length = site.get("grown_mean_len") or 0.0
+            if grown < self.MIN_GROWN_CALLS or grown < self.MIN_GROWN_SHARE * calls or length < self.MIN_MEAN_LENGTH:
+                continue
+            share = sampled_under(facts, site["file"], site["line"])
+            work = arithmetic_share(facts)
+            saving = share * work * (1.0 - 1.0 / length)
+            if saving < self.MIN_SHARE:
+                continue
+            lost = saving * facts.window_s
+            evidence = ModelCallsEvidence(calls=calls, matching_calls=grown, calls_share=share, work_share=work,
+                                          mean_length=length, share_kept=1.0 - work * (1.0 - 1.0 / length))
+            where = Where(file=site["file"], line=int(site["line"]), function=site.get("function") or "")
+            out.append(self.finding(
+                evidence, title=f"{grown:,} model calls each recompute the whole prefix (one position longer than the "
+                                f"last, {length:.0f} on average) take {100 * share:.0f}% of the time",
+                lost_s=lost, pct=facts.pct(lost), where=[where]))
+        return out[:1]
+
+    def fix(self, evidence: ModelCallsEvidence) -> str:
+        return ("Keep a key/value cache and feed only the new token each call (Hugging Face: use_cache=True and "
+                "past_key_values, or model.generate(); your own attention: append each step's keys and values to a "
+                "preallocated cache); re-running the whole prefix makes generation quadratic in its length.")

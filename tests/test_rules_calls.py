@@ -1,0 +1,111 @@
+"""How the program calls its model: per sample instead of per batch, or on the whole prefix
+again for every generated token (diagnose/rules/calls.py)."""
+
+import json
+
+from conftest import SCRIPTS, planted_line, read_report, torchneck
+from rule_cases import analysis, facts, fires, silent
+
+from torchneck.diagnose.rules.calls import UnbatchedCalls, UncachedGeneration, sampled_under
+from torchneck.model.analysis import OpRow
+
+SERVER = '''import torch
+def handle(model, feats):
+    return torch.cat([model(f[None]) for f in feats])
+def handle_batched(model, feats):
+    return model(feats)
+'''
+
+
+def _site(path, line, function, calls, **tally):
+    return {"file": str(path), "line": line, "function": function, "calls": calls, **tally}
+
+
+def _python(path, line, share, sampled_s=10.0):
+    """A steady state of `sampled_s` whose stacks held `path:line` for `share` of it."""
+    inclusive = [{"file": str(path), "line": line, "function": "f", "total_s": share * sampled_s}]
+    return {"window": {"sampled_s": sampled_s, "lines": [], "inclusive_lines": inclusive}}
+
+
+def _ops(work_us, window_us=100_000.0):
+    a = analysis(window_us=window_us, by_name=[OpRow(name="aten::addmm", count=100, self_us=work_us,
+                                                     total_us=work_us, mean_us=work_us / 100)])
+    a.ops.dispatch.floor_op_us = 0.0
+    return a
+
+
+@fires("unbatched_calls")
+def test_unbatched_calls_at_a_comprehension_calling_the_model_per_row(tmp_path):
+    """Every call at the comprehension's line takes one row: the calls' sampled time, less the
+    ops' arithmetic a batched call still does, is the saving."""
+    src = tmp_path / "server.py"
+    src.write_text(SERVER)
+    clock = {"kind": "module", "top_module_sites": [_site(src, 3, "handle.<locals>.<listcomp>", 5000,
+                                                         batch_of_one=5000, grew_by_one=0)]}
+    [f] = UnbatchedCalls().check(facts(analysis=_ops(10_000.0), python=_python(src, 3, 0.8), clock=clock))
+    assert f.where[0].line == 3 and "once per sample" in f.title and "5,000 calls" in f.title
+    assert abs(f.time_lost_pct - 100 * 0.8 * 0.9) < 1e-9 and "torch.stack" in f.fix
+    assert f.evidence["calls_share"] == 0.8 and abs(f.evidence["work_share"] - 0.1) < 1e-12
+
+
+@silent("unbatched_calls")
+def test_unbatched_calls_silent_for_batches_a_single_call_or_few_calls(tmp_path):
+    src = tmp_path / "server.py"
+    src.write_text(SERVER)
+    python = _python(src, 5, 0.8)
+    batched = {"top_module_sites": [_site(src, 5, "handle_batched", 5000, batch_of_one=3)]}
+    assert UnbatchedCalls().check(facts(analysis=_ops(1.0), python=python, clock=batched)) == []
+    not_a_loop = {"top_module_sites": [_site(src, 5, "handle_batched", 5000, batch_of_one=5000)]}  # a request each
+    assert UnbatchedCalls().check(facts(analysis=_ops(1.0), python=python, clock=not_a_loop)) == []
+    few = {"top_module_sites": [_site(src, 3, "handle.<locals>.<listcomp>", 50, batch_of_one=50)]}
+    assert UnbatchedCalls().check(facts(analysis=_ops(1.0), python=_python(src, 3, 0.8), clock=few)) == []
+    arithmetic = {"top_module_sites": [_site(src, 3, "handle.<locals>.<listcomp>", 5000, batch_of_one=5000)]}
+    assert UnbatchedCalls().check(facts(analysis=_ops(95_000.0), python=_python(src, 3, 0.8),
+                                        clock=arithmetic)) == []  # the calls are big: batching keeps their work
+
+
+@fires("uncached_generation")
+def test_uncached_generation_when_each_call_feeds_the_prefix_one_token_longer():
+    clock = {"kind": "module", "top_module_sites": [_site("/x/gen.py", 40, "generate", 170, batch_of_one=0,
+                                                         grew_by_one=169, grown_mean_len=100.0)]}
+    [f] = UncachedGeneration().check(facts(analysis=_ops(80_000.0), python=_python("/x/gen.py", 40, 0.9),
+                                           clock=clock))
+    assert f.where[0].line == 40 and "recompute the whole prefix" in f.title and "100 on average" in f.title
+    assert abs(f.time_lost_pct - 100 * 0.9 * 0.8 * 0.99) < 1e-9 and "past_key_values" in f.fix
+
+
+@silent("uncached_generation")
+def test_uncached_generation_silent_for_a_cache_or_a_loop_over_prompts():
+    python = _python("/x/gen.py", 40, 0.9)
+    cached = {"top_module_sites": [_site("/x/gen.py", 40, "generate", 170, grew_by_one=0)]}
+    assert UncachedGeneration().check(facts(analysis=_ops(80_000.0), python=python, clock=cached)) == []
+    prompts = {"top_module_sites": [_site("/x/gen.py", 40, "generate", 170, grew_by_one=40, grown_mean_len=50.0)]}
+    assert UncachedGeneration().check(facts(analysis=_ops(80_000.0), python=python, clock=prompts)) == []
+    short = {"top_module_sites": [_site("/x/gen.py", 40, "generate", 20, grew_by_one=19, grown_mean_len=4.0)]}
+    assert UncachedGeneration().check(facts(analysis=_ops(80_000.0), python=python, clock=short)) == []
+
+
+def test_sampled_under_a_line_from_older_runs_follows_the_callers():
+    """Runs recorded before `inclusive_lines`: the lines whose sampled callers name the site."""
+    lines = [{"file": "/x/s.py", "line": 9, "total_s": 6.0, "callers": [{"file": "/x/s.py", "line": 3, "share": 1.0}]},
+             {"file": "/x/s.py", "line": 3, "total_s": 1.0},
+             {"file": "/x/s.py", "line": 20, "total_s": 3.0}]
+    assert sampled_under(facts(python={"window": {"sampled_s": 10.0, "lines": lines}}), "/x/s.py", 3) == 0.7
+
+
+def test_a_server_calling_its_model_per_request_and_a_generation_loop_are_found(run_dir, tmp_path):
+    """Real runs: per-sample calls in a comprehension, and a prefix fed again for every token; the
+    capture tallies the calls' inputs at the line that makes them."""
+    script = SCRIPTS / "per_sample_calls.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    top = read_report(run_dir)["findings"][0]
+    assert top["kind"] == "unbatched_calls" and top["where"][0]["line"] == planted_line(script)
+    [site] = [s for s in json.loads((run_dir / "run.json").read_text())["clock"]["top_module_sites"]
+              if s["line"] == planted_line(script)]
+    assert site["batch_of_one"] == site["calls"] >= 4000
+    script = SCRIPTS / "uncached_generation.py"
+    r = torchneck("run", "--quiet", "--out", str(tmp_path / "gen"), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    top = read_report(tmp_path / "gen")["findings"][0]
+    assert top["kind"] == "uncached_generation" and top["where"][0]["line"] == planted_line(script)
