@@ -3,9 +3,9 @@
 from conftest import SCRIPTS, read_report, torchneck
 from rule_cases import analysis, facts, fires, silent
 
+from torchneck.diagnose.rules.dispatch import DispatchOverhead
 from torchneck.diagnose.rules.ops import (
     ConvBiasBeforeBatchNorm,
-    DispatchOverhead,
     DtypeFloat64,
     OpHotspot,
     RebuiltTensor,
@@ -25,6 +25,41 @@ def test_op_hotspot_avoidable_data_movement_is_a_finding_the_model_s_compute_is_
     assert copy.confidence == "upper_bound" and "copies and conversions" in copy.fix
     [conv] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::mkldnn_convolution", 80_000.0)])))
     assert conv.severity == "info" and "the model's compute" in conv.title  # where time goes, not a problem
+
+
+@fires("op_hotspot")
+def test_op_hotspot_names_a_top_k_done_by_sorting_everything(tmp_path):
+    """`d.argsort(1)[:, :k]`: a full sort to keep k columns; topk is the cheaper op."""
+    src = tmp_path / "knn.py"
+    src.write_text("def knn(d, k):\n    return d.argsort(dim=1)[:, :k]\n")
+    by_line = [{"op": "aten::sort", "file": str(src), "line": 2, "function": "knn", "self_us": 80_000.0}]
+    [f] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::sort", 80_000.0)]), ops_by_line=by_line))
+    assert f.evidence["top_k_by_sort"] == 2 and f.where[0].line == 2 and "torch.topk" in f.fix
+    assert "sorts a whole tensor to keep its first elements" in f.title
+
+
+@fires("op_hotspot")
+def test_op_hotspot_names_the_dense_gradient_of_a_large_embedding_table(tmp_path):
+    """A 1,000,000-row EmbeddingBag's dense gradient is zero-filled every step inside its backward:
+    the module's constructor is where `sparse=True` goes, and the whole backward node is the saving."""
+    src = tmp_path / "rec.py"
+    src.write_text("import torch\nclass R(torch.nn.Module):\n    def __init__(self):\n"
+                   "        self.items = torch.nn.EmbeddingBag(1000000, 32, mode='mean')\n"
+                   "    def forward(self, h, o):\n        return self.items(h, o)\n")
+    node = "autograd::engine::evaluate_function: EmbeddingBagBackward0"
+    fill = _op("aten::fill_", 60_000.0, shapes="[[1000000, 32], []]")
+    a = analysis(by_name=[fill, OpRow(name=node, count=5, self_us=1_000.0, total_us=75_000.0, mean_us=15_000.0)],
+                 by_shape=[fill])
+    by_line = [{"op": "aten::_embedding_bag", "file": str(src), "line": 6, "function": "forward", "self_us": 900.0},
+               {"op": "aten::fill_", "file": str(src), "line": 20, "function": "main", "self_us": 60_000.0}]
+    [f] = OpHotspot().check(facts(analysis=a, ops_by_line=by_line))
+    assert f.evidence["dense_embedding_rows"] == 1_000_000 and f.evidence["embedding_at"] == 4
+    assert [w.line for w in f.where][:2] == [4, 6] and "sparse=True" in f.fix and "line 4" in f.fix
+    assert abs(f.time_lost_s - 0.075) < 1e-12  # the backward node's whole time
+    small = _op("aten::fill_", 60_000.0, shapes="[[5000, 32], []]")  # a small table: not this
+    a.ops.by_name[0], a.ops.by_shape = small, [small]
+    [f] = OpHotspot().check(facts(analysis=a, ops_by_line=by_line))
+    assert f.evidence["dense_embedding_rows"] is None
 
 
 @silent("op_hotspot")
@@ -121,7 +156,7 @@ def test_dispatch_overhead_loop_is_the_line_when_its_only_loop_is_the_training_l
     src = tmp_path / "log.py"
     src.write_text("import torch\nfor step in range(9):\n    loss = model(x)\n    print(f'{loss}')\n"
                    "    loss.backward()\n")
-    from torchneck.diagnose.rules.ops import _loop_around
+    from torchneck.diagnose.rules.dispatch import _loop_around
 
     assert _loop_around([Where(file=str(src), line=4, function="<module>")]) == (str(src), 4, 4, "")
     assert _loop_around([Where(file=str(tmp_path / "gone.py"), line=3, function="f.<locals>.<listcomp>")]) \
@@ -129,6 +164,21 @@ def test_dispatch_overhead_loop_is_the_line_when_its_only_loop_is_the_training_l
     rec = tmp_path / "rec.py"
     rec.write_text("def power(a, k):\n    if k == 1:\n        return a\n    return power(a, k - 1) @ a\n")
     assert _loop_around([Where(file=str(rec), line=3, function="power")]).function == "power"  # recursion
+
+
+def test_dispatch_overhead_explains_a_loader_waiting_on_its_own_tiny_op_loop():
+    """A collate_fn writing a batch element by element: the DataLoader's wait is that loop's,
+    and vectorising it (not more workers) is the fix; a loader slow elsewhere is not explained."""
+    from torchneck.model.findings import Finding
+
+    def finding(kind, lines, lost):
+        return Finding(kind=kind, title="", time_lost_s=lost, time_lost_pct=0.0, fix="",
+                       where=[Where(file="/x/score.py", line=n) for n in lines])
+
+    cause = finding("dispatch_overhead", [54, 67], 0.5)
+    why = DispatchOverhead().explained(cause, finding("input_pipeline", [54, 41], 0.7), facts())
+    assert why is not None and why.seconds == 0.5 and not why.adds
+    assert DispatchOverhead().explained(cause, finding("input_pipeline", [12], 0.7), facts()) is None
 
 
 @silent("dispatch_overhead")

@@ -49,6 +49,21 @@ def test_zero_grad_points_at_the_line_that_ran_the_fills():
 
 
 @fires("zero_grad")
+def test_zero_grad_names_the_sampled_zero_grad_call_not_the_backward_that_ran_fills_too(tmp_path):
+    """A zero_grad call inside a hook method: the trace placed its fills on `loss.backward()` (whose
+    own fills outweigh them), the sampler saw the hook's `optimizer.zero_grad(...)` line."""
+    src = tmp_path / "train.py"
+    src.write_text("def hook(opt):\n    opt.zero_grad(set_to_none=False)\n\nloss.backward()\nhook(opt)\n")
+    by_line = [{"op": "aten::fill_", "file": str(src), "line": 4, "function": "<module>", "self_us": 9_000.0},
+               {"op": "aten::zero_", "file": str(src), "line": 4, "function": "<module>", "self_us": 1_000.0}]
+    lines = [{"file": str(src), "line": 4, "function": "<module>", "total_s": 2.0, "library": ""},
+             {"file": str(src), "line": 2, "function": "hook", "total_s": 1.0, "library": ""}]
+    [f] = ZeroGradKernels().check(facts(analysis=_zero_grad_analysis(), ops_by_line=by_line,
+                                        python={"window": {"sampled_s": 5.0, "lines": lines}}))
+    assert f.where[0].line == 2
+
+
+@fires("zero_grad")
 def test_zero_grad_counts_only_the_first_add_of_an_accumulated_gradient():
     """Four micro-batches a step: None saves the first add of each gradient, not the other three."""
     [f] = ZeroGradKernels().check(facts(analysis=_zero_grad_analysis(accumulated=200, added_us=4_000.0)))
@@ -452,6 +467,21 @@ def test_optimizer_silent_when_multi_tensor_or_a_small_step():
     small = [dict(fused[0], fused=None, params=300)]
     assert SingleTensorOptimizer().check(facts(analysis=_optimizer_steps(10_000.0),
                                                call_sites=small)) == []  # 10 % < 15 %
+
+
+@fires("optimizer")
+def test_optimizer_step_bounded_by_the_opt_step_line_when_the_sampler_named_no_callee(tmp_path):
+    """The profiler inflates a single-tensor step's many small ops (an AdamW step over 4 tensors
+    took 50 % of a profiled window, 21 % unprofiled); the sampled `opt.step()` line bounds it even
+    when the sampler left its callee blank (its samples fell inside traced ops)."""
+    src = tmp_path / "train.py"
+    src.write_text("import torch\nfor _ in range(9):\n    loss.backward()\n    opt.step()\n")
+    lines = [{"file": str(src), "line": 3, "function": "<module>", "total_s": 3.0, "library": ""},
+             {"file": str(src), "line": 4, "function": "<module>", "total_s": 1.0, "library": ""}]
+    ops = [_op("aten::lerp_", 1_000.0, count=20), _op("aten::sqrt", 9_000.0, count=20)]
+    [f] = SingleTensorOptimizer().check(facts(analysis=_optimizer_steps(50_000.0, ops),
+                                              python={"window": {"sampled_s": 5.0, "lines": lines}}))
+    assert abs(f.evidence["optimizer_step_s"] - 0.2 * 0.1) < 1e-12 and "20% of the time" in f.title
 
 
 def test_optimizer_work_reads_the_ops_inside_the_optimizer_s_spans(tmp_path):

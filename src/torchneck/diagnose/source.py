@@ -216,6 +216,57 @@ def rebuilt_tensor(file: str, line: int) -> str | None:
     return None
 
 
+SORTS = frozenset({"sort", "argsort", "msort"})
+"""Calls that order a whole tensor."""
+
+
+def sorted_then_sliced(file: str, line: int) -> bool:
+    """The statement at `line` sorts a tensor and keeps only its first elements (`d.argsort(1)[:,
+    :k]`, `x.sort(descending=True).values[:k]`, `torch.sort(x)[0][..., :k]`): a top-k done by a
+    full sort. False when unclear or unreadable."""
+    path = enclosing(file, line)
+    if not path:
+        return False
+    for node in walk_own(path[-1]):
+        if not isinstance(node, ast.Subscript) or not _keeps_a_prefix(node.slice):
+            continue
+        inner = node.value
+        while isinstance(inner, (ast.Subscript, ast.Attribute)) and not isinstance(inner, ast.Call):
+            inner = inner.value  # through `[0]`, `.indices`, `.values`
+        if isinstance(inner, ast.Call) and call_name(inner) in SORTS:
+            return True
+    return False
+
+
+def _keeps_a_prefix(index: ast.expr) -> bool:
+    """`[:k]`, or `[:, :k]` / `[..., :k]` (whole leading dimensions, then a prefix of the last)."""
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    last = parts[-1]
+    whole = all(isinstance(p, ast.Slice) and p.lower is None and p.upper is None or isinstance(p, ast.Constant)
+                and p.value is Ellipsis for p in parts[:-1])
+    return whole and isinstance(last, ast.Slice) and last.lower is None and last.upper is not None \
+        and last.step is None
+
+
+EMBEDDINGS = frozenset({"Embedding", "EmbeddingBag"})
+
+
+def embedding_defined_at(file: str, line: int) -> int | None:
+    """Where the embedding module called at `line` is made: for `self.items(ids)` (or `items(ids)`),
+    the line assigning `nn.Embedding(...)` / `nn.EmbeddingBag(...)` to `self.items` (or `items`) in
+    the same file; None when no such call or assignment is found."""
+    path = enclosing(file, line)
+    tree = _tree(file)
+    if not path or tree is None:
+        return None
+    called = {ast.unparse(n.func) for n in walk_own(path[-1]) if isinstance(n, ast.Call)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and call_name(node.value) in EMBEDDINGS \
+                and any(ast.unparse(t) in called for t in node.targets):
+            return node.lineno
+    return None
+
+
 def _outer_calls(node: ast.AST) -> list[ast.Call]:
     """The calls in `node` that are not inside another call (`model(torch.zeros(n))`: model's)."""
     if isinstance(node, ast.Call):
