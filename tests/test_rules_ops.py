@@ -136,7 +136,35 @@ def test_dispatch_overhead_measures_the_sampled_loop_and_its_share_of_the_backwa
     loop_us, work_us = 30_000 + 2_000 + 20_000 * part, 18_000 + 1_996 + 12_000 * part
     assert abs(ev["work_share"] - work_us / (200_000 * loop_us / 56_000)) < 1e-9
     assert abs(f.time_lost_s - ev["loop_share"] * (1 - ev["work_share"]) * 0.2) < 1e-12
-    assert f.where[0].line == 8
+    assert [w.line for w in f.where][:2] == [7, 8]  # the loop to replace, then the line issuing the ops
+
+
+@fires("dispatch_overhead")
+def test_dispatch_overhead_leads_with_the_comprehension_calling_a_per_row_helper(tmp_path):
+    """A loss computed per query by a helper called in a comprehension, in another module than the
+    training loop: the helper's lines issue the ops, `loss.backward()` runs their backward (more
+    op time, the same op names), the comprehension is the line to change."""
+    losses, train = tmp_path / "losses.py", tmp_path / "train.py"
+    losses.write_text("import torch\ndef one(s):\n    return (s[:, None] - s[None, :]).relu().sum()\n"
+                      "def loss(scores):\n    return torch.stack([one(s) for s in scores]).mean()\n")
+    train.write_text("for x in data:\n    l = loss(model(x))\n    l.backward()\n")
+    d = Dispatch(top_level_ops=12_000, ops_per_step=6000.0, tiny_ops=11_000, tiny_us=50_000.0, tiny_share=0.5,
+                 floor_op_us=2.0, tiny_run_us=80_000.0, tiny_run_ops=11_000, tiny_run_share=0.8)
+    by_line = [{"op": "aten::sub", "file": str(train), "line": 3, "function": "<module>", "count": 6000,
+                "self_us": 40_000.0},
+               {"op": "aten::sub", "file": str(losses), "line": 3, "function": "one", "count": 6000,
+                "self_us": 30_000.0}]
+    callers = [{"file": str(losses), "line": 5, "function": "loss.<locals>.<listcomp>", "share": 1.0},
+               {"file": str(train), "line": 2, "function": "<module>", "share": 1.0}]
+    lines = [{"file": str(train), "line": 3, "function": "<module>", "total_s": 2.0, "self_s": 0.1,
+              "outside_ops_s": 0.1, "library": "Tensor.backward (_tensor.py)"},
+             {"file": str(losses), "line": 3, "function": "one", "total_s": 1.5, "self_s": 0.5,
+              "outside_ops_s": 0.5, "callers": callers}]
+    f_ = facts(analysis=analysis(window_us=200_000.0, steps=2, dispatch=d, by_name=[_op("aten::sub", 70_000.0)]),
+               ops_by_line=by_line, python={"window": {"sampled_s": 4.0, "lines": lines}})
+    [f] = DispatchOverhead().check(f_)
+    assert [(w.file, w.line) for w in f.where][:2] == [(str(losses), 5), (str(losses), 3)]
+    assert (str(train), 3) in [(w.file, w.line) for w in f.where][2:]  # the backward line, after
 
 
 @fires("dispatch_overhead")

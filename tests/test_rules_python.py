@@ -146,3 +146,18 @@ def test_python_hotspot_a_call_made_too_often_saves_its_ops_too():
     loop = dict(_line(12, 0.6, 0.3), outside_ops_s=0.3)
     [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(loop)))
     assert abs(f.time_lost_s - 0.3) < 1e-9
+
+
+@fires("python_hotspot")
+def test_python_hotspot_one_finding_for_a_comprehension_and_its_statement(tmp_path):
+    """Before Python 3.12 a comprehension runs in a frame of its own: its samples and those of the
+    statement holding it are one line of code, one finding under the enclosing function's name;
+    building a tensor from nested lists there gets the fix that says so."""
+    src = tmp_path / "pipe.py"
+    src.write_text("import torch\ndef batched(buf):\n"
+                   "    return torch.tensor([[list(r) for r in w] for w in buf])\n")
+    comp = dict(_line(3, 0.3, 0.3), file=str(src), function="batched.<locals>.<listcomp>.<listcomp>")
+    stmt = dict(_line(3, 0.1, 0.05), file=str(src), function="batched")
+    [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(comp, stmt)))
+    assert f.title.startswith("batched() spends 40% of each step") and f.where[0].line == 3
+    assert f.evidence["from_lists"] is True and "torch.from_numpy(np.stack(arrays))" in f.fix

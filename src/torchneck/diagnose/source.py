@@ -248,6 +248,23 @@ def _keeps_a_prefix(index: ast.expr) -> bool:
         and last.step is None
 
 
+TENSOR_FROM_DATA = frozenset({"tensor", "as_tensor", "Tensor", "FloatTensor", "LongTensor", "IntTensor"})
+"""Calls that copy Python data into a new tensor, element by element when given lists."""
+
+
+def tensor_from_lists(file: str, line: int) -> bool:
+    """The statement at `line` builds a tensor from a Python list it makes there (`torch.tensor([[...]
+    for w in buf])`): every element goes through Python. False when unclear or unreadable."""
+    path = enclosing(file, line)
+    if not path:
+        return False
+    return any(isinstance(n, ast.Call) and call_name(n) in TENSOR_FROM_DATA and n.args
+               and isinstance(n.args[0], (ast.List, ast.ListComp, ast.GeneratorExp))
+               and any(isinstance(c, (ast.List, ast.ListComp, ast.GeneratorExp, ast.Call))
+                       for c in ast.walk(n.args[0]) if c is not n.args[0])
+               for n in walk_own(path[-1]))
+
+
 EMBEDDINGS = frozenset({"Embedding", "EmbeddingBag"})
 
 

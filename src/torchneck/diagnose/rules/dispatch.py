@@ -95,6 +95,12 @@ class DispatchOverhead(Rule[TinyOpLoop]):
         forward = [o for o in a.ops.by_name if not is_backward_op(o.name)] or a.ops.by_name
         names = {o.name for o in forward[: self.NAMED_OPS]}
         issuing = facts.lines_for_ops(names)
+        # A `.backward()` line runs the loop's backward (ops of the same names): never the place to
+        # change, and its callers are the training loop's; the forward lines and theirs come first.
+        steady = {(ln["file"], ln["line"]): ln for ln in ((facts.python or {}).get("window") or {}).get("lines", [])}
+        backward = [w for w in issuing if _runs_backward(facts, steady.get((w.file, w.line))
+                                                         or {"file": w.file, "line": w.line})]
+        issuing = [w for w in issuing if w not in backward] + backward
         where = facts.with_callers(issuing)
         if where == issuing:  # the helper's lines were not sampled: a sampled line calling it, if one does
             helpers = {w.function.rsplit(".", 1)[-1] for w in issuing}
@@ -102,6 +108,9 @@ class DispatchOverhead(Rule[TinyOpLoop]):
             sampled = where_of(((facts.python or {}).get("window") or {}).get("lines", [])[:self.CALLERS_READ])
             where += [w for w in sampled if (w.file, w.line) not in seen and _calls_one_of(w, helpers)][:1]
         ev = _tiny_op_loop(facts, d, issuing, where)
+        paths = [[w, *where_of((steady.get((w.file, w.line)) or {}).get("callers") or [])]
+                 for w in issuing if w not in backward]
+        where = _loop_first(where, [*paths, [w for w in where if w not in backward]])
         share = ev.loop_share * (1 - ev.work_share)
         lost = share * facts.window_s
         return [self.finding(ev, title=f"{per_step:.0f} tiny ops per step, issued one by one: per-op overhead "
@@ -194,6 +203,41 @@ def _tiny_op_loop(facts: Facts, d: Dispatch, issuing: list[Where], where: list[W
     return ev
 
 
+def _loop_first(where: list[Where], paths: list[list[Where]]) -> list[Where]:
+    """`where`, led by the header of the loop that issues the tiny ops when it is a loop of its own:
+    a comprehension or `for` calling a per-row helper is the line to change. Tried on each path (a
+    forward line issuing the ops, then its sampled callers) until one is in such a loop; not the
+    training loop (a loop that runs a backward pass), nor a recursive function."""
+    for path in paths:
+        head = _own_loop(path)
+        if head is not None:
+            return [head, *(w for w in where if (w.file, w.line) != (head.file, head.line))]
+    return where
+
+
+def _own_loop(path: list[Where]) -> Where | None:
+    """The innermost comprehension or loop header around the path's first frame that runs in one,
+    unless that loop is the training loop or a recursion."""
+    for frame in path:
+        stmts = enclosing(frame.file, frame.line)
+        at = stmts[-1] if stmts else None
+        if at is not None and not hasattr(at, "body") and any(isinstance(n, COMPREHENSIONS) for n in walk_own(at)):
+            return Where(file=frame.file, line=at.lineno, function=frame.function)
+        loop = next((st for st in reversed(stmts) if isinstance(st, LOOPS)), None)
+        if loop is not None:
+            return None if _calls_backward(loop) else Where(file=frame.file, line=loop.lineno, function=frame.function)
+        if _recursive(frame):
+            return None  # the recursion is the loop: its leaf size decides, not a loop around it
+    return None
+
+
+def _recursive(frame: Where) -> bool:
+    """The frame's function calls itself (by name, read from the source)."""
+    name = frame.function.rsplit(".", 1)[-1]
+    return bool(name) and not name.startswith("<") and any(
+        function_at(frame.file, c) == name for c in calls_of(frame.file, name) + calls_of(frame.file, f"self.{name}"))
+
+
 def _loop_around(path: list[Where]) -> _Loop | None:
     """The innermost loop around the first frame of a call path (the line, then its callers) that
     runs in one: a comprehension on the line, a `for`/`while`, or a function calling itself. A
@@ -211,8 +255,7 @@ def _loop_around(path: list[Where]) -> _Loop | None:
             return _Loop(frame.file, frame.line if one else loop.lineno, frame.line if one else loop.end_lineno or 0)
         if not stmts and name.endswith(("comp>", "<genexpr>")):  # source unreadable: the frame's name says
             return _Loop(frame.file, frame.line, frame.line)
-        if name and not name.startswith("<") and any(function_at(frame.file, c) == name for c in
-                                                     calls_of(frame.file, name) + calls_of(frame.file, f"self.{name}")):
+        if _recursive(frame):
             return _Loop(frame.file, function=name)
     return None
 

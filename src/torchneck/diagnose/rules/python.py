@@ -8,7 +8,7 @@ from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import LOOPS, enclosing, in_loop, names_in
+from ..source import LOOPS, enclosing, in_loop, names_in, tensor_from_lists
 
 
 def _runs_the_model(callee: str, files: tuple[str, ...]) -> bool:
@@ -82,6 +82,8 @@ class PythonHotspotEvidence(Record):
     """Most of the time is waiting, not computing: the fix is to overlap, not to vectorise."""
     reads_elements: bool = False
     """The line reads tensor elements into Python one at a time (`.item()` in a loop)."""
+    from_lists: bool = False
+    """The line builds a tensor from nested Python lists it makes (`torch.tensor([[...] for ...])`)."""
 
 
 @register
@@ -153,6 +155,7 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                     and _runs_the_model(line.get("library") or "", self.TORCH_MACHINERY_FILES):
                 continue  # torch's own overhead (autograd engine, optimizer loop): other rules' evidence
             hot.append((line, outside))
+        hot = _one_place(hot)
         out = []
         for line, outside, body, helper in _one_call(_loops(hot, total * self.MIN_SHARE)):
             share = outside / total
@@ -166,7 +169,8 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                                        waiting_s=waiting,
                                        line_total_s=line["total_s"], sampled_s=total, calls_into=callee,
                                        waits=waiting >= self.WAITING_SHARE * outside,
-                                       reads_elements=reads_elements(facts, lines))
+                                       reads_elements=reads_elements(facts, lines),
+                                       from_lists=any(tensor_from_lists(ln["file"], ln["line"]) for ln in lines))
             removed = outside
             if not ev.waits and (asks_too_often(callee) or ev.reads_elements):
                 removed = max(outside, sum(ln["total_s"] for ln in [*lines, *body]))  # the call's ops go too
@@ -211,6 +215,10 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         for needles, text in REPEATED_WORK_FIXES:
             if any(n in callee for n in needles):
                 return text
+        if evidence.from_lists:
+            return ("Build the tensor from arrays, not nested Python lists: torch.from_numpy(np.stack(arrays)), "
+                    "torch.stack(tensors), or one preallocated tensor filled by slices; torch.tensor on lists "
+                    "converts every element in Python.")
         if evidence.reads_elements:
             return ("Read the values in one call (`t.tolist()`, or `t.cpu().numpy()`) instead of indexing and "
                     "`.item()` per element, or keep the computation in tensor ops on the whole tensor: each "
@@ -222,6 +230,30 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         return ("Do this work with torch ops on the tensors you already have (e.g. torch.nonzero / "
                 "torch.where instead of a NumPy round trip, vectorised ops instead of Python loops), "
                 "or move it out of the step.")
+
+
+def _one_place(hot: list[tuple[dict, float]]) -> list[tuple[dict, float]]:
+    """Entries of one file:line are one line of code: a comprehension runs in a frame of its own
+    (before Python 3.12), so its samples and those of the statement holding it come as two
+    entries, which were reported as two findings. Their times add up, under the enclosing
+    function's name."""
+    merged: dict[tuple[str, int], int] = {}
+    out: list[tuple[dict, float]] = []
+    for line, outside in hot:
+        key = (line["file"], line["line"])
+        if key not in merged:
+            merged[key] = len(out)
+            out.append((line, outside))
+            continue
+        first, seconds = out[merged[key]]
+        both = dict(first)
+        for field in ("total_s", "self_s", "waiting_s", "outside_ops_s"):
+            if field in first or field in line:
+                both[field] = (first.get(field) or 0.0) + (line.get(field) or 0.0)
+        names = [ln["function"] for ln in (first, line)]
+        both["function"] = min(names, key=lambda n: ("<" in n.rsplit(".", 1)[-1], len(n)))
+        out[merged[key]] = (both, seconds + outside)
+    return out
 
 
 def _one_call(entries: list[tuple[dict, float, list[dict]]]) -> list[tuple[dict, float, list[dict], list[dict]]]:
