@@ -222,8 +222,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     """What a dense embedding gradient costs: the table-sized gradient zeroed, accumulated into
     and copied, and the dense backward that writes it."""
     EMBEDDING_NODES = ("EmbeddingBackward0", "EmbeddingBagBackward0")
+    """The autograd nodes of an embedding lookup, whose dense backward writes a table-sized gradient."""
     EMBEDDING_FORWARD = frozenset({"aten::embedding", "aten::embedding_bag", "aten::_embedding_bag",
                                    "aten::_embedding_bag_forward_only"})
+    """The forward ops of a lookup: their lines call the embedding module (`self.items(ids)`)."""
     MIN_TABLE_ROWS = 100_000
     """A table this tall is touched in a small part by each batch: its dense gradient (every row
     zeroed, written and updated each step) is mostly zeros a sparse gradient skips."""

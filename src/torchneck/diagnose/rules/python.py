@@ -204,7 +204,7 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         (`reads_elements`): the fix is one read of all the values."""
         if symptom.kind == "dispatch_overhead":
             here = (cause.where[0].file, cause.where[0].line) if cause.where else None
-            issued_here = bool(symptom.where) and (symptom.where[0].file, symptom.where[0].line) == here
+            issued_here = any((w.file, w.line) == here for w in symptom.where)  # it may lead with its loop
             if not (issued_here and (asks_too_often(cause.evidence.get("calls_into") or "")
                                      or cause.evidence.get("reads_elements"))):
                 return None
