@@ -156,7 +156,8 @@ def average_precision(images):
 def test_the_line_driving_a_tiny_op_helper_is_named_and_its_python_folded(tmp_path):
     """The samples charged the listcomp calling the helper (line 11), not the helper's lines:
     the line, read from the source as calling `single_box_iou`, is the loop to vectorise, named
-    by dispatch_overhead and its Python folded under it."""
+    first by dispatch_overhead (then the helper's line issuing the ops) and its Python folded
+    under it."""
     src = tmp_path / "box_eval.py"
     src.write_text(BOX_EVAL)
     f = str(src)
@@ -165,8 +166,8 @@ def test_the_line_driving_a_tiny_op_helper_is_named_and_its_python_folded(tmp_pa
     by_line = [{"op": "aten::select", "file": f, "line": 5, "function": "single_box_iou", "self_us": 100_000.0}]
     found = _tiny_op_run(python_lines, by_line)
     assert [x.kind for x in found] == ["dispatch_overhead"], found
-    assert [(w.line, w.function) for w in found[0].where] == [(5, "single_box_iou"),
-                                                               (11, "average_precision.<locals>.<listcomp>")]
+    assert [(w.line, w.function) for w in found[0].where] == [(11, "average_precision.<locals>.<listcomp>"),
+                                                               (5, "single_box_iou")]
     assert [x.kind for x in found[0].symptoms] == ["python_hotspot"]
 
 

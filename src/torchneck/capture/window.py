@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import threading
 import time
-import types
 from pathlib import Path
 from typing import Any
 
 from ..sites import is_user_file
 from .autograd_probe import RememberedCall, builds_graph
+from .call_inputs import note_module_site
 from .dynamo_guard import is_compiling
 from .gzipped import gzip_copy, gzip_file
 from .kineto import Kineto
@@ -38,6 +37,8 @@ from .plan import (
     RSS_SETTLE_LOOP_S,
     RSS_SETTLE_S,
     STEP_SILENCE_S,
+    TICKS_KEPT,
+    TICKS_KEPT_WAITING,
     CaptureLog,
     ClockLog,
     MemoryProbe,
@@ -52,14 +53,6 @@ CLOCK_RANK = {"optimizer": 3, "dataloader": 2, "module": 1}
 LOOK_CALLS = 3
 """Top-level module calls the module hooks still see after a better clock began, before they go:
 a DataLoader's clock ticks before the first model call, and the autograd probe needs one."""
-TICKS_KEPT = 5_000
-"""The clock's times kept once the window is over (the start-up, the steps before, in and after
-it): enough for the steps' statistics. Later ticks are counted, not kept: a server calling its
-model once per request made 103,124 module-clock ticks in 12 s, which run.json and the report
-carried one by one; ten million would have held hundreds of MB."""
-TICKS_KEPT_WAITING = 200_000
-"""Before and during the window every tick is kept (its steps are the window's), up to this:
-a window that never begins (`--warmup` beyond the run's steps) holds 1.6 MB of times at most."""
 MODULE_SITES_KEPT = 20
 """Distinct lines calling a top-level module counted at most (a script calls its model from a few)."""
 
@@ -277,7 +270,7 @@ class ProfiledWindow:
         if self.capture.steady_from_ns is None or now < self.capture.steady_from_ns:
             self.capture.steady_from_ns = now
         if self.marks is not None:
-            self.marks.step(_tick_count(log))
+            self.marks.step(log.tick_count)
         self._busy = True
         try:
             self._lines.retry()
@@ -321,7 +314,7 @@ class ProfiledWindow:
 
     def _step_clock(self, now: int) -> None:
         opts, log, cap = self.options, self.log, self.capture
-        n = _tick_count(log)
+        n = log.tick_count
         if self.state == "recording" and cap.plan == "steps":
             recorded = n - (log.window_first_step or 0)
             if opts.duration is not None and self._elapsed_s(now) >= opts.duration:
@@ -388,7 +381,7 @@ class ProfiledWindow:
 
     def _begin_step_window(self) -> None:
         log = self.log
-        n = _tick_count(log)
+        n = log.tick_count
         why = (f"{log.kind} steps: {self.options.warmup} warm-up step(s) skipped, then "
                + (f"{self.options.duration:g} s" if self.options.duration else f"{self.options.steps} step(s)"))
         if self._start_recording("steps", why):
@@ -573,7 +566,7 @@ class ProfiledWindow:
             if builds_graph(output):
                 self.log.top_module_outputs_with_grad += 1
                 self.calls.remember(module, args, kwargs, time.perf_counter() - self._top_began)
-            self._note_module_site(self.log.top_module_sites, args, kwargs)
+            note_module_site(self.log, self.log.top_module_sites, args, kwargs, MODULE_SITES_KEPT)
             self._tick("module")
             self._look_calls -= 1
             if self.log.kind != "module" and self._look_calls <= 0:  # a better clock ticks: follow the model alone
@@ -598,22 +591,7 @@ class ProfiledWindow:
         if ident not in self._thread_ids and len(self._thread_ids) < MODULE_SITES_KEPT:
             self._thread_ids.add(ident)
             log.thread_module_threads = len(self._thread_ids)
-        self._note_module_site(log.thread_module_sites, args, kwargs)
-
-    def _note_module_site(self, sites: dict, args: tuple = (), kwargs: dict | None = None) -> None:
-        """Count the user's line that called a top-level module (a few µs a call): the line an
-        inference fix (`torch.inference_mode()`) goes around, or a batching fix changes, which
-        the trace cannot name; and the shape of the call's first tensor input (`site_inputs`)."""
-        frame: types.FrameType | None = sys._getframe(2)
-        while frame is not None and not is_user_file(frame.f_code.co_filename):
-            frame = frame.f_back
-        if frame is None:
-            return
-        code = frame.f_code
-        key = (code.co_filename, frame.f_lineno, getattr(code, "co_qualname", code.co_name))
-        if key in sites or len(sites) < MODULE_SITES_KEPT:
-            sites[key] = sites.get(key, 0) + 1
-            note_site_input(self.log.site_inputs, key, args, kwargs)
+        note_module_site(log, log.thread_module_sites, args, kwargs, MODULE_SITES_KEPT)
 
     def _remove_module_hooks(self) -> None:
         from torch.nn.modules import module as nn_module
@@ -708,42 +686,3 @@ def _on_cpu_share(samples: list) -> float | None:
     if len(first) > 3 and first[3] >= 0 and last[3] >= 0:
         wall -= last[3] - first[3]
     return (last[2] - first[2]) / wall if wall > 0 else None
-
-
-def _tick_count(log: ClockLog) -> int:
-    """Ticks of the clock so far, kept or only counted."""
-    return len(log.ticks) + log.ticks_dropped
-
-
-INPUTS_LOOKED_AT = 4
-"""The first positional and keyword arguments looked at for the call's tensor input."""
-
-
-def note_site_input(site_inputs: dict, key: tuple, args: tuple, kwargs: dict | None) -> None:
-    """Tally the first tensor input of a top-level module call made at `key`: [calls with a batch
-    of one (2+ dimensions, the first of size 1: `model(x[None])` per sample), calls whose input is
-    the previous call's grown by one along one dimension (a prefix fed again with one more token:
-    generation without a cache), the previous input's shape, the grown dimension's sizes summed
-    over those calls]. Never raises."""
-    import torch
-
-    try:
-        shape = None
-        for value in (*args[:INPUTS_LOOKED_AT], *list((kwargs or {}).values())[:INPUTS_LOOKED_AT]):
-            if isinstance(value, torch.Tensor):
-                shape = tuple(value.shape)
-                break
-        if shape is None:
-            return
-        tally = site_inputs.setdefault(key, [0, 0, None, 0])
-        if len(shape) >= 2 and shape[0] == 1:
-            tally[0] += 1
-        last = tally[2]
-        if last is not None and len(last) == len(shape):
-            grown = [(n, n - m) for n, m in zip(shape, last) if n != m]
-            if len(grown) == 1 and grown[0][1] == 1:
-                tally[1] += 1
-                tally[3] += grown[0][0]
-        tally[2] = shape
-    except Exception:
-        pass
