@@ -133,7 +133,7 @@ def test_sigterm_and_sigint_mid_run_report_with_the_script_status(tmp_path):
         assert proc.returncode == code
         report = read_report(run_dir)
         assert report["run"]["status"] == status and report["run"]["exit_code"] == code
-        assert report["capture"]["plan"] == "steps" and report["ranks"][0]["steps"]["count"] == 5
+        assert report["capture"]["plan"] == "steps" and report["ranks"][0]["steps"]["count"] >= 5
 
 
 def test_a_killed_run_is_reported_from_what_it_left(run_dir):
@@ -156,7 +156,7 @@ def test_a_killed_run_is_reported_from_what_it_left(run_dir):
     assert any("never finished" in w for w in report["warnings"])
     started = json.loads((run_dir / "run.json").read_text())["started_unix_ns"] / 1e9
     assert report["run"]["wall_s"] > traced - started + 1.0  # samples flushed at least every second
-    assert report["ranks"][0]["steps"]["count"] == 5
+    assert report["ranks"][0]["steps"]["count"] >= 5  # model calls: 0.1 s of them at least
     top = report["python"]["window"]["lines"][0]
     assert top["file"].endswith("forever.py") and top["line"] == 5
 

@@ -240,3 +240,12 @@ def test_an_unmeasured_problem_ranks_by_what_its_severity_stands_for():
         f.saving_s, f.saving_pct = f.time_lost_s, f.time_lost_pct
     assert [f.kind for f in rank_findings([small, anomaly, big])] == ["input_pipeline", "anomaly_detection",
                                                                       "python_hotspot"]
+
+
+def test_no_saving_exceeds_the_run():
+    """A finding measured over spans that outlast the window (two steps profiled) says more than
+    the whole run: its saving stops at the run's time, 100 %."""
+    f = Finding(kind="optimizer", title="", time_lost_s=1.2, time_lost_pct=124.0, fix="")
+    estimate_savings([f], facts(analysis=analysis(window_us=1_000_000.0), run_wall_s=10.0,
+                                phases={"phases": {"startup_s": 1.0}}))
+    assert f.saving_pct == 100.0 and f.saving_s == 10.0

@@ -62,6 +62,23 @@ def test_op_hotspot_names_the_dense_gradient_of_a_large_embedding_table(tmp_path
     assert f.evidence["dense_embedding_rows"] is None
 
 
+@fires("op_hotspot")
+def test_op_hotspot_names_a_solve_done_by_an_inverse(tmp_path):
+    """`inv(A) @ b`: torch inverts by an LU factorisation and a solve against the identity, then
+    multiplies; torch.linalg.solve does one factorisation and a substitution."""
+    src = tmp_path / "als.py"
+    src.write_text("import torch\ndef step(A, b):\n    return (torch.linalg.inv(A) @ b[..., None])[..., 0]\n"
+                   "def other(A, b):\n    return torch.linalg.inv(A)\n")
+    by_line = [{"op": "aten::linalg_lu_solve", "file": str(src), "line": 3, "function": "step", "self_us": 60_000.0}]
+    [f] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::linalg_lu_solve", 60_000.0)]),
+                                  ops_by_line=by_line))
+    assert f.evidence["inverse_at"] == 3 and f.evidence["avoidable"] and "torch.linalg.solve(A, b)" in f.fix
+    by_line[0]["line"] = 5  # an inverse kept for itself: the model's compute
+    [f] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::linalg_lu_solve", 60_000.0)]),
+                                  ops_by_line=by_line))
+    assert f.evidence["inverse_at"] is None and f.severity == "info"
+
+
 @silent("op_hotspot")
 def test_op_hotspot_silent_when_no_op_dominates():
     assert OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::addmm", 15_000.0)]))) == []  # 15 % < 20 %

@@ -161,3 +161,21 @@ def test_python_hotspot_one_finding_for_a_comprehension_and_its_statement(tmp_pa
     [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(comp, stmt)))
     assert f.title.startswith("batched() spends 40% of each step") and f.where[0].line == 3
     assert f.evidence["from_lists"] is True and "torch.from_numpy(np.stack(arrays))" in f.fix
+
+
+@fires("python_hotspot")
+def test_python_hotspot_a_helper_loading_the_model_per_chunk_is_changed_where_it_is_called(tmp_path):
+    """`model = load_model(path)` inside the loop over chunks: torch.load is the hot line, but the
+    helper also builds the model and initialises its weights (ops, not Python): everything under
+    the call goes when it is made once, and the call leads the finding."""
+    src = tmp_path / "infer.py"
+    src.write_text("import torch\ndef load_model(p):\n    m = Net()\n    m.load_state_dict(torch.load(p))\n"
+                   "    return m\nfor chunk in chunks:\n    model = load_model(ckpt)\n    model(chunk)\n")
+    hot = dict(_line(4, 0.3, 0.01, library="load (serialization.py)"), file=str(src), function="load_model",
+               callers=[{"file": str(src), "line": 7, "function": "<module>", "share": 1.0}])
+    python = _window(hot)
+    python["window"]["inclusive_lines"] = [{"file": str(src), "line": 7, "function": "<module>", "total_s": 0.7}]
+    [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=python))
+    assert f.evidence["called_at"] == 7 and [w.line for w in f.where][:2] == [7, 4]
+    assert abs(f.time_lost_s - 0.7) < 1e-9 and f.fix.startswith("Load the checkpoint")
+    assert f.title.startswith("load_model(), called at line 7, takes 70% of each step")

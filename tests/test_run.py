@@ -100,7 +100,7 @@ def test_timeout_stops_and_reports(run_dir):
     assert r.returncode == 124
     report = read_report(run_dir)
     assert report["run"]["status"] == "timeout"
-    assert report["ranks"][0]["steps"]["count"] == 5
+    assert report["ranks"][0]["steps"]["count"] >= 5
 
 
 def test_bottleneck_form(tmp_path):
@@ -327,7 +327,7 @@ def test_a_clock_ticking_at_every_model_call_keeps_a_bounded_record(run_dir):
     """30,000 model calls are 30,000 module-clock ticks: they are counted, and the times kept once
     the window is over stop at `TICKS_KEPT` (a server's 100,000 calls filled run.json and the
     report with every one)."""
-    from torchneck.capture.window import TICKS_KEPT
+    from torchneck.capture.plan import TICKS_KEPT
 
     r = torchneck("run", "--quiet", "--out", str(run_dir), str(SCRIPTS / "many_model_calls.py"))
     assert r.returncode == 0, r.stderr[-2000:]
@@ -337,3 +337,6 @@ def test_a_clock_ticking_at_every_model_call_keeps_a_bounded_record(run_dir):
     phases = read_report(run_dir)["run"]["phases"]
     assert phases["steps_seen"] == 29_999 and len(phases["step_s"]) == TICKS_KEPT - 1
     assert 0 < phases["steady_step_s"] < 0.01
+    # a window of model calls lasts 0.1 s at least (or up to a bound), not five calls of 50 µs
+    report = read_report(run_dir)
+    assert report["ranks"][0]["steps"]["count"] > 50 and "0.1 s at least" in report["capture"]["summary"]

@@ -53,6 +53,10 @@ CLOCK_RANK = {"optimizer": 3, "dataloader": 2, "module": 1}
 LOOK_CALLS = 3
 """Top-level module calls the module hooks still see after a better clock began, before they go:
 a DataLoader's clock ticks before the first model call, and the autograd probe needs one."""
+MODULE_WINDOW_MIN_S = 0.1
+"""A window of module-clock steps records at least this long: a model call is a step only for want
+of a better clock, and a server's per-request calls (0.1 ms) made five of them a window of half a
+millisecond, whose every figure one preempted op decided. The memory and time bounds still apply."""
 MODULE_SITES_KEPT = 20
 """Distinct lines calling a top-level module counted at most (a script calls its model from a few)."""
 
@@ -319,7 +323,8 @@ class ProfiledWindow:
             recorded = n - (log.window_first_step or 0)
             if opts.duration is not None and self._elapsed_s(now) >= opts.duration:
                 self.finish("duration")
-            elif opts.duration is None and recorded >= opts.steps:
+            elif opts.duration is None and recorded >= opts.steps and not (
+                    log.kind == "module" and self._elapsed_s(now) < MODULE_WINDOW_MIN_S):
                 self.finish("steps")
             else:
                 if recorded == 1:  # the first step holds the profiler's one-time buffers (~8 MB measured)
@@ -383,7 +388,8 @@ class ProfiledWindow:
         log = self.log
         n = log.tick_count
         why = (f"{log.kind} steps: {self.options.warmup} warm-up step(s) skipped, then "
-               + (f"{self.options.duration:g} s" if self.options.duration else f"{self.options.steps} step(s)"))
+               + (f"{self.options.duration:g} s" if self.options.duration else f"{self.options.steps} step(s)"
+                  + (f" and {MODULE_WINDOW_MIN_S:g} s at least" if log.kind == "module" else "")))
         if self._start_recording("steps", why):
             log.window_first_step = n
 

@@ -46,7 +46,10 @@ def estimate_savings(findings: list[Finding], facts: Facts) -> None:
             f.saving_pct = 100 * f.saving_s / wall
         else:
             f.saving_s, f.saving_pct = f.time_lost_s, f.time_lost_pct
-        f.saving_s, f.saving_pct = max(f.saving_s, 0.0), max(f.saving_pct, 0.0)
+        # never more than the horizon: a fix cannot save more time than the run (or window) took
+        horizon = wall if wall > 0 else window
+        f.saving_s = min(max(f.saving_s, 0.0), horizon) if horizon > 0 else max(f.saving_s, 0.0)
+        f.saving_pct = min(max(f.saving_pct, 0.0), 100.0)
 
 
 def _set_severity(f: Finding, share: float) -> None:

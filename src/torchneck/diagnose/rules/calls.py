@@ -65,6 +65,24 @@ def sampled_under(facts: Facts, file: str, line: int) -> float:
     return min(spent / total, 1.0)
 
 
+def in_ops_share_under(facts: Facts, file: str, line: int) -> float | None:
+    """Of the sampled time at `file:line` and the lines below it (those naming it as a caller),
+    the part inside torch ops; None when the samples were not aligned with the trace's ops. The
+    rest is Python (every module's `__call__`, hooks, the loop), which a batched call pays once."""
+    lines = ((facts.python or {}).get("window") or {}).get("lines", [])
+    total = inside = 0.0
+    for ln in lines:
+        here = (ln.get("file"), ln.get("line")) == (file, line)
+        below = any((c.get("file"), c.get("line")) == (file, line) for c in ln.get("callers") or [])
+        if not (here or below):
+            continue
+        if "outside_ops_s" not in ln:
+            return None
+        total += ln["total_s"]
+        inside += max(ln["total_s"] - ln["outside_ops_s"], 0.0)
+    return inside / total if total > 0 else None
+
+
 def arithmetic_share(facts: Facts) -> float:
     """Of the profiled window, the ops' self time beyond the trace's per-op floor a call: the
     work a batched or cached program still does per element (the rest is per-call overhead)."""
@@ -122,15 +140,16 @@ class UnbatchedCalls(_SiteRule):
     one line of the user's code takes a batch of one, many times, and the line repeats.
 
     Time lost: the sampled share of the steady state under that line (the calls and all below
-    them), less the arithmetic the batched call still does (the ops' time beyond the per-op
-    floor, as a share of the window)."""
+    them), less what the batched call still does: the part of it inside torch ops (sampled, so
+    neither the profiler nor the machine's load inflates it) times the ops' arithmetic share (their
+    time beyond the per-op floor over the window). The Python of every module call goes."""
 
     kind = "unbatched_calls"
     summary = "The model is called once per sample in a loop instead of once on a batch."
     docs = DOCS["tuning"]
     evidence_type = ModelCallsEvidence
-    saving_basis = ("the sampled time under the calling line, less the ops' arithmetic a batched call still does "
-                    "(their time beyond the per-op floor)")
+    saving_basis = ("the sampled time under the calling line, less its part inside torch ops times their "
+                    "arithmetic share (their time beyond the per-op floor): what a batched call still does")
     MIN_CALLS = 200
     """Fewer calls of one line are too few for their per-call overhead to add up."""
     MIN_SINGLE_SHARE = 0.9
@@ -149,12 +168,14 @@ class UnbatchedCalls(_SiteRule):
                 continue
             share = sampled_under(facts, site["file"], site["line"])
             work = arithmetic_share(facts)
-            saving = share * (1.0 - work)
+            in_ops = in_ops_share_under(facts, site["file"], site["line"])
+            kept = work if in_ops is None else in_ops * work
+            saving = share * (1.0 - kept)
             if saving < self.MIN_SHARE:
                 continue
             lost = saving * facts.window_s
             evidence = ModelCallsEvidence(calls=calls, matching_calls=single, calls_share=share, work_share=work,
-                                          share_kept=work)
+                                          share_kept=kept)
             where = Where(file=site["file"], line=int(site["line"]), function=site.get("function") or "")
             out.append(self.finding(
                 evidence, title=f"the model is called once per sample: {single:,} calls with a batch of one at this "

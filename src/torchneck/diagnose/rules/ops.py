@@ -11,15 +11,14 @@ from ...model.analysis import ConvBiasBn, OpRow
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
+from ..idioms import embedding_defined_at, inverse_then_multiply, sorted_then_sliced
 from ..masks import mask_group_by
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import (
     argument_origin,
     densified_at,
-    embedding_defined_at,
     in_loop,
     rebuilt_tensor,
-    sorted_then_sliced,
 )
 
 
@@ -46,6 +45,8 @@ class OpHotspotEvidence(Record):
     outside_window: bool = False
     """A line's time in torch ops, sampled over the steady state, that the profiled window missed
     (self_us is that time; the trace cannot say which op)."""
+    inverse_at: int | None = None
+    """The line that inverts a matrix to multiply by its inverse (`inv(A) @ b`): a solve."""
     top_k_by_sort: int | None = None
     """The line that sorts a whole tensor to keep its first elements (a top-k by a full sort)."""
     dense_embedding_rows: int | None = None
@@ -157,6 +158,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             lost = max(lost, self._mask_loop_us(facts, mask, hot) / 1e6)
         sliced = next((w for w in where if sorted_then_sliced(w.file, w.line)), None) \
             if top.name in self.SORT_OPS else None
+        inverse = next((w for w in where if inverse_then_multiply(w.file, w.line)), None) \
+            if top.name in self.INVERSE_OPS else None
         table = self._dense_embedding_grad(facts, top)
         paired = self._backward_of(facts, top, where) if grouped is None and dense is None and table is None else None
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
@@ -166,6 +169,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                densified_at=dense.line if dense else None,
                                grouped_by_mask=grouped[0].line if grouped else None,
                                top_k_by_sort=sliced.line if sliced else None,
+                               inverse_at=inverse.line if inverse else None,
                                dense_embedding_rows=table[0] if table else None,
                                embedding_at=table[1].line if table and table[1] else None)
         what = "" if avoidable else " (the model's compute: where the time goes, not a problem by itself)"
@@ -176,6 +180,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             forward, node, lines = paired
             what += f" in autograd's {node}: the backward of {forward} at line {lines[0].line}"
             where = lines + [w for w in where if (w.file, w.line) not in {(f.file, f.line) for f in lines}]
+        if inverse is not None:
+            ev.avoidable = avoidable = True
+            what = f": line {inverse.line} inverts a matrix to multiply by its inverse"
+            where = [inverse, *(w for w in where if (w.file, w.line) != (inverse.file, inverse.line))]
         if sliced is not None:
             what = f": line {sliced.line} sorts a whole tensor to keep its first elements"
             where = [sliced, *(w for w in where if (w.file, w.line) != (sliced.file, sliced.line))]
@@ -215,6 +223,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                 return tuple(Where(file=w.file, line=at, function=w.function) for at in found)  # type: ignore[return-value]
         return None
 
+    INVERSE_OPS = frozenset({"aten::linalg_inv", "aten::linalg_inv_ex", "aten::inverse", "aten::linalg_lu_solve",
+                             "aten::linalg_lu_factor_ex", "aten::linalg_solve_ex", "aten::bmm", "aten::matmul"})
+    """Ops of an inversion (torch inverts by an LU factorisation and a solve against the identity)
+    and of the product with the inverse."""
     SORT_OPS = frozenset({"aten::sort", "aten::argsort", "aten::msort"})
     """Ops of a full sort, which a top-k by sorting runs."""
     EMBEDDING_GRAD_OPS = frozenset({"aten::fill_", "aten::zero_", "aten::add_", "aten::_embedding_bag_dense_backward",
@@ -308,6 +320,11 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                     "mark its loop's steps, to see its ops). If its result needs less than its ops compute, use "
                     "a cheaper op (e.g. topk instead of a full sort) or reduce their input; else it is the "
                     "program's work.")
+        if evidence.inverse_at is not None:
+            return (f"Line {evidence.inverse_at} inverts a matrix only to multiply by the inverse: solve instead, "
+                    "torch.linalg.solve(A, b) (or torch.cholesky_solve for a symmetric positive definite A, "
+                    "torch.linalg.lstsq when it is not square): one factorisation and a substitution, faster and "
+                    "more accurate than inv(A) @ b.")
         if evidence.top_k_by_sort is not None:
             return (f"Line {evidence.top_k_by_sort} sorts the whole tensor to keep its first elements: torch.topk(x, "
                     "k, dim, largest=...) (indices: .indices) finds them without ordering the rest (or "

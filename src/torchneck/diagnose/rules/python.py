@@ -7,8 +7,9 @@ import ast
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
+from ..idioms import tensor_from_lists
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import LOOPS, enclosing, in_loop, names_in, tensor_from_lists
+from ..source import LOOPS, call_name, enclosing, in_loop, names_in, walk_own
 
 
 def _runs_the_model(callee: str, files: tuple[str, ...]) -> bool:
@@ -22,6 +23,9 @@ REPEATED_WORK_FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("deepcopy",), "Copy the model once, outside the loop, and update the copy in place (e.g. an EMA with "
                     "torch._foreach_lerp_ or p.copy_()); a deepcopy per step or request copies every parameter "
                     "and buffer and rebuilds every module."),
+    (("load (serialization.py)", "_load (serialization.py)", "load_state_dict", "Unpickler"),
+     "Load the checkpoint (and build the model) once, outside the loop, and reuse it: each load builds every "
+     "module, initialises its weights and reads every tensor of the file again."),
     (("serialization.py", "pickle", "Pickler"),
      "Serialise less often: save checkpoints every N steps or minutes (and at the end), or hand a copy of "
      "the state to a background thread; writing the whole state every step costs more than the step."),
@@ -82,6 +86,9 @@ class PythonHotspotEvidence(Record):
     """Most of the time is waiting, not computing: the fix is to overlap, not to vectorise."""
     reads_elements: bool = False
     """The line reads tensor elements into Python one at a time (`.item()` in a loop)."""
+    called_at: int | None = None
+    """The line calling the helper that does only this work (`model = load_model(path)`), whose
+    whole time the fix saves: the place to change."""
     from_lists: bool = False
     """The line builds a tensor from nested Python lists it makes (`torch.tensor([[...] for ...])`)."""
 
@@ -108,7 +115,7 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
     saving_basis = ("the line's sampled time outside torch ops (its share of the steps, over the run); its whole "
                     "time, ops included, when the fix removes the call (work asked too often, elements read one "
                     "at a time)")
-    explains = ("gpu_idle", "launch_bound", "dispatch_overhead")
+    explains = ("gpu_idle", "launch_bound", "dispatch_overhead", "op_hotspot")
     MIN_SHARE = 0.10
     """A line whose work outside torch ops (its own Python, NumPy, other libraries) takes 10 % of
     the steady state is worth moving into tensor ops; below that it is noise next to the ops."""
@@ -174,6 +181,10 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
             removed = outside
             if not ev.waits and (asks_too_often(callee) or ev.reads_elements):
                 removed = max(outside, sum(ln["total_s"] for ln in [*lines, *body]))  # the call's ops go too
+            if not ev.waits and asks_too_often(callee):  # a helper that only does that work (a load_model()):
+                below = _helper_call_s(facts, line)  # calling it less saves all below its call
+                if below > removed:
+                    removed, ev.called_at = below, int(line["callers"][0]["line"])
             lost = removed / total * facts.window_s
             library = callee.split(" (")[0]
             if ev.waits:
@@ -184,12 +195,16 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 what = f"in {library}" if callee and (ev.self_python_s < 0.5 * outside or asks_too_often(callee)) \
                     else "in Python"
                 title = f"{line['function']}() spends {100 * share:.0f}% of each step {what}, outside torch ops"
+            if ev.called_at:
+                title = (f"{line['function']}(), called at line {ev.called_at}, takes {100 * removed / total:.0f}% of "
+                         f"each step" + (f" (in {library})" if library else ""))
             if body:
                 title += f" (the loop at line {line['line']} and its body)"
             callers = line.get("callers") or []  # one call path carries the line's time: the fix may go there
             if helper and callers:
                 title += f" (lines {', '.join(str(ln['line']) for ln in lines)}, called at line {callers[0]['line']})"
-            where = where_of([line, *helper, *body, *callers])
+            where = where_of([*callers[:1], line, *helper, *body, *callers[1:]] if ev.called_at
+                             else [line, *helper, *body, *callers])
             if asks_too_often(callee):  # done too often: the condition that says how often is the place
                 where = _with_guard(where)
             out.append(self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost), where=where,
@@ -202,6 +217,16 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         tensor every step, a deep copy, a checkpoint: `asks_too_often`) are that call's cost: the
         fix is to call it less, not to vectorise the ops. So are a loop's element reads
         (`reads_elements`): the fix is one read of all the values."""
+        if symptom.kind == "op_hotspot":  # ops run below a helper call that the fix makes rarer
+            at = cause.evidence.get("called_at")
+            if at is None or not cause.where or not symptom.where:
+                return None
+            site = (cause.where[0].file, at)
+            hot = (symptom.where[0].file, symptom.where[0].line)
+            lines = ((facts.python or {}).get("window") or {}).get("lines", [])
+            under = any((ln["file"], ln["line"]) == hot and any((c.get("file"), c.get("line")) == site
+                                                                for c in ln.get("callers") or []) for ln in lines)
+            return Explanation(symptom.time_lost_s) if under else None
         if symptom.kind == "dispatch_overhead":
             here = (cause.where[0].file, cause.where[0].line) if cause.where else None
             issued_here = any((w.file, w.line) == here for w in symptom.where)  # it may lead with its loop
@@ -230,6 +255,32 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         return ("Do this work with torch ops on the tensors you already have (e.g. torch.nonzero / "
                 "torch.where instead of a NumPy round trip, vectorised ops instead of Python loops), "
                 "or move it out of the step.")
+
+
+def _helper_call_s(facts: Facts, line: dict) -> float:
+    """The sampled time under the line that calls the hot line's function, when that statement
+    runs in a loop and calls nothing else (`model = load_model(path)` per chunk): everything the
+    helper does (building the model, initialising its weights, reading the file) goes when it is
+    called less often. 0 when the caller does more, runs once, or is unknown."""
+    callers = line.get("callers") or []
+    function = (line.get("function") or "").rsplit(".", 1)[-1]
+    if not callers or not function or function.startswith("<"):
+        return 0.0
+    caller = callers[0]
+    if not in_loop(caller["file"], caller["line"]) or in_loop(line["file"], line["line"]):
+        return 0.0  # called once (a main()), or the helper loops itself: its caller is not the repetition
+    found = enclosing(caller["file"], caller["line"])
+    calls = [n for n in walk_own(found[-1]) if isinstance(n, ast.Call)] if found else []
+    if not calls or any(call_name(c) != function for c in calls if not _is_argument_call(c, calls)):
+        return 0.0
+    inclusive = ((facts.python or {}).get("window") or {}).get("inclusive_lines") or []
+    return sum(ln["total_s"] for ln in inclusive if (ln["file"], ln["line"]) == (caller["file"], caller["line"]))
+
+
+def _is_argument_call(call: ast.Call, calls: list[ast.Call]) -> bool:
+    """`call` is an argument of another call of the statement (`load_model(path(x))`'s `path`)."""
+    return any(call is not other and any(call is n for a in [*other.args, *(k.value for k in other.keywords)]
+                                         for n in ast.walk(a)) for other in calls)
 
 
 def _one_place(hot: list[tuple[dict, float]]) -> list[tuple[dict, float]]:

@@ -129,8 +129,10 @@ class OptimizerEvidence(Record):
 
 
 def _steps_optimizer(callee: str) -> bool:
-    """Whether a sampled line's callee ("function (file.py)") is the optimizer's step."""
-    return ("Optimizer." in callee or "(optimizer.py)" in callee) and "zero_grad" not in callee
+    """Whether a sampled line's callee ("function (file.py)") is the optimizer's step, or the
+    wrapper an LR scheduler puts around it (`patch_track_step_called`)."""
+    return ("Optimizer." in callee or "(optimizer.py)" in callee
+            or "patch_track_step_called" in callee) and "zero_grad" not in callee
 
 
 STEP_LINES_READ = 8
@@ -203,6 +205,7 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
         sampled = _sampled_share(facts, _steps_optimizer)
         if sampled is None:
             sampled = _step_lines_share(facts)
+        step_s = min(step_s, facts.window_s)  # spans that outlast the window (two steps profiled) stop at it
         if sampled is not None:
             # An annotation span can outlast the step it labels (closed late in the trace: two SGD
             # steps over two tensors "took" 87 % of a window); the sampled time of the lines that
