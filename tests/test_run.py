@@ -340,3 +340,29 @@ def test_a_clock_ticking_at_every_model_call_keeps_a_bounded_record(run_dir):
     # a window of model calls lasts 0.1 s at least (or up to a bound), not five calls of 50 µs
     report = read_report(run_dir)
     assert report["ranks"][0]["steps"]["count"] > 50 and "0.1 s at least" in report["capture"]["summary"]
+
+
+def test_a_loop_s_closing_jump_is_charged_to_the_loop_not_the_def_line(run_dir):
+    """CPython hands the GIL to the sampler's thread at a loop's closing jump, which has no line of
+    its own: its samples were charged to the method's `def` line (its first line). They go to the
+    loop's `for`, and the loop of tiny ops is found there."""
+    from torchneck.capture.sampler import line_of_offset
+
+    def loop(xs):
+        total = 0
+        for x in xs:
+            total += x
+        return total
+
+    jumps = [i for i in __import__("dis").get_instructions(loop) if "JUMP" in i.opname and (i.argval or 0) < i.offset]
+    assert jumps and line_of_offset(loop.__code__, jumps[-1].offset) == loop.__code__.co_firstlineno + 2
+    script = SCRIPTS / "method_loop_updates.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = read_report(run_dir)
+    spent = {ln["line"]: ln["total_s"] for ln in report["python"]["window"]["lines"]
+             if ln["function"] == "Tracker.update"}
+    assert max(spent, key=spent.get) == planted_line(script)
+    assert spent.get(planted_line(script) - 1, 0.0) < 0.2 * spent[planted_line(script)]  # the call's entry only
+    top = report["findings"][0]
+    assert top["where"][0]["line"] == planted_line(script), top

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dis
 import json
 import os
 import signal
@@ -83,6 +84,33 @@ PARTIAL_NAME = "samples.partial.jsonl"
 _BUSY_MARKS = ("<frozen importlib", "torch/_dynamo/convert_frame.py", "torch/_inductor/")
 """A stack with one of these files is start-up work (importing, compiling), not a steady state."""
 
+
+
+def line_of_offset(code, offset: int) -> int | None:
+    """The line an instruction without one of its own belongs to. A loop's closing jump back
+    (JUMP_BACKWARD, where CPython checks for signals and hands the GIL to other threads: the
+    sampler finds a pure-Python loop there most of the time) has no line: it is the loop's, the
+    line of the `for`/`while` it jumps to. Another such instruction belongs to the line before
+    it. None when neither is found (the caller then uses the function's first line)."""
+    try:
+        instructions = list(dis.get_instructions(code))
+    except Exception:
+        return None
+    lines = {}
+    last = None
+    for ins in instructions:
+        line = getattr(ins, "positions", None) and ins.positions.lineno or ins.starts_line
+        if line:
+            last = line
+        lines[ins.offset] = (line, last)
+    for ins in instructions:
+        if ins.offset == offset:
+            if "JUMP_BACKWARD" in ins.opname or ins.opname == "JUMP_ABSOLUTE" and (ins.argval or 0) < offset:
+                target = lines.get(ins.argval)
+                if target is not None and (target[0] or target[1]):
+                    return target[0] or target[1]
+            return lines[offset][0] or lines[offset][1]
+    return None
 
 class StackSampler:
     """Samples the stack of the calling thread until `stop()`."""
@@ -306,7 +334,8 @@ class StackSampler:
             fid = at_offset.get(key)
             if fid is None:
                 codes[key[0]] = code
-                line_key = (key[0], frame.f_lineno)
+                line = frame.f_lineno
+                line_key = (key[0], line if line is not None and line > 0 else line_of_offset(code, key[1]))
                 fid = frame_ids.get(line_key)
                 if fid is None:
                     fid = frame_ids[line_key] = len(self.frames)
