@@ -304,3 +304,14 @@ def test_model_calls_in_worker_threads_are_counted_and_their_grad_mode_named(run
     assert json.loads((fixed / "run.json").read_text())["clock"]["thread_module_outputs_with_grad"] == 0
     assert "autograd_in_inference" not in [f["kind"] for f in read_report(fixed)["findings"]]
 
+
+
+def test_a_window_whose_first_step_is_already_far_over_the_memory_bound_keeps_that_step(run_dir):
+    """One C++ call running hundreds of thousands of internal ops (torch.unique over an edge list's
+    columns) records far more than the bound in one step: the window stops at that step's end
+    instead of recording a second (the profiler then took a minute to process them)."""
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(SCRIPTS / "many_internal_ops.py"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = read_report(run_dir)
+    assert report["capture"]["window"]["stopped_by"] == "memory_bound"
+    assert report["ranks"][0]["steps"]["count"] == 1

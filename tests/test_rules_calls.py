@@ -6,7 +6,7 @@ import json
 from conftest import SCRIPTS, planted_line, read_report, torchneck
 from rule_cases import analysis, facts, fires, silent
 
-from torchneck.diagnose.rules.calls import UnbatchedCalls, UncachedGeneration, sampled_under
+from torchneck.diagnose.rules.calls import RepeatedCall, UnbatchedCalls, UncachedGeneration, sampled_under
 from torchneck.model.analysis import OpRow
 
 SERVER = '''import torch
@@ -109,3 +109,37 @@ def test_a_server_calling_its_model_per_request_and_a_generation_loop_are_found(
     assert r.returncode == 0, r.stderr[-2000:]
     top = read_report(tmp_path / "gen")["findings"][0]
     assert top["kind"] == "uncached_generation" and top["where"][0]["line"] == planted_line(script)
+
+
+@fires("repeated_call")
+def test_repeated_call_names_the_line_passing_the_same_input_again():
+    """The corpus tensor, unchanged, is encoded at every request: the line passing it (the
+    caller of the helper holding the model call) is where its embeddings can be kept."""
+    origin = {"file": "/x/search.py", "line": 63, "function": "Service.search", "calls": 39}
+    clock = {"kind": "module", "top_module_sites": [_site("/x/search.py", 55, "Service.embed", 80, repeated=39,
+                                                         repeated_from=[origin])]}
+    [f] = RepeatedCall().check(facts(analysis=_ops(1_000.0), python=_python("/x/search.py", 63, 0.85), clock=clock))
+    assert [w.line for w in f.where] == [63, 55] and "39 model calls" in f.title
+    assert abs(f.time_lost_pct - 85.0) < 1e-9 and "Compute it once" in f.fix
+
+
+@silent("repeated_call")
+def test_repeated_call_silent_when_training_or_rare():
+    origin = {"file": "/x/t.py", "line": 9, "function": "f", "calls": 50}
+    site = _site("/x/t.py", 5, "f", 100, repeated=50, repeated_from=[origin])
+    python = _python("/x/t.py", 9, 0.8)
+    training = {"kind": "optimizer", "top_module_sites": [site]}  # the weights change between calls
+    assert RepeatedCall().check(facts(analysis=_ops(1.0), python=python, clock=training)) == []
+    rare = {"kind": "module", "top_module_sites": [dict(site, repeated=3)]}
+    assert RepeatedCall().check(facts(analysis=_ops(1.0), python=python, clock=rare)) == []
+
+
+def test_a_corpus_encoded_again_for_every_query_is_found(run_dir):
+    """A real run: the module hook sees the same corpus tensor, unchanged, at every query."""
+    script = SCRIPTS / "repeated_corpus.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    top = read_report(run_dir)["findings"][0]
+    assert top["kind"] == "repeated_call" and top["where"][0]["line"] == planted_line(script), top
+    [site] = json.loads((run_dir / "run.json").read_text())["clock"]["top_module_sites"]
+    assert site["repeated"] >= 50 and site["repeated_from"][0]["line"] == planted_line(script)

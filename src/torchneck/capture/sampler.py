@@ -99,7 +99,9 @@ def line_of_offset(code, offset: int) -> int | None:
     lines = {}
     last = None
     for ins in instructions:
-        line = getattr(ins, "positions", None) and ins.positions.lineno or ins.starts_line
+        positions = getattr(ins, "positions", None)  # Python 3.11+; starts_line (an int) before
+        started = ins.starts_line if type(ins.starts_line) is int else None  # a bool from 3.13 on
+        line = getattr(positions, "lineno", None) if positions is not None else started
         if line:
             last = line
         lines[ins.offset] = (line, last)
@@ -335,7 +337,7 @@ class StackSampler:
             if fid is None:
                 codes[key[0]] = code
                 line = frame.f_lineno
-                line_key = (key[0], line if line is not None and line > 0 else line_of_offset(code, key[1]))
+                line_key = (key[0], line if line is not None and line > 0 else line_of_offset(code, key[1]) or 0)
                 fid = frame_ids.get(line_key)
                 if fid is None:
                     fid = frame_ids[line_key] = len(self.frames)

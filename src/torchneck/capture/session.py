@@ -336,14 +336,12 @@ class CaptureSession:
 
 def _sites(counted: dict, inputs: dict) -> list[dict]:
     """The module-call lines the capture counted, most calls first, with their inputs' tallies
-    (window.note_site_input): calls with a batch of one, calls whose input grew by one and the
-    mean length it grew to."""
+    (call_inputs.SiteInputs)."""
     out = []
     for key, n in sorted(counted.items(), key=lambda kv: -kv[1]):
-        single, grown, _, grown_len = inputs.get(key) or (0, 0, None, 0)
+        tally = inputs.get(key)
         out.append({"file": key[0], "line": key[1], "function": key[2], "calls": n,
-                    "batch_of_one": single, "grew_by_one": grown,
-                    "grown_mean_len": round(grown_len / grown, 1) if grown else None})
+                    **(tally.to_json() if tally is not None else {})})
     return out
 
 

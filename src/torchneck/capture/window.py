@@ -64,6 +64,11 @@ MARKED_CALLS_PER_MB = 900
 """Torch calls the line marker wraps per MB the window records: each records its span, its op
 and often the op's child (measured: 98,385 events in 36 MB, ~2,700 events a MB, on a step of
 per-element `.item()` reads). Between two ticks the marked calls stand in for memory."""
+ONE_STEP_FACTOR = 6.0
+"""A window keeps `MIN_STEPS` steps, unless its first step alone passed 6x the memory bound (the
+profiler's one-time buffers, ~8 MB, are in it): one step of a graph network whose
+`torch.unique(dim=1)` runs a million internal ops recorded 850 MB of events, and the second
+doubled the profiler's 52 s of processing."""
 MID_STEP_FACTOR = 2.0
 """A step window is cut at a step boundary when it passes its time or memory bound; between two
 ticks only when it passes twice the time bound (one step longer than the whole budget), or twice
@@ -329,6 +334,10 @@ class ProfiledWindow:
             else:
                 if recorded == 1:  # the first step holds the profiler's one-time buffers (~8 MB measured)
                     self._bound_base = self._rss.settled(0.0)
+                    if not self.options.all and self._recorded_bytes(0.0) >= \
+                            ONE_STEP_FACTOR * self.options.max_window_mb * (1 << 20):
+                        self.finish("memory_bound")  # one step is already far too many events
+                        return
                 bound = None if recorded < MIN_STEPS else self._over_bounds(now, settle_s=0.0)  # a step
                 if bound:  # boundary: the step's own tensors are freed
                     self.finish(bound)

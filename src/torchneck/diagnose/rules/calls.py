@@ -242,3 +242,56 @@ class UncachedGeneration(_SiteRule):
         return ("Keep a key/value cache and feed only the new token each call (Hugging Face: use_cache=True and "
                 "past_key_values, or model.generate(); your own attention: append each step's keys and values to a "
                 "preallocated cache); re-running the whole prefix makes generation quadratic in its length.")
+
+
+@register
+class RepeatedCall(_SiteRule):
+    """The model is called again on the very tensor it was given before, unchanged (a corpus
+    encoded again at every request, a constant batch scored every step) in a program that does
+    not train: the output is the same every time, and could be computed once and kept. Seen by
+    the capture's module hooks (the same tensor object with the same version counter as a recent
+    call's input, at the same line), which also note the line that called from there: where the
+    constant input comes from, and where the result can be kept.
+
+    Time lost: the sampled share of the steady state under that calling line (every call there
+    but the first goes)."""
+
+    kind = "repeated_call"
+    summary = "The model is called again and again on the same unchanged input (compute it once, keep it)."
+    docs = DOCS["tuning"]
+    evidence_type = ModelCallsEvidence
+    saving_basis = "the sampled time under the line that passes the unchanged input again"
+    MIN_REPEATS = 10
+    """Fewer repeats are a warm-up or a check, not a loop recomputing a constant."""
+    MIN_SHARE = 0.10
+    """What keeping the result would save must be a tenth of the steady state to be worth it."""
+
+    def check(self, facts: Facts) -> list[Finding]:
+        if (facts.clock or {}).get("kind") == "optimizer" or (facts.analysis and facts.analysis.ops.training_ops):
+            return []  # training: the weights change between two calls on the same input
+        out = []
+        for site in model_call_sites(facts):
+            repeated = site.get("repeated") or 0
+            origins = site.get("repeated_from") or []
+            if repeated < self.MIN_REPEATS:
+                continue
+            origin = origins[0] if origins else site
+            share = sampled_under(facts, origin["file"], int(origin["line"]))
+            if share < self.MIN_SHARE:
+                continue
+            lost = share * facts.window_s
+            evidence = ModelCallsEvidence(calls=site.get("calls") or 0, matching_calls=repeated, calls_share=share,
+                                          work_share=arithmetic_share(facts))
+            where = [Where(file=origin["file"], line=int(origin["line"]), function=origin.get("function") or "")]
+            if (site["file"], site["line"]) != (where[0].file, where[0].line):
+                where.append(Where(file=site["file"], line=int(site["line"]), function=site.get("function") or ""))
+            out.append(self.finding(
+                evidence, title=f"{repeated:,} model calls are given again an input they had before, unchanged: "
+                                f"{100 * share:.0f}% of the time recomputes the same output",
+                lost_s=lost, pct=facts.pct(lost), where=where))
+        return out[:1]
+
+    def fix(self, evidence: ModelCallsEvidence) -> str:
+        return ("Compute it once and keep the result (in __init__, or cached by the input), then reuse it: the "
+                "same input through the same weights gives the same output every call. Recompute only when the "
+                "input or the model changes.")
