@@ -243,6 +243,19 @@ def test_float64_points_at_the_lines_that_ran_those_ops():
     assert f.time_lost_s == 0.015 and f.where[0].line == 14 and "float32" in f.fix  # half of 30 ms
 
 
+@fires("dtype_float64")
+def test_float64_names_the_module_constant_passed_as_dtype(tmp_path):
+    """`DTYPE = torch.float32 if fast else torch.float64` and `dtype=DTYPE` everywhere: that one
+    line decides the precision, so it leads, before the lines running float64 ops."""
+    src = tmp_path / "mc.py"
+    src.write_text("import torch\nDTYPE = torch.float32 if fast else torch.float64\n"
+                   "def sim(n):\n    z = torch.randn(n, 4, dtype=DTYPE)\n    return z @ z.T\n")
+    f64 = Float64Ops(recorded=True, self_us=30_000.0, count=20, ops=[_op("aten::mm", 30_000.0)],
+                     where=[CodeSite(file=str(src), line=5, function="sim", time_us=30_000.0, count=20)])
+    [f] = DtypeFloat64().check(facts(analysis=analysis(float64=f64)))
+    assert [w.line for w in f.where] == [2, 5]
+
+
 @silent("dtype_float64")
 def test_float64_silent_when_not_recorded_or_small():
     assert DtypeFloat64().check(facts(analysis=analysis(float64=Float64Ops(recorded=False)))) == []

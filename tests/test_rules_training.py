@@ -394,6 +394,25 @@ def test_input_pipeline_names_the_dataset_line_that_calls_the_slow_helper():
     assert [w.line for w in f.where] == [35, 33, 32]
 
 
+@fires("input_pipeline")
+def test_input_pipeline_names_a_dataloader_built_in_the_epoch_loop(tmp_path):
+    """`loader = DataLoader(..., num_workers=2)` inside the epoch loop: every epoch starts new
+    workers; the line building it leads, and the fix builds it once with persistent workers."""
+    src = tmp_path / "fit.py"
+    src.write_text("for epoch in range(75):\n    loader = DataLoader(ds, num_workers=2)\n    for x, y in loader:\n"
+                   "        step(x, y)\n")
+    a = analysis()
+    a.steps.breakdown_total_us = {"dataloader": 40_000.0, "cpu_exec": 60_000.0}
+    lines = [{"file": str(src), "line": 3, "function": "<module>", "total_s": 2.0,
+              "library": "_MultiProcessingDataLoaderIter.__init__ (dataloader.py)",
+              "callers": []},
+             {"file": str(src), "line": 2, "function": "<module>", "total_s": 0.5, "library": ""}]
+    python = {"window": {"sampled_s": 5.0, "lines": []}, "loading": {"sampled_s": 2.5, "lines": lines}}
+    [f] = InputPipeline().check(facts(analysis=a, python=python))
+    assert f.evidence["made_in_loop"] == 2 and f.where[0].line == 2
+    assert f.fix.startswith("Create the DataLoader once") and "persistent_workers=True" in f.fix
+
+
 @silent("input_pipeline")
 def test_input_pipeline_silent_when_the_loader_keeps_up():
     a = analysis()

@@ -100,3 +100,32 @@ def embedding_defined_at(file: str, line: int) -> int | None:
                 and any(ast.unparse(t) in called for t in node.targets):
             return node.lineno
     return None
+
+
+FLOAT64_NAMES = frozenset({"float64", "double"})
+"""torch's names of the float64 dtype (`torch.float64`, `torch.double`)."""
+
+
+def float64_dtype_constant(file: str) -> int | None:
+    """The line of a module-level name bound to float64 (`DTYPE = torch.float64`, or a choice that
+    can be it) that the file passes as a dtype (`dtype=DTYPE`): one line decides the precision of
+    everything made with it.
+    None when there is none, or the source is unreadable."""
+    tree = _tree(file)
+    if tree is None:
+        return None
+    bound = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and any(  # `torch.float64`, or a choice of it (`... if x else ...`)
+                isinstance(n, ast.Attribute) and n.attr in FLOAT64_NAMES and ast.unparse(n.value) == "torch"
+                for n in ast.walk(stmt.value)):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    bound[target.id] = stmt.lineno
+    if not bound:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "dtype" and isinstance(node.value, ast.Name) \
+                and node.value.id in bound:
+            return bound[node.value.id]
+    return None

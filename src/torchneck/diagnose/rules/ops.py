@@ -11,7 +11,7 @@ from ...model.analysis import ConvBiasBn, OpRow
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
-from ..idioms import embedding_defined_at, inverse_then_multiply, sorted_then_sliced
+from ..idioms import embedding_defined_at, float64_dtype_constant, inverse_then_multiply, sorted_then_sliced
 from ..masks import mask_group_by
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import (
@@ -486,6 +486,10 @@ class DtypeFloat64(Rule[Float64Evidence]):
             made = argument_origin(w.file, w.line, "from_numpy")
             entered += [Where(file=w.file, line=made, function=w.function)] if made else []
             entered.append(w)
+        for file in dict.fromkeys(w.file for w in ran):  # `DTYPE = torch.float64` passed as dtype=DTYPE
+            chosen = float64_dtype_constant(file)
+            if chosen is not None and all((w.file, w.line) != (file, chosen) for w in entered):
+                entered.insert(0, Where(file=file, line=chosen, function="<module>"))
         at = {(w.file, w.line) for w in entered}
         where = entered + [w for w in ran if (w.file, w.line) not in at]
         return [self.finding(Float64Evidence(float64_self_s=s, ops=f.ops[:5], where=f.where, sources=sources),

@@ -23,6 +23,8 @@ class InputPipelineEvidence(Record):
     sampled_share: float | None = None
     """The share of the whole sampled steady state spent inside DataLoader iteration, when the
     Python sampler ran (it counts every step, not the profiled few)."""
+    made_in_loop: int | None = None
+    """A line that builds the DataLoader inside a loop (a new loader, and its workers, every epoch)."""
     loader_call: str = ""
     """What the main loading line spends its time in (the sampler's callee), e.g. an iterator's
     `__init__` or `__del__`: iterators made and torn down, not batches loaded."""
@@ -76,9 +78,13 @@ class InputPipeline(Rule[InputPipelineEvidence]):
         lines = loading.get("lines", [])
         ev = InputPipelineEvidence(dataloader_s=dl, window_s=facts.window_s, sampled_share=sampled_share,
                                    loader_call=(lines[0].get("library") or "") if lines else "")
+        where = facts.with_callers(where_of(lines[: self.LINES_SHOWN]), "loading")
+        made = next((w for w in where if _builds_loader_in_loop(w)), None)
+        if made is not None:  # a loader (and its workers) made every epoch: that line is the fix
+            ev.made_in_loop = made.line
+            where = [made, *(w for w in where if w is not made)]
         return [self.finding(ev, title=f"Waiting for the DataLoader takes {100 * share:.0f}% of each step",
-                             lost_s=lost, pct=facts.pct(lost),
-                             where=facts.with_callers(where_of(lines[: self.LINES_SHOWN]), "loading"),
+                             lost_s=lost, pct=facts.pct(lost), where=where,
                              ops=[n.name for n in a.ops.annotations if "DataLoader" in n.name][:2])]
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
@@ -91,6 +97,10 @@ class InputPipeline(Rule[InputPipelineEvidence]):
         return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
     def fix(self, evidence: InputPipelineEvidence) -> str:
+        if evidence.made_in_loop is not None:
+            return (f"Create the DataLoader once, before the loop (line {evidence.made_in_loop} builds a new one, and "
+                    "starts its workers, every pass), with persistent_workers=True so its workers live across "
+                    "epochs; a few batches per pass cannot pay for starting workers each time.")
         function = evidence.loader_call.split(" (")[0]
         if "DataLoader" in function and function.endswith(self.ITERATOR_CHURN):
             return ("Create the DataLoader iterator once per pass (`for batch in loader`, or keep "
@@ -98,6 +108,13 @@ class InputPipeline(Rule[InputPipelineEvidence]):
                     "drops the batches they prefetched; more workers make it worse.")
         return ("Load data in parallel: DataLoader(num_workers=N, persistent_workers=True, "
                 "pin_memory=True on GPU); move per-sample Python work into the workers.")
+
+
+def _builds_loader_in_loop(line: Where) -> bool:
+    """The statement at `line` constructs a DataLoader inside a `for`/`while` of its function."""
+    found = enclosing(line.file, line.line)
+    return bool(found) and any(isinstance(s, LOOPS) and s.lineno != line.line for s in found) and any(
+        isinstance(n, ast.Call) and call_name(n) == "DataLoader" for n in walk_own(found[-1]))
 
 
 def _sampled_share(facts: Facts, calls: Callable[[str], bool]) -> float | None:
