@@ -223,3 +223,17 @@ def test_thread_probe_times_each_kind_of_op_at_two_sizes_and_leaves_grad_mode_al
     for ladder in p["kinds"].values():
         assert [e["size"] for e in ladder] == list(SIZES) and all(e["seconds_at_cores"] > 0 for e in ladder)
     assert p["slowdown"] == p["kinds"]["matmul"][-1]["slowdown"]
+
+
+def test_anomaly_detection_explains_the_per_op_overhead_measured_while_it_is_on():
+    """A Trainer that leaves anomaly mode on: the tiny-op loop's overhead holds the stack captures
+    made inside its forward ops and the NaN checks after each backward node."""
+    from torchneck.model.findings import Finding
+
+    cause = Finding(kind="anomaly_detection", title="", time_lost_s=0.05, time_lost_pct=50.0, fix="",
+                    evidence={"stack_capture_share": 0.45, "nan_check_share": 0.05})
+    tiny = Finding(kind="dispatch_overhead", title="", time_lost_s=0.035, time_lost_pct=35.0, fix="")
+    why = AnomalyDetection().explained(cause, tiny, facts(analysis=analysis(window_us=100_000.0)))
+    assert why is not None and abs(why.seconds - 0.035) < 1e-12
+    off = Finding(kind="anomaly_detection", title="", time_lost_s=0.0, time_lost_pct=0.0, fix="", evidence={})
+    assert AnomalyDetection().explained(off, tiny, facts(analysis=analysis())) is None

@@ -92,6 +92,32 @@ class WindowOptions:
     nvtx: bool = False  # NVTX (CUDA) / ITT (CPU) ranges around steps and record_function labels
 
 
+MODULE_WINDOW_MIN_S = 0.1
+"""A window of module-clock steps records at least this long: a model call is a step only for want
+of a better clock, and a server's per-request calls (0.1 ms) made five of them a window of half a
+millisecond, whose every figure one preempted op decided. The memory and time bounds still apply."""
+MARKED_CALLS_PER_MB = 900
+"""Torch calls the line marker wraps per MB the window records: each records its span, its op
+and often the op's child (measured: 98,385 events in 36 MB, ~2,700 events a MB, on a step of
+per-element `.item()` reads). Between two ticks the marked calls stand in for memory."""
+SLICE_MEMORY_AFTER = 0.25
+"""A slice of a loop (no steps to stop at) is held to its memory bound after a quarter of it: the
+program's own tensors grow memory too (a 20 MB score matrix per chunk stopped a slice after 20 ms
+and 64 events, which named a matmul instead of the argsort the loop spent its time in)..."""
+SLICE_MEMORY_AT_ONCE = 16.0
+"""...unless memory grew 16x the bound (64 MB): an event storm is stopped at once."""
+ONE_STEP_FACTOR = 6.0
+"""A window keeps `MIN_STEPS` steps, unless its first step alone passed 6x the memory bound (the
+profiler's one-time buffers, ~8 MB, are in it): one step of a graph network whose
+`torch.unique(dim=1)` runs a million internal ops recorded 850 MB of events, and the second
+doubled the profiler's 52 s of processing."""
+MID_STEP_FACTOR = 2.0
+"""A step window is cut at a step boundary when it passes its time or memory bound; between two
+ticks only when it passes twice the time bound (one step longer than the whole budget), or twice
+the memory bound in marked torch calls (`MARKED_CALLS_PER_MB`: a step of 25,000 element reads
+recorded 36 MB against a 4 MB bound, and Kineto took ~1.5 s to stop and write it). Memory itself
+is not checked between ticks: a step's own tensors live there (a float64 mask of 2x64 MB made one
+window stop after 46 events), while at a tick they are the same as at the window's start."""
 TICKS_KEPT = 5_000
 """The clock's times kept once the window is over (the start-up, the steps before, in and after
 it): enough for the steps' statistics. Later ticks are counted, not kept: a server calling its

@@ -33,9 +33,15 @@ from .gzipped import gzip_copy, gzip_file
 from .kineto import Kineto
 from .lines import LineMarking
 from .plan import (
+    MARKED_CALLS_PER_MB,
+    MID_STEP_FACTOR,
     MIN_STEPS,
+    MODULE_WINDOW_MIN_S,
+    ONE_STEP_FACTOR,
     RSS_SETTLE_LOOP_S,
     RSS_SETTLE_S,
+    SLICE_MEMORY_AFTER,
+    SLICE_MEMORY_AT_ONCE,
     STEP_SILENCE_S,
     TICKS_KEPT,
     TICKS_KEPT_WAITING,
@@ -53,29 +59,9 @@ CLOCK_RANK = {"optimizer": 3, "dataloader": 2, "module": 1}
 LOOK_CALLS = 3
 """Top-level module calls the module hooks still see after a better clock began, before they go:
 a DataLoader's clock ticks before the first model call, and the autograd probe needs one."""
-MODULE_WINDOW_MIN_S = 0.1
-"""A window of module-clock steps records at least this long: a model call is a step only for want
-of a better clock, and a server's per-request calls (0.1 ms) made five of them a window of half a
-millisecond, whose every figure one preempted op decided. The memory and time bounds still apply."""
 MODULE_SITES_KEPT = 20
 """Distinct lines calling a top-level module counted at most (a script calls its model from a few)."""
 
-MARKED_CALLS_PER_MB = 900
-"""Torch calls the line marker wraps per MB the window records: each records its span, its op
-and often the op's child (measured: 98,385 events in 36 MB, ~2,700 events a MB, on a step of
-per-element `.item()` reads). Between two ticks the marked calls stand in for memory."""
-ONE_STEP_FACTOR = 6.0
-"""A window keeps `MIN_STEPS` steps, unless its first step alone passed 6x the memory bound (the
-profiler's one-time buffers, ~8 MB, are in it): one step of a graph network whose
-`torch.unique(dim=1)` runs a million internal ops recorded 850 MB of events, and the second
-doubled the profiler's 52 s of processing."""
-MID_STEP_FACTOR = 2.0
-"""A step window is cut at a step boundary when it passes its time or memory bound; between two
-ticks only when it passes twice the time bound (one step longer than the whole budget), or twice
-the memory bound in marked torch calls (`MARKED_CALLS_PER_MB`: a step of 25,000 element reads
-recorded 36 MB against a 4 MB bound, and Kineto took ~1.5 s to stop and write it). Memory itself
-is not checked between ticks: a step's own tensors live there (a float64 mask of 2x64 MB made one
-window stop after 46 events), while at a tick they are the same as at the window's start."""
 
 
 class ProfiledWindow:
@@ -442,6 +428,9 @@ class ProfiledWindow:
                     self.finish("slice")
                     return
                 bound = self._over_bounds(now, settle_s=RSS_SETTLE_LOOP_S)
+                if bound == "memory_bound" and self._elapsed_s(now) < SLICE_MEMORY_AFTER * slice_s and \
+                        self._over_bounds(now, factor=SLICE_MEMORY_AT_ONCE, settle_s=RSS_SETTLE_LOOP_S) is None:
+                    bound = None  # the program's own tensors, early in the slice: not yet the events
             elif cap.plan == "steps" and self._elapsed_s(now) >= MID_STEP_FACTOR * self.options.max_window_s:
                 bound = "time_bound"  # between ticks time, and calls for memory: a step's own tensors swell memory
             elif cap.plan == "steps" and self._lines.open_spans[1] - self._calls_base >= \

@@ -44,6 +44,7 @@ class AnomalyDetection(Rule[AnomalyEvidence]):
     confidence = "measured"
     saving_basis = ("sampled time of the forward stack captures C++ made, as a share of the steady state, plus the "
                     "NaN checks' ops as a share of the window")
+    explains = ("dispatch_overhead",)
     NAN_CHECK_OPS = ("aten::isnan", "aten::ne", "aten::_is_any_true", "aten::any", "aten::item",
                      "aten::_local_scalar_dense")
     """A NaN check's ops, with their children: `isnan(out)._is_any_true().item()` (older torch:
@@ -72,6 +73,13 @@ class AnomalyDetection(Rule[AnomalyEvidence]):
         title = (f"Autograd anomaly detection is on: recording every graph node's forward stack and checking "
                  f"backward outputs for NaN take {100 * share:.0f}% of the steady state")
         return [self.finding(ev, title=title, lost_s=lost, pct=100 * share, where=where)]
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """Per-op overhead measured while anomaly mode is on holds its stack captures (made inside
+        each forward op that builds a graph node) and its NaN checks (tiny ops, one set per
+        backward node): that part of it is this cause's."""
+        share = (cause.evidence.get("stack_capture_share") or 0.0) + (cause.evidence.get("nan_check_share") or 0.0)
+        return Explanation(min(symptom.time_lost_s, share * facts.window_s)) if share > 0 else None
 
     def _nan_checks(self, facts: Facts) -> tuple[int, float]:
         """NaN checks in the window and their ops' share of it, from the window's op table: each
