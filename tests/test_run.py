@@ -343,7 +343,7 @@ def test_a_clock_ticking_at_every_model_call_keeps_a_bounded_record(run_dir):
 
 
 def test_a_loop_s_closing_jump_is_charged_to_the_loop_not_the_def_line(run_dir):
-    """CPython hands the GIL to the sampler's thread at a loop's closing jump, which has no line of
+    """CPython runs the sampler's signal handler at a loop's closing jump, which has no line of
     its own: its samples were charged to the method's `def` line (its first line). They go to the
     loop's `for`, and the loop of tiny ops is found there."""
     from torchneck.capture.sampler import line_of_offset

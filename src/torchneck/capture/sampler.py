@@ -88,10 +88,11 @@ _BUSY_MARKS = ("<frozen importlib", "torch/_dynamo/convert_frame.py", "torch/_in
 
 def line_of_offset(code, offset: int) -> int | None:
     """The line an instruction without one of its own belongs to. A loop's closing jump back
-    (JUMP_BACKWARD, where CPython checks for signals and hands the GIL to other threads: the
-    sampler finds a pure-Python loop there most of the time) has no line: it is the loop's, the
-    line of the `for`/`while` it jumps to. Another such instruction belongs to the line before
-    it. None when neither is found (the caller then uses the function's first line)."""
+    (JUMP_BACKWARD) has no line, and it is where CPython runs pending signal handlers, the
+    sampler's included: a pure-Python loop is found there most of the time. It is the loop's,
+    the line of the `for`/`while` it jumps to (charged to the function's `def` line, such loops
+    were never found). Another such instruction belongs to the line before it. None when
+    neither is found (the caller then uses the function's first line)."""
     try:
         instructions = list(dis.get_instructions(code))
     except Exception:
