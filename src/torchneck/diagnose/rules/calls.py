@@ -10,7 +10,7 @@ from typing import Any
 
 from ...model.base import Record
 from ...model.findings import Finding, Where
-from ..facts import Facts
+from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import enclosing, in_loop
 
@@ -120,6 +120,12 @@ class _SiteRule(Rule[ModelCallsEvidence]):
 
     explains = ("python_hotspot", "dispatch_overhead", "op_hotspot")
 
+    def found(self, evidence: ModelCallsEvidence, title: str, saving: float, facts: Facts,
+              where: list[Where]) -> Finding:
+        """The finding for a saving given as a share of the steady state."""
+        lost = saving * facts.window_s
+        return self.finding(evidence, title=title, lost_s=lost, pct=facts.pct(lost), where=where)
+
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         if not cause.where:
             return None
@@ -173,14 +179,11 @@ class UnbatchedCalls(_SiteRule):
             saving = share * (1.0 - kept)
             if saving < self.MIN_SHARE:
                 continue
-            lost = saving * facts.window_s
             evidence = ModelCallsEvidence(calls=calls, matching_calls=single, calls_share=share, work_share=work,
                                           share_kept=kept)
-            where = Where(file=site["file"], line=int(site["line"]), function=site.get("function") or "")
-            out.append(self.finding(
-                evidence, title=f"the model is called once per sample: {single:,} calls with a batch of one at this "
-                                f"line take {100 * share:.0f}% of the time",
-                lost_s=lost, pct=facts.pct(lost), where=[where]))
+            out.append(self.found(evidence, f"the model is called once per sample: {single:,} calls with a batch of "
+                                            f"one at this line take {100 * share:.0f}% of the time",
+                                  saving, facts, where_of([site])))
         return out[:1]
 
     def fix(self, evidence: ModelCallsEvidence) -> str:
@@ -228,14 +231,11 @@ class UncachedGeneration(_SiteRule):
             saving = share * work * (1.0 - 1.0 / length)
             if saving < self.MIN_SHARE:
                 continue
-            lost = saving * facts.window_s
             evidence = ModelCallsEvidence(calls=calls, matching_calls=grown, calls_share=share, work_share=work,
                                           mean_length=length, share_kept=1.0 - work * (1.0 - 1.0 / length))
-            where = Where(file=site["file"], line=int(site["line"]), function=site.get("function") or "")
-            out.append(self.finding(
-                evidence, title=f"{grown:,} model calls each recompute the whole prefix (one position longer than the "
-                                f"last, {length:.0f} on average) take {100 * share:.0f}% of the time",
-                lost_s=lost, pct=facts.pct(lost), where=[where]))
+            out.append(self.found(evidence, f"{grown:,} model calls each recompute the whole prefix (one position "
+                                            f"longer than the last, {length:.0f} on average) take {100 * share:.0f}% "
+                                            "of the time", saving, facts, where_of([site])))
         return out[:1]
 
     def fix(self, evidence: ModelCallsEvidence) -> str:
@@ -279,16 +279,12 @@ class RepeatedCall(_SiteRule):
             share = sampled_under(facts, origin["file"], int(origin["line"]))
             if share < self.MIN_SHARE:
                 continue
-            lost = share * facts.window_s
             evidence = ModelCallsEvidence(calls=site.get("calls") or 0, matching_calls=repeated, calls_share=share,
                                           work_share=arithmetic_share(facts))
-            where = [Where(file=origin["file"], line=int(origin["line"]), function=origin.get("function") or "")]
-            if (site["file"], site["line"]) != (where[0].file, where[0].line):
-                where.append(Where(file=site["file"], line=int(site["line"]), function=site.get("function") or ""))
-            out.append(self.finding(
-                evidence, title=f"{repeated:,} model calls are given again an input they had before, unchanged: "
-                                f"{100 * share:.0f}% of the time recomputes the same output",
-                lost_s=lost, pct=facts.pct(lost), where=where))
+            where = where_of([origin] if origin is site else [origin, site])
+            out.append(self.found(evidence, f"{repeated:,} model calls are given again an input they had before, "
+                                            f"unchanged: {100 * share:.0f}% of the time recomputes the same output",
+                                  share, facts, where))
         return out[:1]
 
     def fix(self, evidence: ModelCallsEvidence) -> str:
