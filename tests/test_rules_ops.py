@@ -79,6 +79,16 @@ def test_op_hotspot_names_a_solve_done_by_an_inverse(tmp_path):
     assert f.evidence["inverse_at"] is None and f.severity == "info"
 
 
+@fires("op_hotspot")
+def test_op_hotspot_names_a_matrix_product_done_as_a_broadcast_product(tmp_path):
+    """`(q.unsqueeze(1) * g.unsqueeze(0)).sum(-1)`: every pairwise product in memory, then summed."""
+    src = tmp_path / "sim.py"
+    src.write_text("def sim(q, g):\n    return (q.unsqueeze(1) * g.unsqueeze(0)).sum(-1)\n")
+    by_line = [{"op": "aten::mul", "file": str(src), "line": 2, "function": "sim", "self_us": 60_000.0}]
+    [f] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::mul", 60_000.0)]), ops_by_line=by_line))
+    assert f.evidence["broadcast_at"] == 2 and f.severity == "medium" and "a @ b.T" in f.fix
+
+
 @silent("op_hotspot")
 def test_op_hotspot_silent_when_no_op_dominates():
     assert OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::addmm", 15_000.0)]))) == []  # 15 % < 20 %

@@ -179,3 +179,15 @@ def test_python_hotspot_a_helper_loading_the_model_per_chunk_is_changed_where_it
     assert f.evidence["called_at"] == 7 and [w.line for w in f.where][:2] == [7, 4]
     assert abs(f.time_lost_s - 0.7) < 1e-9 and f.fix.startswith("Load the checkpoint")
     assert f.title.startswith("load_model(), called at line 7, takes 70% of each step")
+
+
+@fires("python_hotspot")
+def test_python_hotspot_a_broadcast_product_is_a_matmul_whatever_the_samples_say(tmp_path):
+    """Samples outside the profiled window cannot tell ops from Python: a line summing a broadcast
+    product is a matrix product done element-wise, its whole time the fix's."""
+    src = tmp_path / "ev.py"
+    src.write_text("def ev(q, g):\n    return (q[:, None] * g[None]).sum(-1)\n")
+    line = dict(_line(2, 0.6, 0.1), file=str(src), function="ev", outside_ops_s=0.4)
+    [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(line)))
+    assert f.evidence["broadcast_product"] and "a @ b.T" in f.fix and abs(f.time_lost_s - 0.6) < 1e-9
+    assert "sums a broadcast product at line 2" in f.title

@@ -129,3 +129,33 @@ def float64_dtype_constant(file: str) -> int | None:
                 and node.value.id in bound:
             return bound[node.value.id]
     return None
+
+
+REDUCTIONS = frozenset({"sum", "mean"})
+"""Reductions that turn a broadcast product into a matrix product (`(a * b).sum(-1)`)."""
+
+
+def broadcast_product(file: str, line: int) -> bool:
+    """The statement at `line` multiplies two tensors broadcast against each other and reduces
+    the product (`(q.unsqueeze(1) * g.unsqueeze(0)).sum(-1)`, `(a[:, None] * b[None]).sum(-1)`,
+    `torch.sum(x[:, None] * y, dim=2)`): a matrix product that first materialises every pairwise
+    product. False when unclear or unreadable."""
+    path = enclosing(file, line)
+    if not path:
+        return False
+
+    def widened(node: ast.AST) -> bool:  # a new axis: unsqueeze, or None / ... in an index
+        return any(isinstance(n, ast.Call) and call_name(n) in ("unsqueeze", "view", "reshape")
+                   or isinstance(n, ast.Subscript) and any(isinstance(c, ast.Constant) and c.value is None
+                                                           for c in ast.walk(n.slice))
+                   for n in ast.walk(node))
+
+    for node in walk_own(path[-1]):
+        if not isinstance(node, ast.Call) or call_name(node) not in REDUCTIONS:
+            continue
+        operand = node.func.value if isinstance(node.func, ast.Attribute) and call_name(node) and \
+            ast.unparse(node.func.value) != "torch" else (node.args[0] if node.args else None)
+        if isinstance(operand, ast.BinOp) and isinstance(operand.op, ast.Mult) and widened(operand.left) \
+                and widened(operand.right):
+            return True
+    return False

@@ -11,7 +11,13 @@ from ...model.analysis import ConvBiasBn, OpRow
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
-from ..idioms import embedding_defined_at, float64_dtype_constant, inverse_then_multiply, sorted_then_sliced
+from ..idioms import (
+    broadcast_product,
+    embedding_defined_at,
+    float64_dtype_constant,
+    inverse_then_multiply,
+    sorted_then_sliced,
+)
 from ..masks import mask_group_by
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import (
@@ -45,6 +51,8 @@ class OpHotspotEvidence(Record):
     outside_window: bool = False
     """A line's time in torch ops, sampled over the steady state, that the profiled window missed
     (self_us is that time; the trace cannot say which op)."""
+    broadcast_at: int | None = None
+    """The line that reduces a broadcast product (`(a[:, None] * b[None]).sum(-1)`): a matmul."""
     inverse_at: int | None = None
     """The line that inverts a matrix to multiply by its inverse (`inv(A) @ b`): a solve."""
     top_k_by_sort: int | None = None
@@ -160,6 +168,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             if top.name in self.SORT_OPS else None
         inverse = next((w for w in where if inverse_then_multiply(w.file, w.line)), None) \
             if top.name in self.INVERSE_OPS else None
+        broadcast = next((w for w in where if broadcast_product(w.file, w.line)), None) \
+            if top.name in self.BROADCAST_OPS else None
         table = self._dense_embedding_grad(facts, top)
         paired = self._backward_of(facts, top, where) if grouped is None and dense is None and table is None else None
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
@@ -170,6 +180,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                grouped_by_mask=grouped[0].line if grouped else None,
                                top_k_by_sort=sliced.line if sliced else None,
                                inverse_at=inverse.line if inverse else None,
+                               broadcast_at=broadcast.line if broadcast else None,
                                dense_embedding_rows=table[0] if table else None,
                                embedding_at=table[1].line if table and table[1] else None)
         what = "" if avoidable else " (the model's compute: where the time goes, not a problem by itself)"
@@ -180,6 +191,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             forward, node, lines = paired
             what += f" in autograd's {node}: the backward of {forward} at line {lines[0].line}"
             where = lines + [w for w in where if (w.file, w.line) not in {(f.file, f.line) for f in lines}]
+        if broadcast is not None:
+            ev.avoidable = avoidable = True
+            what = f": line {broadcast.line} materialises every pairwise product to sum it (a matrix product)"
+            where = [broadcast, *(w for w in where if (w.file, w.line) != (broadcast.file, broadcast.line))]
         if inverse is not None:
             ev.avoidable = avoidable = True
             what = f": line {inverse.line} inverts a matrix to multiply by its inverse"
@@ -227,6 +242,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                              "aten::linalg_lu_factor_ex", "aten::linalg_solve_ex", "aten::bmm", "aten::matmul"})
     """Ops of an inversion (torch inverts by an LU factorisation and a solve against the identity)
     and of the product with the inverse."""
+    BROADCAST_OPS = frozenset({"aten::mul", "aten::sum", "aten::mean"})
+    """The ops of a broadcast product reduced: the multiply over the pairwise grid, its sum."""
     SORT_OPS = frozenset({"aten::sort", "aten::argsort", "aten::msort"})
     """Ops of a full sort, which a top-k by sorting runs."""
     EMBEDDING_GRAD_OPS = frozenset({"aten::fill_", "aten::zero_", "aten::add_", "aten::_embedding_bag_dense_backward",
@@ -320,6 +337,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                     "mark its loop's steps, to see its ops). If its result needs less than its ops compute, use "
                     "a cheaper op (e.g. topk instead of a full sort) or reduce their input; else it is the "
                     "program's work.")
+        if evidence.broadcast_at is not None:
+            return (f"Line {evidence.broadcast_at} builds every pairwise product of two broadcast tensors and then "
+                    "sums it: that is a matrix product, a @ b.T (or torch.einsum('id,jd->ij', a, b), torch.bmm): "
+                    "no pairwise tensor in memory, and a BLAS kernel instead of two element-wise passes.")
         if evidence.inverse_at is not None:
             return (f"Line {evidence.inverse_at} inverts a matrix only to multiply by the inverse: solve instead, "
                     "torch.linalg.solve(A, b) (or torch.cholesky_solve for a symmetric positive definite A, "

@@ -7,7 +7,7 @@ import ast
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
-from ..idioms import tensor_from_lists
+from ..idioms import broadcast_product, tensor_from_lists
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import LOOPS, call_name, enclosing, in_loop, names_in, walk_own
 
@@ -89,6 +89,9 @@ class PythonHotspotEvidence(Record):
     called_at: int | None = None
     """The line calling the helper that does only this work (`model = load_model(path)`), whose
     whole time the fix saves: the place to change."""
+    broadcast_product: bool = False
+    """The line reduces a broadcast product (`(a[:, None] * b[None]).sum(-1)`): a matmul's work done
+    as element-wise passes over a pairwise tensor (its samples may lie outside the traced ops)."""
     from_lists: bool = False
     """The line builds a tensor from nested Python lists it makes (`torch.tensor([[...] for ...])`)."""
 
@@ -177,9 +180,11 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                                        line_total_s=line["total_s"], sampled_s=total, calls_into=callee,
                                        waits=waiting >= self.WAITING_SHARE * outside,
                                        reads_elements=reads_elements(facts, lines),
-                                       from_lists=any(tensor_from_lists(ln["file"], ln["line"]) for ln in lines))
+                                       from_lists=any(tensor_from_lists(ln["file"], ln["line"]) for ln in lines),
+                                       broadcast_product=any(broadcast_product(ln["file"], ln["line"])
+                                                             for ln in lines))
             removed = outside
-            if not ev.waits and (asks_too_often(callee) or ev.reads_elements):
+            if not ev.waits and (asks_too_often(callee) or ev.reads_elements or ev.broadcast_product):
                 removed = max(outside, sum(ln["total_s"] for ln in [*lines, *body]))  # the call's ops go too
             if not ev.waits and asks_too_often(callee):  # a helper that only does that work (a load_model()):
                 below = _helper_call_s(facts, line)  # calling it less saves all below its call
@@ -195,6 +200,9 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 what = f"in {library}" if callee and (ev.self_python_s < 0.5 * outside or asks_too_often(callee)) \
                     else "in Python"
                 title = f"{line['function']}() spends {100 * share:.0f}% of each step {what}, outside torch ops"
+            if ev.broadcast_product:
+                title = (f"{line['function']}() sums a broadcast product at line {line['line']} (a matrix product "
+                         f"done element-wise): {100 * removed / total:.0f}% of each step")
             if ev.called_at:
                 title = (f"{line['function']}(), called at line {ev.called_at}, takes {100 * removed / total:.0f}% of "
                          f"each step" + (f" (in {library})" if library else ""))
@@ -218,6 +226,9 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         fix is to call it less, not to vectorise the ops. So are a loop's element reads
         (`reads_elements`): the fix is one read of all the values."""
         if symptom.kind == "op_hotspot":  # ops run below a helper call that the fix makes rarer
+            if cause.evidence.get("broadcast_product") and cause.where and symptom.where \
+                    and (symptom.where[0].file, symptom.where[0].line) == (cause.where[0].file, cause.where[0].line):
+                return Explanation(symptom.time_lost_s)  # the same product, seen in the trace
             at = cause.evidence.get("called_at")
             if at is None or not cause.where or not symptom.where:
                 return None
@@ -240,6 +251,10 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         for needles, text in REPEATED_WORK_FIXES:
             if any(n in callee for n in needles):
                 return text
+        if evidence.broadcast_product:
+            return ("This line builds every pairwise product of two broadcast tensors and sums it: that is a matrix "
+                    "product, a @ b.T (or torch.einsum('id,jd->ij', a, b)): no pairwise tensor in memory, and a "
+                    "BLAS kernel instead of element-wise passes.")
         if evidence.from_lists:
             return ("Build the tensor from arrays, not nested Python lists: torch.from_numpy(np.stack(arrays)), "
                     "torch.stack(tensors), or one preallocated tensor filled by slices; torch.tensor on lists "
