@@ -101,9 +101,11 @@ MARKED_CALLS_PER_MB = 900
 and often the op's child (measured: 98,385 events in 36 MB, ~2,700 events a MB, on a step of
 per-element `.item()` reads). Between two ticks the marked calls stand in for memory."""
 SLICE_MEMORY_AFTER = 0.25
-"""A slice of a loop (no steps to stop at) is held to its memory bound after a quarter of it: the
-program's own tensors grow memory too (a 20 MB score matrix per chunk stopped a slice after 20 ms
-and 64 events, which named a matmul instead of the argsort the loop spent its time in)..."""
+"""A slice of a loop (no steps to stop at) is held to its memory bound after a quarter of it, or
+once it marked a quarter of the bound's worth of torch calls: the program's own tensors grow
+memory too (a 20 MB score matrix per chunk stopped a slice after 20 ms and 64 events, which named
+a matmul instead of the argsort the loop spent its time in), while a loop of tiny ops fills the
+bound with events in milliseconds..."""
 SLICE_MEMORY_AT_ONCE = 16.0
 """...unless memory grew 16x the bound (64 MB): an event storm is stopped at once."""
 ONE_STEP_FACTOR = 6.0

@@ -12,8 +12,7 @@ which the analyses use. A program without steps gets a time slice of its steady 
 started from the sampler's periodic check; if steps appear later, the slice is replaced once by
 a step window, when no span opened under the slice's session is still open (`spans.py`).
 
-Nothing is recorded before the window: one profiler session per run in the common case, no
-whole-run recording whose events would cost memory and seconds to convert.
+Nothing is recorded before the window: one profiler session per run, no whole-run recording.
 """
 
 from __future__ import annotations
@@ -99,6 +98,7 @@ class ProfiledWindow:
         self._steady = SteadyState()
         self._sessions = 0  # torchneck recordings started (their spans are told apart by number)
         self._superseded = False  # a slice has been replaced by a step window (only once)
+        self._restep_after: str | None = None  # a better clock began while a span was open
         self._kept: tuple[str, dict] | None = None  # a module-clock window, until the better clock's begins
         self._calls_base = 0  # the marker's call count when the window began
         self._window_wait_from: int | None = None  # tick at which a superseding window became due
@@ -282,8 +282,10 @@ class ProfiledWindow:
                 or self.options.all or (self.watch is not None and self.watch.sessions):
             return
         if self.state == "recording":
-            if self._spans.depth or self._lines.open_spans[0]:
-                return  # a span opened in this session closes later: a second session could corrupt memory
+            if self._spans.depth or self._lines.open_spans[0]:  # a span opened in this session closes later:
+                self._restep_after = weaker  # a second session could corrupt memory; the check retries
+                return
+            self._restep_after = None
             self.finish("clock")  # written: kept if the better clock's window never comes
         elif self.state != "done":
             return
@@ -422,15 +424,19 @@ class ProfiledWindow:
         if steady and since is not None and (cap.steady_from_ns is None or since < cap.steady_from_ns):
             cap.steady_from_ns = since  # the program's main work began there
         if self.state == "recording":
+            if self._restep_after and not (self._spans.depth or self._lines.open_spans[0]):
+                return self._restep(self._restep_after)  # a better clock began inside a span: its window now
             if cap.plan in ("loop", "slice"):
                 slice_s = self.options.duration or self.options.slice_s
                 if self._elapsed_s(now) >= slice_s:
                     self.finish("slice")
                     return
                 bound = self._over_bounds(now, settle_s=RSS_SETTLE_LOOP_S)
+                calls = self._lines.open_spans[1] - self._calls_base  # torch calls marked: ~900 events a MB
                 if bound == "memory_bound" and self._elapsed_s(now) < SLICE_MEMORY_AFTER * slice_s and \
+                        calls < SLICE_MEMORY_AFTER * MARKED_CALLS_PER_MB * self.options.max_window_mb and \
                         self._over_bounds(now, factor=SLICE_MEMORY_AT_ONCE, settle_s=RSS_SETTLE_LOOP_S) is None:
-                    bound = None  # the program's own tensors, early in the slice: not yet the events
+                    bound = None  # the program's own tensors, early in a slice of few calls: not the events
             elif cap.plan == "steps" and self._elapsed_s(now) >= MID_STEP_FACTOR * self.options.max_window_s:
                 bound = "time_bound"  # between ticks time, and calls for memory: a step's own tensors swell memory
             elif cap.plan == "steps" and self._lines.open_spans[1] - self._calls_base >= \
@@ -558,6 +564,8 @@ class ProfiledWindow:
             return
         if self._module_depth == 0:
             self._top_began = time.perf_counter()
+            if self._restep_after and not (self._spans.depth or self._lines.open_spans[0]):
+                self._restep(self._restep_after)  # the model's next call, outside every span
         self._module_depth += 1
 
     def _module_post(self, module, args, kwargs, output) -> None:
