@@ -132,6 +132,8 @@ def test_repeated_call_silent_when_training_or_rare():
     assert RepeatedCall().check(facts(analysis=_ops(1.0), python=python, clock=training)) == []
     rare = {"kind": "module", "top_module_sites": [dict(site, repeated=3)]}
     assert RepeatedCall().check(facts(analysis=_ops(1.0), python=python, clock=rare)) == []
+    benchmark = {"kind": "module", "top_module_sites": [dict(site, repeated=99)]}  # one input timed again and again
+    assert RepeatedCall().check(facts(analysis=_ops(1.0), python=python, clock=benchmark)) == []
 
 
 def test_a_corpus_encoded_again_for_every_query_is_found(run_dir):

@@ -265,6 +265,10 @@ class RepeatedCall(_SiteRule):
     """Fewer repeats are a warm-up or a check, not a loop recomputing a constant."""
     MIN_SHARE = 0.10
     """What keeping the result would save must be a tenth of the steady state to be worth it."""
+    MAX_REPEATED_SHARE = 0.9
+    """The line also takes other inputs (a query between two encodings of the corpus): when nearly
+    every call repeats one input, the loop is a benchmark timing one call (the profiler
+    tutorial's), whose repetition is its point."""
 
     def check(self, facts: Facts) -> list[Finding]:
         if (facts.clock or {}).get("kind") == "optimizer" or (facts.analysis and facts.analysis.ops.training_ops):
@@ -273,7 +277,7 @@ class RepeatedCall(_SiteRule):
         for site in model_call_sites(facts):
             repeated = site.get("repeated") or 0
             origins = site.get("repeated_from") or []
-            if repeated < self.MIN_REPEATS:
+            if repeated < self.MIN_REPEATS or repeated > self.MAX_REPEATED_SHARE * (site.get("calls") or 0):
                 continue
             origin = origins[0] if origins else site
             share = sampled_under(facts, origin["file"], int(origin["line"]))
