@@ -433,6 +433,20 @@ def test_op_hotspot_names_a_line_the_profiled_window_missed():
     assert abs(missed.time_lost_s - 0.75 * 0.137) < 1e-9 and mm.where[0].line == 20
 
 
+@fires("op_hotspot")
+def test_op_hotspot_a_missed_line_whose_source_names_a_costlier_way_is_a_problem(tmp_path):
+    """The window held training steps; the evaluation's line, outside it, sums a broadcast product:
+    the source says what the trace cannot, and the finding is a problem with its fix."""
+    src = tmp_path / "rank.py"
+    src.write_text("\n" * 33 + "sim = (q.unsqueeze(1) * g.unsqueeze(0)).sum(-1)\n")
+    line = dict(_sampled(34, 4.5), file=str(src), callers=[])
+    python = {"window": {"sampled_s": 6.0, "lines": [line]},
+              "profiled_window": {"sampled_s": 0.05, "lines": []}}
+    [missed, _] = OpHotspot().check(facts(analysis=analysis(window_us=137_000.0, by_name=[_op("aten::mm", 52_000.0)]),
+                                          python=python))
+    assert missed.evidence["broadcast_at"] == 34 and missed.severity == "medium" and "a @ b.T" in missed.fix
+
+
 @silent("op_hotspot")
 def test_op_hotspot_trusts_a_window_that_holds_the_line_or_has_too_few_samples():
     steady = {"sampled_s": 6.0, "lines": [_sampled(34, 4.5)]}

@@ -142,9 +142,15 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             lost = share * facts.window_s
             ev = OpHotspotEvidence(self_us=in_ops * 1e6, count=0, mean_us=0.0, share=share, outside_window=True,
                                    time_lost_is="upper bound (the line's sampled time inside torch ops)")
+            # the trace cannot name its ops, the source may name a costlier way to get the result
+            file, at = line["file"], line["line"]
+            ev.broadcast_at = at if broadcast_product(file, at) else None
+            ev.top_k_by_sort = at if ev.broadcast_at is None and sorted_then_sliced(file, at) else None
+            ev.inverse_at = at if inverse_then_multiply(file, at) else None
+            ev.avoidable = bool(ev.broadcast_at or ev.top_k_by_sort or ev.inverse_at)
             out.append(self.finding(ev, title=f"{line['function']}() spends {100 * share:.0f}% of the steady state "
-                                              f"inside torch ops at line {line['line']}, outside the profiled window",
-                                    lost_s=lost, pct=facts.pct(lost), severity="info",
+                                              f"inside torch ops at line {at}, outside the profiled window",
+                                    lost_s=lost, pct=facts.pct(lost), severity=None if ev.avoidable else "info",
                                     where=where_of([line, *(line.get("callers") or [])])))
         return out
 
@@ -332,7 +338,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         return None
 
     def fix(self, evidence: OpHotspotEvidence) -> str:
-        if evidence.outside_window:
+        if evidence.outside_window and not evidence.avoidable:
             return ("The profiled window missed this line's work (profile it with `--duration` once it runs, or "
                     "mark its loop's steps, to see its ops). If its result needs less than its ops compute, use "
                     "a cheaper op (e.g. topk instead of a full sort) or reduce their input; else it is the "
