@@ -370,7 +370,7 @@ def test_input_pipeline_share_of_the_whole_steady_state_and_iterator_churn():
     python = {"window": {"sampled_s": 5.0, "lines": []}, "loading": {"sampled_s": 4.0, "lines": [churn]}}
     [f] = InputPipeline().check(facts(analysis=a, python=python))
     assert round(f.time_lost_pct) == 80 and f.evidence["sampled_share"] == 0.8 and f.where[0].line == 58
-    assert "iterator once" in f.fix and "num_workers" not in f.fix
+    assert "iterator once" in f.fix and "persistent_workers=True" in f.fix and "num_workers=N" not in f.fix
 
 
 @fires("input_pipeline")

@@ -103,9 +103,11 @@ class InputPipeline(Rule[InputPipelineEvidence]):
                     "epochs; a few batches per pass cannot pay for starting workers each time.")
         function = evidence.loader_call.split(" (")[0]
         if "DataLoader" in function and function.endswith(self.ITERATOR_CHURN):
-            return ("Create the DataLoader iterator once per pass (`for batch in loader`, or keep "
-                    "`it = iter(loader)` and call next(it)): each new iterator starts its workers again and "
-                    "drops the batches they prefetched; more workers make it worse.")
+            return ("Start workers less often: each new iterator of a DataLoader with num_workers > 0 starts its "
+                    "workers again and drops the batches they prefetched. Pass persistent_workers=True (workers "
+                    "kept across passes), create the iterator once per pass (`for batch in loader`, not iter() per "
+                    "batch), and for data already in memory (a TensorDataset) use num_workers=0: workers only add "
+                    "start-up and inter-process copies there.")
         return ("Load data in parallel: DataLoader(num_workers=N, persistent_workers=True, "
                 "pin_memory=True on GPU); move per-sample Python work into the workers.")
 
