@@ -93,9 +93,19 @@ class WindowOptions:
 
 
 MODULE_WINDOW_MIN_S = 0.1
-"""A window of module-clock steps records at least this long: a model call is a step only for want
-of a better clock, and a server's per-request calls (0.1 ms) made five of them a window of half a
-millisecond, whose every figure one preempted op decided. The memory and time bounds still apply."""
+"""A window of tiny module-clock steps records at least this long: a model call is a step only for
+want of a better clock, and a server's per-request calls (0.1 ms) made five of them a window of
+half a millisecond, whose every figure one preempted op decided. The memory and time bounds still
+apply."""
+MODULE_TINY_STEP_S = 0.002
+"""Steps of at least this (on average) make a window of the steps asked for: the profiler
+tutorial's 10 ms model calls need no more, and recording them to the end of the run cost it."""
+
+
+def module_window_short(elapsed_s: float, recorded: int) -> bool:
+    """Whether a window of `recorded` module-clock steps over `elapsed_s` is too short to stop:
+    tiny steps (`MODULE_TINY_STEP_S`) that have not yet filled `MODULE_WINDOW_MIN_S`."""
+    return elapsed_s < MODULE_WINDOW_MIN_S and elapsed_s < recorded * MODULE_TINY_STEP_S
 MARKED_CALLS_PER_MB = 900
 """Torch calls the line marker wraps per MB the window records: each records its span, its op
 and often the op's child (measured: 98,385 events in 36 MB, ~2,700 events a MB, on a step of

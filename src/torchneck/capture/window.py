@@ -50,6 +50,7 @@ from .plan import (
     SteadyState,
     WindowOptions,
     loop_site,
+    module_window_short,
 )
 from .sampler import CHECK_INTERVAL_NS, RECORDING_CHECK_INTERVAL_NS
 from .spans import OpenSpans
@@ -171,9 +172,8 @@ class ProfiledWindow:
         return True
 
     def _charge_to_torchneck(self) -> None:
-        """End the sampler's current interval here, as torchneck's: the last C call of starting or
-        writing the profile (Kineto's stop, the export, the compression) returns straight into the
-        script's frame, where the next sample would otherwise charge it."""
+        """End the sampler's interval here, as torchneck's: the last C call of writing the profile
+        returns straight into the script's frame, where the next sample would charge it."""
         if self.sampler is not None and threading.get_ident() == self._main_thread:
             from ..sites import TOOL_FRAME
 
@@ -317,7 +317,7 @@ class ProfiledWindow:
             if opts.duration is not None and self._elapsed_s(now) >= opts.duration:
                 self.finish("duration")
             elif opts.duration is None and recorded >= opts.steps and not (
-                    log.kind == "module" and self._elapsed_s(now) < MODULE_WINDOW_MIN_S):
+                    log.kind == "module" and module_window_short(self._elapsed_s(now), recorded)):
                 self.finish("steps")
             else:
                 if recorded == 1:  # the first step holds the profiler's one-time buffers (~8 MB measured)
@@ -386,7 +386,7 @@ class ProfiledWindow:
         n = log.tick_count
         why = (f"{log.kind} steps: {self.options.warmup} warm-up step(s) skipped, then "
                + (f"{self.options.duration:g} s" if self.options.duration else f"{self.options.steps} step(s)"
-                  + (f" and {MODULE_WINDOW_MIN_S:g} s at least" if log.kind == "module" else "")))
+                  + (f" ({MODULE_WINDOW_MIN_S:g} s at least of tiny ones)" if log.kind == "module" else "")))
         if self._start_recording("steps", why):
             log.window_first_step = n
 
