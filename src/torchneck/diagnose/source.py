@@ -18,6 +18,8 @@ from contextvars import ContextVar
 
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 """The statements that repeat their body."""
+COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+"""The expressions that repeat theirs."""
 
 
 _BASE: ContextVar[str | None] = ContextVar("torchneck_source_base", default=None)

@@ -1,7 +1,7 @@
-"""Rules on how the program calls its model: once per sample instead of once per batch, or on a
-whole prefix again for every generated token. Read from the capture's module hooks, which tally
-the first tensor input of every top-level module call at the user's line that made it
-(capture/window.note_site_input), and from the sampled time under that line."""
+"""Rules on how the program calls its model: once per sample instead of once per batch, on a
+whole prefix again for every generated token, or on the same unchanged input again. Read from the
+capture's module hooks, which note the first tensor input of every top-level module call at the
+user's line that made it (capture/call_inputs.py), and from the sampled time under that line."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import enclosing, in_loop
+from ..source import COMPREHENSIONS, enclosing, in_loop
 
-COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 COMPREHENSION_FRAMES = ("<listcomp>", "<genexpr>", "<setcomp>", "<dictcomp>")
 """The frame names of comprehensions (Python <= 3.11 runs each in a frame of its own)."""
 

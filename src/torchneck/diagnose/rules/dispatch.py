@@ -11,7 +11,7 @@ from ...model.analysis import Dispatch
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import LOOPS, call_name, calls_of, enclosing, function_at, names_in, walk_own
+from ..source import COMPREHENSIONS, LOOPS, call_name, calls_of, enclosing, function_at, names_in, walk_own
 from .ops import OpHotspot, is_backward_op
 
 
@@ -158,9 +158,6 @@ def _calls_one_of(line: Where, functions: set[str]) -> bool:
         return False
     calls = {n.func for n in ast.walk(found[-1]) if isinstance(n, ast.Call)}
     return any(names_in(f) & functions for f in calls)
-
-
-COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def _tiny_op_loop(facts: Facts, d: Dispatch, issuing: list[Where], where: list[Where]) -> TinyOpLoop:
