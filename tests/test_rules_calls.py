@@ -6,7 +6,8 @@ import json
 from conftest import SCRIPTS, planted_line, read_report, torchneck
 from rule_cases import analysis, facts, fires, silent
 
-from torchneck.diagnose.rules.calls import RepeatedCall, UnbatchedCalls, UncachedGeneration, sampled_under
+from torchneck.capture.call_inputs import SiteInputs, padded_past_longest
+from torchneck.diagnose.rules.calls import PaddingWaste, RepeatedCall, UnbatchedCalls, UncachedGeneration, sampled_under
 from torchneck.model.analysis import OpRow
 
 SERVER = '''import torch
@@ -145,3 +146,86 @@ def test_a_corpus_encoded_again_for_every_query_is_found(run_dir):
     assert top["kind"] == "repeated_call" and top["where"][0]["line"] == planted_line(script), top
     [site] = json.loads((run_dir / "run.json").read_text())["clock"]["top_module_sites"]
     assert site["repeated"] >= 50 and site["repeated_from"][0]["line"] == planted_line(script)
+
+
+COLLATE = '''import torch
+MAX_LEN = 256
+def collate(batch, pad_to_max=True):
+    longest = max(len(s) for s in batch)
+    pad_len = MAX_LEN if pad_to_max else longest
+    ids = torch.full((len(batch), pad_len), 0)
+    return ids
+def train(model, loader):
+    for ids in loader:
+        loss = model(ids).sum()
+        loss.backward()
+'''
+
+
+def _padded_site(path, padded=20, looked=20, length=256.0, needed=64.0):
+    return _site(path, 10, "train", 20, padded=padded, padding_looked=looked, padded_mean_len=length,
+                 needed_mean_len=needed)
+
+
+@fires("padding_waste")
+def test_padding_waste_names_where_the_fixed_length_is_chosen(tmp_path):
+    """Batches of 256 positions whose longest row needs 64: the forward and backward lines'
+    sampled time, times the ops' arithmetic share, times the 75 % no row needed; the length's
+    assignment and the buffer's line (found in the source by the padded length's value) first."""
+    src = tmp_path / "train.py"
+    src.write_text(COLLATE)
+    python = {"window": {"sampled_s": 10.0, "lines": [], "inclusive_lines": [
+        {"file": str(src), "line": 10, "function": "train", "total_s": 3.0},
+        {"file": str(src), "line": 11, "function": "train", "total_s": 6.0}]}}
+    clock = {"kind": "optimizer", "top_module_sites": [_padded_site(src)]}
+    [f] = PaddingWaste().check(facts(analysis=_ops(80_000.0), python=python, clock=clock))
+    assert [w.line for w in f.where] == [5, 6, 10] and f.where[0].function == "collate"
+    assert abs(f.time_lost_pct - 100 * 0.9 * 0.8 * 0.75) < 1e-6
+    assert "padded to 256 positions" in f.title and "longest sequence needs 64" in f.title
+    assert "padding=\"longest\"" in f.fix and f.evidence["backward_share"] == 0.6
+
+
+@silent("padding_waste")
+def test_padding_waste_silent_for_batches_padded_to_their_longest_or_rarely(tmp_path):
+    src = tmp_path / "train.py"
+    src.write_text(COLLATE)
+    python = _python(src, 10, 0.9)
+    for site in (_padded_site(src, padded=0, length=0.0, needed=0.0),  # padded to the longest row
+                 _padded_site(src, padded=2),  # a last short batch
+                 _padded_site(src, padded=8, looked=40),  # most batches need their length
+                 _padded_site(src, length=256.0, needed=230.0)):  # close to the length needed
+        clock = {"kind": "optimizer", "top_module_sites": [site]}
+        assert PaddingWaste().check(facts(analysis=_ops(80_000.0), python=python, clock=clock)) == []
+
+
+def test_padding_is_read_from_ids_and_masks_without_running_torch_ops():
+    """Right- and left-padded ids, masks of either polarity, strided views; a mask with no padding,
+    rows ending differently and float inputs are not padding. Reading records no profiler event."""
+    import torch
+    from torch.profiler import profile
+
+    ids = torch.zeros(4, 256, dtype=torch.long)
+    ids[0, :40], ids[1, :90] = 3, 5
+    inputs = (ids, ids == 0, ids != 0, ids.flip(1), ids[:, :120], ids[::2])
+    with profile() as prof:
+        found = [padded_past_longest(t) for t in inputs]
+    assert found == [(256, 90), (256, 90), (256, 90), (256, 90), (120, 90), (256, 40)]
+    assert list(prof.events()) == []
+    assert padded_past_longest(torch.ones(4, 256, dtype=torch.long)) is None
+    assert padded_past_longest(torch.randint(1, 9, (4, 256))) is None
+    assert padded_past_longest(torch.randn(4, 256)) is None and padded_past_longest(ids[:, :4]) is None
+    tally = SiteInputs()
+    for _ in range(3):
+        tally.note_padding([torch.randn(4, 8), ids, ids == 0])
+    assert tally.to_json()["padded"] == 3 and tally.to_json()["needed_mean_len"] == 90.0
+
+
+def test_batches_padded_to_the_maximum_length_are_found(run_dir):
+    """A real run: a collate function pads every batch to MAX_LEN; the finding names the line
+    that sets the length, and the capture's tally of the encoder's inputs."""
+    script = SCRIPTS / "padded_batches.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    top = read_report(run_dir)["findings"][0]
+    assert top["kind"] == "padding_waste" and top["where"][0]["line"] == planted_line(script)
+    assert top["evidence"]["padded_length"] == 128.0 and top["evidence"]["longest_length"] <= 30

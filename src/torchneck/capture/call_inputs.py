@@ -1,11 +1,14 @@
 """What the capture's module hooks note of each top-level model call's input, per line of the
 user's code that made it: enough to tell a model called once per sample (a batch of one), a
 generation loop feeding the whole prefix again (an input one position longer than the last
-call's) and a constant input encoded again and again (the same unchanged tensor) from the way
-most programs call their model (diagnose/rules/calls.py reads the tallies)."""
+call's), a constant input encoded again and again (the same unchanged tensor) and batches padded
+past their longest sequence (token ids or a padding mask whose every row ends in a run of one
+value) from the way most programs call their model (diagnose/rules/calls.py and padding.py read
+the tallies)."""
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import types
 import weakref
@@ -19,6 +22,14 @@ RECENT_KEPT = 32
 """Inputs remembered per line to tell one passed again (a corpus encoded at every request)."""
 CALLERS_KEPT = 8
 """Lines kept that passed an input again (the call's caller: where the input comes from)."""
+PADDING_LOOKED_FIRST = 64
+"""Calls of a line whose inputs are all looked at for padding; after them, one in
+`PADDING_LOOK_EVERY` (~2-10 us a look: a server's 100,000 per-request calls would pay ~1 s)."""
+PADDING_LOOK_EVERY = 16
+PADDING_MIN_LENGTH = 8
+"""Shorter sequences are not worth trimming."""
+PADDING_MAX_ELEMENTS = 1 << 20
+"""Larger inputs are not read (a look stays a few microseconds)."""
 
 
 class SiteInputs:
@@ -29,10 +40,12 @@ class SiteInputs:
     given again the very tensor of a recent call, unchanged since (same object, same version
     counter: its output could have been kept), and the lines that called from there."""
 
-    __slots__ = ("batch_of_one", "grew_by_one", "grown_len", "last_shape", "repeated", "repeated_from", "recent")
+    __slots__ = ("batch_of_one", "grew_by_one", "grown_len", "last_shape", "repeated", "repeated_from", "recent",
+                 "calls", "padding_looked", "padded", "padded_len", "needed_len")
 
     def __init__(self) -> None:
         self.batch_of_one = self.grew_by_one = self.grown_len = self.repeated = 0
+        self.calls = self.padding_looked = self.padded = self.padded_len = self.needed_len = 0
         self.last_shape: tuple | None = None
         self.repeated_from: dict[tuple, int] = {}
         self.recent: dict[int, tuple] = {}  # id(tensor) -> (weak reference, version)
@@ -63,12 +76,85 @@ class SiteInputs:
             self.recent.clear()
         self.recent[id(tensor)] = (weakref.ref(tensor), version)
 
+    def note_padding(self, tensors: list[Any]) -> None:
+        """Of the call's 2-D integer or boolean host tensors (token ids, attention or padding
+        masks), the one padded furthest past its batch's longest row (`padded_past_longest`):
+        sampled after the first `PADDING_LOOKED_FIRST` calls."""
+        self.calls += 1
+        if self.calls > PADDING_LOOKED_FIRST and self.calls % PADDING_LOOK_EVERY:
+            return
+        best: tuple[int, int] | None = None
+        for tensor in tensors:
+            found = padded_past_longest(tensor)
+            if found is not None and (best is None or found[0] - found[1] > best[0] - best[1]):
+                best = found
+        if best is None:
+            return
+        self.padding_looked += 1
+        length, needed = best
+        if needed < length:
+            self.padded += 1
+            self.padded_len += length
+            self.needed_len += needed
+
     def to_json(self) -> dict[str, Any]:
         return {"batch_of_one": self.batch_of_one, "grew_by_one": self.grew_by_one,
                 "grown_mean_len": round(self.grown_len / self.grew_by_one, 1) if self.grew_by_one else None,
-                "repeated": self.repeated,
+                "repeated": self.repeated, "padding_looked": self.padding_looked, "padded": self.padded,
+                "padded_mean_len": round(self.padded_len / self.padded, 1) if self.padded else None,
+                "needed_mean_len": round(self.needed_len / self.padded, 1) if self.padded else None,
                 "repeated_from": [{"file": f, "line": ln, "function": fn, "calls": n}
                                   for (f, ln, fn), n in sorted(self.repeated_from.items(), key=lambda kv: -kv[1])]}
+
+
+def _host_array(tensor: Any):
+    """A read-only NumPy view of a 2-D integer or boolean host tensor, read through its data
+    pointer and strides: no torch op runs (`Tensor.numpy()` records aten::detach and aten::to in
+    the program's trace, and the line marker's torch function mode would see it); None for
+    other tensors."""
+    import numpy as np
+    import torch
+
+    kinds = {torch.int64: np.int64, torch.int32: np.int32, torch.bool: np.bool_, torch.uint8: np.uint8}
+    with torch._C.DisableTorchFunction():
+        if (tensor.dim() != 2 or tensor.dtype not in kinds or tensor.device.type != "cpu"
+                or tensor.numel() > PADDING_MAX_ELEMENTS or tensor.shape[1] < PADDING_MIN_LENGTH
+                or tensor.numel() == 0 or tensor.is_sparse or type(tensor) is not torch.Tensor):
+            return None
+        pointer, shape, strides = tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride())
+    if min(strides) < 0:
+        return None
+    kind = np.dtype(kinds[tensor.dtype])
+    span = (shape[0] - 1) * strides[0] + (shape[1] - 1) * strides[1] + 1  # elements from the first to the last
+    memory = np.frombuffer((ctypes.c_char * (span * kind.itemsize)).from_address(pointer), dtype=kind)
+    return np.lib.stride_tricks.as_strided(memory, shape, tuple(n * kind.itemsize for n in strides), writeable=False)
+
+
+def padded_past_longest(tensor: Any) -> tuple[int, int] | None:
+    """(length, longest row's length) when every row of a 2-D integer or boolean host tensor ends
+    (right padding) or begins (left padding) with a run of one value, the same in every row, and
+    some row holds more than that value: the padding and what the longest row needs. A tensor of
+    one value throughout (a mask with no padding) or rows ending differently give None."""
+    import numpy as np
+
+    try:
+        array = _host_array(tensor)
+    except Exception:
+        return None
+    if array is None:
+        return None
+    length = array.shape[1]
+    best = None
+    for rows in (array, array[:, ::-1]):  # right padding, then left padding
+        last = rows[:, -1]
+        if not (last == last[0]).all():
+            continue
+        same = (rows == last[0])[:, ::-1]
+        run = np.where(same.all(axis=1), length, same.argmin(axis=1))  # each row's closing run
+        needed = int(length - run.min())
+        if 0 < needed and (best is None or needed < best[1]):
+            best = (length, needed)
+    return best
 
 
 def _user_frame(frame: types.FrameType | None) -> tuple[str, int, str] | None:
@@ -88,13 +174,15 @@ def note_site_input(site_inputs: dict, key: tuple, args: tuple, kwargs: dict | N
     import torch
 
     try:
-        for value in (*args[:INPUTS_LOOKED_AT], *list((kwargs or {}).values())[:INPUTS_LOOKED_AT]):
-            if isinstance(value, torch.Tensor):
-                tally = site_inputs.get(key)
-                if tally is None:
-                    tally = site_inputs[key] = SiteInputs()
-                tally.note(value, caller)
-                return
+        tensors = [value for value in (*args[:INPUTS_LOOKED_AT], *list((kwargs or {}).values())[:INPUTS_LOOKED_AT])
+                   if isinstance(value, torch.Tensor)]
+        if not tensors:
+            return
+        tally = site_inputs.get(key)
+        if tally is None:
+            tally = site_inputs[key] = SiteInputs()
+        tally.note_padding(tensors)
+        tally.note(tensors[0], caller)
     except Exception:
         pass
 

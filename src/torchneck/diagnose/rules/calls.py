@@ -1,18 +1,22 @@
 """Rules on how the program calls its model: once per sample instead of once per batch, on a
-whole prefix again for every generated token, or on the same unchanged input again. Read from the
-capture's module hooks, which note the first tensor input of every top-level module call at the
-user's line that made it (capture/call_inputs.py), and from the sampled time under that line."""
+whole prefix again for every generated token, on the same unchanged input again, or on batches
+padded far past their longest sequence. Read from the capture's module hooks, which note the
+tensor inputs of every top-level module call at the user's line that made it
+(capture/call_inputs.py), and from the sampled time under that line."""
 
 from __future__ import annotations
 
 import ast
 from typing import Any
 
+import msgspec
+
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import COMPREHENSIONS, enclosing, in_loop
+from ..source import (COMPREHENSIONS, calls_backward, enclosing, fixed_length_lines, function_at, in_loop,
+                      pads_to_max_length)
 
 COMPREHENSION_FRAMES = ("<listcomp>", "<genexpr>", "<setcomp>", "<dictcomp>")
 """The frame names of comprehensions (Python <= 3.11 runs each in a frame of its own)."""
@@ -31,6 +35,13 @@ class ModelCallsEvidence(Record):
     """The mean length of the grown dimension (generation: the prefix fed again)."""
     share_kept: float = 0.0
     """What the fixed program still spends of the calls' time, as a share of it."""
+    padded_length: float | None = None
+    """The mean length the padded batches were given."""
+    longest_length: float | None = None
+    """The mean length of each padded batch's longest sequence: what it needed."""
+    backward_share: float = 0.0
+    """The sampled share of the steady state under the lines calling `.backward()` (training:
+    the padding's positions are paid again there)."""
 
 
 def model_call_sites(facts: Facts) -> list[dict[str, Any]]:
@@ -294,3 +305,100 @@ class RepeatedCall(_SiteRule):
         return ("Compute it once and keep the result (in __init__, or cached by the input), then reuse it: the "
                 "same input through the same weights gives the same output every call. Recompute only when the "
                 "input or the model changes.")
+
+
+@register
+class PaddingWaste(_SiteRule):
+    """Every batch is padded to a fixed maximum length far past its longest sequence
+    (`padding="max_length"`, a collate function padding to `MAX_LEN`): the model computes every
+    pad position in every layer, and attention pays for them squared. Seen by the capture's
+    module hooks: the calls' token ids or padding mask (a 2-D integer or boolean input) end, in
+    every row, with a run of one value, and even the batch's longest row leaves a large part of
+    the length to it.
+
+    Time lost: the sampled share of the steady state under the calling line, and, when the
+    program trains, under the lines calling `.backward()`, times the ops' arithmetic share (their
+    time beyond the per-op floor: each op's launch stays whatever the length), times the share of
+    the padded length the batches' longest sequences did not need (each layer's arithmetic grows
+    with the length; attention's quadratic part, left out, saves more)."""
+
+    kind = "padding_waste"
+    summary = "Batches are padded to a fixed maximum length far past their longest sequence."
+    docs = "https://huggingface.co/docs/transformers/pad_truncation"
+    evidence_type = ModelCallsEvidence
+    saving_basis = ("the sampled time under the model-call line (and the backward lines when training), times "
+                    "the ops' arithmetic share, times the share of the padded length past each batch's longest "
+                    "sequence")
+    MIN_PADDED_CALLS = 4
+    """Fewer padded calls are a warm-up or a check."""
+    MIN_PADDED_SHARE = 0.5
+    """Most looked-at calls at the line were padded past their longest row (a last batch alone is not a pattern)."""
+    MIN_UNNEEDED = 0.25
+    """The longest rows leave at least a quarter of the length to padding: less is close to what
+    bucketing or a few lengths would give anyway."""
+    MIN_SHARE = 0.05
+    """What the shorter batches would save must be a twentieth of the steady state."""
+
+    def check(self, facts: Facts) -> list[Finding]:
+        out = []
+        for site in model_call_sites(facts):
+            padded, looked = site.get("padded") or 0, site.get("padding_looked") or 0
+            length, needed = site.get("padded_mean_len") or 0.0, site.get("needed_mean_len") or 0.0
+            if padded < self.MIN_PADDED_CALLS or padded < self.MIN_PADDED_SHARE * looked or length <= 0:
+                continue
+            unneeded = 1.0 - needed / length
+            if unneeded < self.MIN_UNNEEDED:
+                continue
+            share = sampled_under(facts, site["file"], site["line"])
+            backward = self._backward_share(facts)
+            work = arithmetic_share(facts)
+            saving = min(share + backward, 1.0) * work * unneeded
+            if saving < self.MIN_SHARE:
+                continue
+            evidence = ModelCallsEvidence(calls=site.get("calls") or 0, matching_calls=padded, calls_share=share,
+                                          work_share=work, padded_length=length, longest_length=needed,
+                                          backward_share=backward, share_kept=1.0 - work * unneeded)
+            title = (f"batches are padded to {length:.0f} positions where their longest sequence needs "
+                     f"{needed:.0f}: {100 * unneeded:.0f}% of the model's work is padding")
+            out.append(self.found(evidence, title, saving, facts, self._where(facts, site, length)))
+        return out[:1]
+
+    @staticmethod
+    def _backward_share(facts: Facts) -> float:
+        """The sampled share under the lines calling `.backward()` (0 when the program does not train)."""
+        window = (facts.python or {}).get("window") or {}
+        total = window.get("sampled_s") or 0.0
+        if total <= 0:
+            return 0.0
+        spent = sum(ln["total_s"] for ln in window.get("inclusive_lines") or []
+                    if ln.get("file") and calls_backward(ln["file"], int(ln["line"])))
+        return min(spent / total, 1.0)
+
+    @staticmethod
+    def _where(facts: Facts, site: dict[str, Any], length: float) -> list[Where]:
+        """Where the length is chosen first: in the user's files the trace or the sampler saw, the
+        lines making a padded buffer of that fixed length (`torch.full((n, pad_len), PAD)` after
+        `pad_len = MAX_LEN`), or asking a tokenizer to pad to `max_length`; then the model call."""
+        files = [site["file"], *(w.file for w in facts.lines_for_ops(None, limit=20))]
+        window = (facts.python or {}).get("window") or {}
+        files += [ln["file"] for ln in window.get("inclusive_lines") or [] if ln.get("file")]
+        out: list[Where] = []
+        for file in dict.fromkeys(files):
+            lines = fixed_length_lines(file, round(length)) if float(length).is_integer() else []
+            out += [Where(file=file, line=ln, function=function_at(file, ln)) for ln in lines + pads_to_max_length(file)]
+        for w in where_of([site]):
+            if (w.file, w.line) not in {(o.file, o.line) for o in out}:
+                out.append(w)
+        return out[:6]
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """The model's ops and Python under its call (the last line named) are the padded work."""
+        if not cause.where:
+            return None
+        return super().explained(msgspec.structs.replace(cause, where=cause.where[-1:]), symptom, facts)
+
+    def fix(self, evidence: ModelCallsEvidence) -> str:
+        return ("Pad each batch to its own longest sequence, not to the maximum length (Hugging Face: "
+                "padding=\"longest\" or DataCollatorWithPadding; your own collate_fn: the longest length in the "
+                "batch, a multiple of 8 if you like); group sequences of similar length into a batch (a sampler that "
+                "buckets by length) to cut the rest, or pass nested tensors to skip the padding.")
