@@ -126,7 +126,7 @@ def _host_array(tensor: Any):
         return None
     kind = np.dtype(kinds[tensor.dtype])
     span = (shape[0] - 1) * strides[0] + (shape[1] - 1) * strides[1] + 1  # elements from the first to the last
-    memory = np.frombuffer((ctypes.c_char * (span * kind.itemsize)).from_address(pointer), dtype=kind)
+    memory = np.frombuffer(memoryview((ctypes.c_char * (span * kind.itemsize)).from_address(pointer)), dtype=kind)
     return np.lib.stride_tricks.as_strided(memory, shape, tuple(n * kind.itemsize for n in strides), writeable=False)
 
 

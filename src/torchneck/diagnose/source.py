@@ -650,21 +650,22 @@ def padding_length_lines(file: str, line: int) -> list[int]:
     names: set[str] = set()
     out = []
     for call in calls:
-        name = call_name(call)
-        sizes = call.args[1:2] if name == "pad" else call.args[:1] if name == "full" or (name or "").startswith("new_") \
-            else call.args  # F.pad(x, widths); torch.full(size, value); x.new_zeros(size)
+        name = call_name(call) or ""  # F.pad(x, widths); torch.full(size, value); x.new_zeros(size)
+        sizes = call.args[1:2] if name == "pad" else call.args[:1] if name == "full" or name.startswith("new_") \
+            else call.args
         for size in sizes[:4]:
             names |= {n.id for n in ast.walk(size) if isinstance(n, ast.Name)}
             if any(isinstance(n, ast.Name) and n.id.isupper() and len(n.id) > 1 for n in ast.walk(size)) \
                     and line not in out:
                 out.append(line)  # the fixed length named at the call (`torch.zeros(len(b), MAX_LEN)`)
     for stmt in _own_nodes(ast.Module(body=_scope_body(tree, path), type_ignores=[]), ast.Assign, ast.AnnAssign):
-        if stmt.lineno >= line or getattr(stmt, "value", None) is None:
+        assert isinstance(stmt, (ast.Assign, ast.AnnAssign))
+        if stmt.lineno >= line or stmt.value is None:
             continue
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]  # type: ignore[attr-defined]
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         if not any(isinstance(t, ast.Name) and t.id in names for t in targets):
             continue
-        value = stmt.value  # type: ignore[attr-defined]
+        value = stmt.value
         if isinstance(value, ast.IfExp) or not any(call_name(c) in NEEDED_LENGTH_CALLS
                                                     for c in ast.walk(value) if isinstance(c, ast.Call)):
             out.append(stmt.lineno)
@@ -719,7 +720,8 @@ def pads_to_max_length(file: str) -> list[int]:
                 out.add(value.lineno)
             elif node.arg == "pad_to_max_length" and not (isinstance(value, ast.Constant) and not value.value):
                 out.add(value.lineno)
-        elif isinstance(node, ast.Attribute) and node.attr == "MAX_LENGTH" and ast.unparse(node.value).endswith("PaddingStrategy"):
+        elif isinstance(node, ast.Attribute) and node.attr == "MAX_LENGTH" \
+                and ast.unparse(node.value).endswith("PaddingStrategy"):
             out.add(node.lineno)
     return sorted(out)
 

@@ -15,8 +15,15 @@ from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import (COMPREHENSIONS, calls_backward, enclosing, fixed_length_lines, function_at, in_loop,
-                      pads_to_max_length)
+from ..source import (
+    COMPREHENSIONS,
+    calls_backward,
+    enclosing,
+    fixed_length_lines,
+    function_at,
+    in_loop,
+    pads_to_max_length,
+)
 
 COMPREHENSION_FRAMES = ("<listcomp>", "<genexpr>", "<setcomp>", "<dictcomp>")
 """The frame names of comprehensions (Python <= 3.11 runs each in a frame of its own)."""
@@ -385,7 +392,8 @@ class PaddingWaste(_SiteRule):
         out: list[Where] = []
         for file in dict.fromkeys(files):
             lines = fixed_length_lines(file, round(length)) if float(length).is_integer() else []
-            out += [Where(file=file, line=ln, function=function_at(file, ln)) for ln in lines + pads_to_max_length(file)]
+            lines += pads_to_max_length(file)
+            out += [Where(file=file, line=ln, function=function_at(file, ln)) for ln in lines]
         for w in where_of([site]):
             if (w.file, w.line) not in {(o.file, o.line) for o in out}:
                 out.append(w)
