@@ -112,3 +112,31 @@ def test_no_result_for_a_slow_call_or_a_failing_one(monkeypatch):
     assert "skipped" in calls.probe()
     calls.remember(_model(), (torch.randn(2, 7),), {}, 0.01)  # the wrong width: the call raises
     assert "error" in calls.probe()
+
+
+def test_calls_since_the_last_optimizer_step_are_counted_with_their_graphs_fate():
+    """Since the last step: the calls, those fed a tensor carrying a graph (a sampling loop on its
+    own output), those whose graph a backward went through, and the line that made them; the
+    probe's result carries them; an optimizer step starts the count again."""
+    model = _model()
+    calls = RememberedCall()
+
+    def call(x):
+        out = model(x)
+        calls.remember(model, (x,), {}, 0.002, out)
+        return out
+
+    call(torch.randn(4, 16)).sum().backward()  # a training step's call...
+    calls.forget()  # ...and its optimizer step
+    x = torch.randn(4, 16)
+    for _ in range(5):
+        x = torch.nn.functional.pad(call(x), (0, 12))  # fed back: chained from the second call on
+    call(torch.randn(4, 16)).sum().backward()  # a backward through this one's graph
+    since = calls.since_last_step()
+    assert since["calls"] == 6 and since["chained"] == 4 and since["backward_reached"] == 1
+    assert abs(since["seconds"] - 0.012) < 1e-9
+    [site] = since["sites"]
+    assert site["file"] == __file__ and site["calls"] == 6 and site["function"].endswith("call")
+    assert calls.probe()["since_last_step"]["calls"] == 6
+    calls.forget()
+    assert calls.since_last_step() == {"calls": 0, "seconds": 0.0, "chained": 0, "backward_reached": 0, "sites": []}

@@ -568,3 +568,37 @@ def test_optimizer_step_from_its_spans_when_the_sampler_named_no_callee():
     [f] = SingleTensorOptimizer().check(facts(analysis=_optimizer_steps(70_000.0, ops),
                                               python={"window": {"sampled_s": 5.0, "lines": lines}}))
     assert abs(f.time_lost_s - 0.060) < 1e-12
+
+
+def _after_training(calls=400, seconds=6.0, chained=399, reached=0, kind="optimizer"):
+    since = {"calls": calls, "seconds": seconds, "chained": chained, "backward_reached": reached,
+             "sites": [{"file": "/x/ddpm.py", "line": 66, "function": "sample", "calls": calls}]}
+    return {"clock": {"kind": kind}, "run_wall_s": 10.0,
+            "env": {"settings_at_end": {"autograd_probe": dict(PROBE, seconds_with_grad=0.005,
+                                                               seconds_inference_mode=0.004,
+                                                               inference_over_grad=0.8, since_last_step=since)}}}
+
+
+@fires("autograd_in_inference")
+def test_autograd_in_inference_after_training_costs_the_chained_graphs_kept():
+    """A program that trained, then sampled 400 times from the model's own output with autograd
+    on: the calls took 6 s where 400 calls under inference mode take 1.6 s (the probe's call), so
+    4.4 s of the 10 s run; not chained, the probe's 20 % of the calls' 6 s."""
+    (f,) = AutogradInInference().check(facts(analysis=_inference(), **_after_training()))
+    assert abs(f.time_lost_s - (6.0 - 400 * 0.004)) < 1e-9 and abs(f.time_lost_pct - 44.0) < 1e-9
+    assert f.where[0].line == 66 and f.evidence["after_training"] and f.evidence["chained"] == 399
+    assert "after the last optimizer step" in f.title and "previous call's graph" in f.title
+    assert "after training" in f.fix and ".detach()" in f.fix
+    (f,) = AutogradInInference().check(facts(analysis=_inference(), **_after_training(chained=0)))
+    assert abs(f.time_lost_s - 6.0 * 0.2) < 1e-9 and ".detach()" not in f.fix
+
+
+@silent("autograd_in_inference")
+def test_autograd_in_inference_after_training_silent_when_a_backward_used_the_graphs():
+    """An attack or a gradient penalty after training goes backward through its calls' graphs;
+    a handful of calls is a last logged loss; a program that never trained is the other path's."""
+    for case in (_after_training(reached=400), _after_training(calls=5, chained=4)):
+        assert AutogradInInference().check(facts(analysis=_inference(), **case)) == []
+    untrained = _after_training(kind="dataloader")
+    assert all(not f.evidence.get("after_training")
+               for f in AutogradInInference().check(facts(analysis=_inference(), **untrained)))

@@ -310,6 +310,25 @@ def test_the_autograd_probe_times_a_model_call_that_built_a_graph(run_dir, tmp_p
     assert json.loads((clean / "run.json").read_text())["settings_at_end"]["autograd_probe"] is None
 
 
+def test_sampling_with_autograd_on_after_training_is_found(run_dir, tmp_path):
+    """Real runs: a program trains (the window holds its steps), then iterates its model on its
+    own output with autograd on; the followed model's calls after the last optimizer step are
+    counted (chained, no backward through them) and the finding names the sampling call. Under
+    no_grad no call after training built a graph."""
+    script = SCRIPTS / "sampling_after_training.py"
+    r = torchneck("run", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    since = json.loads((run_dir / "run.json").read_text())["settings_at_end"]["autograd_probe"]["since_last_step"]
+    assert since["calls"] == 150 and since["chained"] == 149 and since["backward_reached"] == 0
+    top = read_report(run_dir)["findings"][0]
+    assert top["kind"] == "autograd_in_inference" and top["evidence"]["after_training"]
+    assert planted_line(script) in [w["line"] for w in top["where"]]
+    clean = tmp_path / "clean"
+    r = torchneck("run", "--out", str(clean), str(script), "--no-grad")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert all(f["kind"] != "autograd_in_inference" for f in read_report(clean)["findings"])
+
+
 def test_a_model_output_whose_attributes_raise_keyerror_runs_undisturbed(run_dir):
     """A Hugging-Face-style output (a dict with `__getattr__ = dict.__getitem__`) raises KeyError
     for a missing attribute: the module hooks' look for a graph once broke the program there. It

@@ -29,6 +29,7 @@ import contextlib
 import itertools
 import os
 import random
+import sys
 import threading
 import time
 import weakref
@@ -51,6 +52,29 @@ MAX_ROUNDS = 3
 OUTPUT_TENSORS_LOOKED_AT = 8
 """How many of a tuple's, list's or dict's first items are looked at for a tensor with a graph
 (a model returns its loss and logits first; a long list of outputs is not searched)."""
+
+
+def graph_of(output: Any):
+    """The `grad_fn` of the first tensor with one in a module call's output (as `builds_graph`
+    looks), else None; never raises."""
+    import torch
+
+    try:
+        if isinstance(output, torch.Tensor):
+            return output.grad_fn
+        items: Iterable[Any]
+        if isinstance(output, (tuple, list)):
+            items = output
+        elif isinstance(output, Mapping):
+            items = output.values()
+        else:
+            return None
+        for value in itertools.islice(items, OUTPUT_TENSORS_LOOKED_AT):
+            if isinstance(value, torch.Tensor) and value.grad_fn is not None:
+                return value.grad_fn
+    except Exception:
+        pass
+    return None
 
 
 def builds_graph(output: Any) -> bool:
@@ -84,26 +108,75 @@ class RememberedCall:
     capture's module hooks offer each, from any thread: a race only skews a draw's weights), and
     the probe that times it again once the script is over."""
 
+    SITES_KEPT = 8
+    """Lines of the user's code counted for the calls since the last optimizer step."""
+
     def __init__(self) -> None:
         self._call: tuple[Any, tuple, dict] | None = None  # (module or a weakref to it, args, kwargs)
         self._seen_s = 0.0  # the seconds of every call offered since the last forget()
+        self._calls = self._chained = 0  # since the last forget(): calls, and those fed a tensor with a graph
+        self._reached = [0]  # since the last forget(): calls whose graph a backward went through
+        self._sites: dict[tuple[str, int, str], int] = {}
         self._draw = random.Random(0)  # its own: the script's random state is left alone
         self._follow: tuple = ()  # the hooks on the remembered module alone, once the global ones are gone
         self._began = threading.local()  # when the followed module's call began, per thread
 
-    def remember(self, module, args: tuple, kwargs: dict | None, seconds: float) -> None:
+    def remember(self, module, args: tuple, kwargs: dict | None, seconds: float, output: Any = None) -> None:
         """A top-level call whose output has a grad_fn, which took `seconds`: keep references to
-        it with probability `seconds` / all the calls' seconds so far (a few µs)."""
+        it with probability `seconds` / all the calls' seconds so far (a few µs). Counted too,
+        until the next optimizer step: the call, whether an input already carried a graph (the
+        previous call's output fed back: every call's graph then stays alive until the last), the
+        user's line that made it, and whether a backward later goes through its output's graph
+        (a hook on its `grad_fn`)."""
         self._seen_s += seconds
+        self._calls += 1
+        self._note_call(args, kwargs, output)
         if self._call is not None and self._draw.random() * self._seen_s >= seconds:
             return
         held = weakref.ref(module) if _device_of(args, kwargs) is not None else module
         self._call = (held, args, kwargs or {})
 
+    def _note_call(self, args: tuple, kwargs: dict | None, output: Any) -> None:
+        import torch
+
+        try:
+            if any(isinstance(v, torch.Tensor) and v.grad_fn is not None
+                   for v in (*args[:OUTPUT_TENSORS_LOOKED_AT], *list((kwargs or {}).values())[:OUTPUT_TENSORS_LOOKED_AT])):
+                self._chained += 1
+            graph = graph_of(output)
+            if graph is not None:
+                reached, done = self._reached, [False]
+
+                def went_through(grad_outputs):
+                    if not done[0]:
+                        done[0] = True
+                        reached[0] += 1
+
+                graph.register_prehook(went_through)
+            from .call_inputs import _user_frame
+
+            where = _user_frame(sys._getframe(2))
+            if where is not None and (where in self._sites or len(self._sites) < self.SITES_KEPT):
+                self._sites[where] = self._sites.get(where, 0) + 1
+        except Exception:
+            pass
+
+    def since_last_step(self) -> dict[str, Any]:
+        """The calls that built a graph since the last optimizer step (all of them in a program
+        that never stepped one): how many, their seconds, how many were fed a graph, how many
+        graphs a backward went through, and the lines that made them, most calls first."""
+        return {"calls": self._calls, "seconds": round(self._seen_s, 6), "chained": self._chained,
+                "backward_reached": self._reached[0],
+                "sites": [{"file": f, "line": ln, "function": fn, "calls": n}
+                          for (f, ln, fn), n in sorted(self._sites.items(), key=lambda kv: -kv[1])]}
+
     def forget(self) -> None:
         """An optimizer step: the remembered call was a training step's."""
         self._call = None
         self._seen_s = 0.0
+        self._calls = self._chained = 0
+        self._reached = [0]  # a hook of an older call counts into the list it was given
+        self._sites = {}
 
     def module(self):
         if self._call is None:
@@ -130,7 +203,7 @@ class RememberedCall:
     def _followed(self, module, args, kwargs, output) -> None:
         began = getattr(self._began, "at", None)
         if began is not None and builds_graph(output):
-            self.remember(module, args, kwargs, time.perf_counter() - began)
+            self.remember(module, args, kwargs, time.perf_counter() - began, output)
 
     def unfollow(self) -> None:
         for handle in self._follow:
@@ -145,14 +218,15 @@ class RememberedCall:
         module, call, self._call = self.module(), self._call, None
         if call is None:
             return None
+        since = {"since_last_step": self.since_last_step()}
         if module is None:
-            return {"skipped": "the model was freed before the script ended"}
+            return {"skipped": "the model was freed before the script ended", **since}
         _, args, kwargs = call
         try:  # what the model prints when called again is not the program's output
             with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-                return _time_call(module, args, kwargs)
+                return {**_time_call(module, args, kwargs), **since}
         except Exception as exc:  # the probe must never fail the run
-            return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
+            return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200], **since}
 
 
 def _device_of(args: tuple, kwargs: dict | None):
@@ -198,8 +272,9 @@ def _time_call(module, args: tuple, kwargs: dict) -> dict:
         if len(with_grad) >= MIN_ROUNDS and time.perf_counter() - began > BUDGET_S:
             break
     grad_s, inference_s = min(with_grad), min(inference)
-    return {"module": type(module).__qualname__, "training": module.training,
-            "device": str(device) if device is not None else "cpu", "rounds": len(with_grad),
-            "seconds_with_grad": grad_s, "seconds_inference_mode": inference_s,
-            "inference_over_grad": inference_s / grad_s if grad_s > 0 else None,
-            "probe_s": round(time.perf_counter() - began, 4)}
+    out = {"module": type(module).__qualname__, "training": module.training,
+           "device": str(device) if device is not None else "cpu", "rounds": len(with_grad),
+           "seconds_with_grad": grad_s, "seconds_inference_mode": inference_s,
+           "inference_over_grad": inference_s / grad_s if grad_s > 0 else None}
+    out["probe_s"] = round(time.perf_counter() - began, 4)
+    return out

@@ -577,7 +577,7 @@ class ProfiledWindow:
             self.log.top_module_calls += 1
             if builds_graph(output):
                 self.log.top_module_outputs_with_grad += 1
-                self.calls.remember(module, args, kwargs, time.perf_counter() - self._top_began)
+                self.calls.remember(module, args, kwargs, time.perf_counter() - self._top_began, output)
             note_module_site(self.log, self.log.top_module_sites, args, kwargs, MODULE_SITES_KEPT)
             self._tick("module")
             self._look_calls -= 1
@@ -598,7 +598,7 @@ class ProfiledWindow:
         log.thread_module_s += time.perf_counter() - other.began
         if builds_graph(output):
             log.thread_module_outputs_with_grad += 1
-            self.calls.remember(module, args, kwargs, time.perf_counter() - other.began)
+            self.calls.remember(module, args, kwargs, time.perf_counter() - other.began, output)
         ident = threading.get_ident()
         if ident not in self._thread_ids and len(self._thread_ids) < MODULE_SITES_KEPT:
             self._thread_ids.add(ident)

@@ -452,6 +452,12 @@ class AutogradInInferenceEvidence(Record):
     """`run_wall` when the cost is measured over the whole run (the threads' calls)."""
     probe: dict[str, Any] | None = None
     """The autograd probe's timings of one model call (capture/autograd_probe.py), when it ran."""
+    after_training: bool = False
+    """The calls came after the program's last optimizer step (an evaluation or sampling after
+    training), counted by the capture's hooks over the rest of the run."""
+    chained: int = 0
+    """Of those calls, the ones fed a tensor that already carried a graph (the previous call's
+    output): every call's graph and activations then stay alive to the end of the loop."""
 
 
 @register
@@ -478,7 +484,7 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
     threads, their calls' wall time side by side."""
 
     kind = "autograd_in_inference"
-    explains = ("python_hotspot",)
+    explains = ("python_hotspot", "op_hotspot")
     summary = "Inference records autograd graphs that no backward uses (no inference_mode / no_grad)."
     docs = DOCS["inference_mode"]
     evidence_type = AutogradInInferenceEvidence
@@ -501,9 +507,18 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
     MIN_THREAD_CALLS = 5
     """Model calls in other threads to speak of a pattern there."""
 
+    MIN_AFTER_CALLS = 10
+    """Model calls after the last optimizer step to speak of an evaluation or sampling loop."""
+    MAX_REACHED_SHARE = 0.1
+    """At most this share of those calls' graphs may have had a backward go through them (an
+    adversarial attack or a gradient penalty after training uses them)."""
+    MIN_CHAINED_SHARE = 0.5
+    """Most calls fed the previous call's graph: the loop keeps them all, and its cost is the
+    memory of every activation, not the bookkeeping one call's probe measures."""
+
     def check(self, facts: Facts) -> list[Finding]:
         a = facts.analysis
-        in_threads = self._in_threads(facts)
+        in_threads = self._in_threads(facts) or self._after_training(facts)
         if in_threads:
             return in_threads
         if not a or facts.window_s <= 0:
@@ -539,6 +554,49 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
                                                          probe=probe),
                              title=title + self._measured(probe), lost_s=lost, pct=facts.pct(lost), where=where,
                              confidence="measured" if probe else None)]
+
+    def _after_training(self, facts: Facts) -> list[Finding]:
+        """Model calls after the program's last optimizer step (an evaluation, sampling or export
+        after training) that built graphs no backward went through, counted by the capture's
+        hooks over the rest of the run (the window holds training steps). Time lost, measured:
+        the calls' seconds times the probe's autograd share; with each call fed the previous
+        one's graph, the calls' seconds less the probe's inference-mode seconds of one call for
+        each. Every graph is then kept to the end of the loop and each call's activations take
+        fresh memory (page faults: ~1/3 of a 512-wide MLP's call, 2/3 of a diffusion sampler's),
+        which the probe's call, made after the script with its memory free again, does not pay."""
+        if not self._trained(facts):
+            return []
+        probe = (facts.env.get("settings_at_end") or {}).get("autograd_probe") or {}
+        after = probe.get("since_last_step") or {}
+        calls, spent = int(after.get("calls") or 0), float(after.get("seconds") or 0.0)
+        chained = int(after.get("chained") or 0)
+        if calls < self.MIN_AFTER_CALLS or (after.get("backward_reached") or 0) > self.MAX_REACHED_SHARE * calls:
+            return []
+        overhead, timed = self._overhead(facts)
+        lost = spent * overhead
+        inference_s = (timed or {}).get("seconds_inference_mode")
+        if chained >= self.MIN_CHAINED_SHARE * calls and isinstance(inference_s, (int, float)):
+            lost = min(max(spent - calls * inference_s, lost), spent)
+        wall = facts.run_wall_s
+        where = self._grad_context(facts, facts.with_callers(where_of((after.get("sites") or [])[:1])))
+        title = f"{calls:,} model calls after the last optimizer step built autograd graphs that no backward used"
+        if chained >= self.MIN_CHAINED_SHARE * calls:
+            title += (f", each fed the previous call's graph: all {calls:,} graphs and their activations were kept "
+                      f"({spent:.1f} s in those calls)")
+        evidence = AutogradInInferenceEvidence(model_calls=calls, outputs_with_grad=calls, backward_in_trace=False,
+                                               estimated_overhead=lost / spent if spent > 0 else overhead,
+                                               model_calls_s=spent, share_of="run_wall", probe=timed,
+                                               after_training=True, chained=chained)
+        return [self.finding(evidence, title=title + self._measured(timed), lost_s=lost,
+                             pct=100 * lost / wall if wall > 0 else 0.0, where=where[:4],
+                             confidence="measured" if timed else None)]
+
+    @staticmethod
+    def _trained(facts: Facts) -> bool:
+        """The program stepped an optimizer (its clock, its ops, or a recorded optimizer)."""
+        a = facts.analysis
+        return ((facts.clock or {}).get("kind") == "optimizer" or bool(a and a.ops.training_ops)
+                or bool(facts.sites_of("optimizer")))
 
     def _overhead(self, facts: Facts) -> tuple[float, dict | None]:
         """The share of a model call's time that autograd costs, and the probe it comes from: 1 -
@@ -585,7 +643,13 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """The main thread waiting (off the CPU) while the worker threads run the model: its wait
-        is their model calls' time, of which this cause is a part."""
+        is their model calls' time, of which this cause is a part. After training: the model's
+        ops and Python under the calling line (its time holds what the kept graphs cost)."""
+        if cause.evidence.get("after_training") and symptom.kind in ("python_hotspot", "op_hotspot"):
+            calls = {(w.file, w.line) for w in cause.where[:1]}  # the model-call line: its ops and Python ran below it
+            if any((w.file, w.line) in calls for w in symptom.where):
+                return Explanation(seconds=min(symptom.time_lost_s, cause.time_lost_s))
+            return None
         threads = cause.evidence.get("threads") or 0
         if not threads or not symptom.evidence.get("waits"):
             return None
@@ -630,5 +694,13 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
         return where
 
     def fix(self, evidence: AutogradInInferenceEvidence) -> str:
-        return ("Run inference under `with torch.inference_mode():` (or torch.no_grad()); model.eval() "
-                "alone does not turn autograd off.")
+        fix = ("Run inference under `with torch.inference_mode():` (or torch.no_grad()); model.eval() "
+               "alone does not turn autograd off.")
+        if evidence.after_training:
+            fix = ("Run the evaluation or sampling after training under `with torch.inference_mode():` (or "
+                   "torch.no_grad(), or decorate its function with @torch.no_grad()); model.eval() alone does not "
+                   "turn autograd off.")
+        if evidence.chained:
+            fix += (" Each call here is fed the previous call's output, so without it every step's graph and "
+                    "activations stay in memory until the loop ends (or .detach() what you feed back).")
+        return fix
