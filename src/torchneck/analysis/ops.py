@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from ..model.analysis import Annotation, CodeSite, ConvBiasBn, Dispatch, Float64Ops, OpRow
+from ..model.analysis import Annotation, BackwardNode, CodeSite, ConvBiasBn, Dispatch, Float64Ops, OpRow
 from ..sites import LINE_PREFIX
 from ..trace.table import Cat, EventTable
 from .groups import grouped_totals
@@ -256,9 +257,31 @@ def rows_starting_in(table: EventTable, lo: float, hi: float) -> Rows:
     return np.flatnonzero((ts >= lo) & (ts < hi)).astype(index)
 
 
+BACKWARD_NODE = "autograd::engine::evaluate_function: "
+"""The prefix of the op autograd records around each node it runs in a backward pass."""
+
+
+def backward_nodes(every_op: list[OpRow]) -> list[BackwardNode]:
+    """The backward nodes among the window's ops (`every_op`: op_table with no limit), with the
+    calls of the forward op each differentiates, by name (`ConvolutionBackward0` ->
+    `aten::convolution`, `NativeBatchNormBackward0` -> `aten::native_batch_norm`); gradient
+    accumulation (`AccumulateGrad`), which differentiates no op, left out."""
+    counts = {o.name: o.count for o in every_op}
+    out = []
+    for o in every_op:
+        if not o.name.startswith(BACKWARD_NODE) or "Backward" not in o.name:
+            continue
+        node = o.name[len(BACKWARD_NODE):].rsplit("::", 1)[-1]
+        forward = "aten::" + re.sub(r"(?<!^)(?=[A-Z])", "_", node.split("Backward")[0]).lower()
+        out.append(BackwardNode(node=node, count=o.count, total_us=o.total_us, forward_op=forward,
+                                forward_count=counts.get(forward, 0)))
+    return sorted(out, key=lambda n: -n.total_us)
+
+
 def op_table(table: EventTable, nesting: Nesting, rows: np.ndarray, by_shape: bool = False,
-             top: int = 30) -> list[OpRow]:
-    """Ops among `rows` grouped by name (and input shapes, with `by_shape`), most self time first."""
+             top: int | None = 30) -> list[OpRow]:
+    """Ops among `rows` grouped by name (and input shapes, with `by_shape`), most self time first
+    (the first `top`; None: all)."""
     rows = cpu_ops_among(table, rows)
     if not len(rows):
         return []

@@ -32,6 +32,7 @@ from .memory import memory_summary
 from .nesting import Nesting, host_nesting
 from .ops import (
     annotation_table,
+    backward_nodes,
     conv_bias_before_batch_norm,
     dispatch_overhead,
     enclosing_sites,
@@ -45,6 +46,10 @@ from .patterns import filled_then_copied_to_gpu, unaligned_half_matmuls
 from .steps import BREAKDOWN_CATEGORIES, find_steps, step_breakdown
 from .syncs import host_syncs
 from .trace_stacks import user_code_of
+
+OPS_BY_NAME = 30
+"""Op names kept in the analysis's by-name table (most self time first); the backward nodes
+are read from all of them."""
 
 
 def analyze_trace(trace: Trace, nesting: Nesting | None = None,
@@ -81,8 +86,10 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None,
         assert nesting is not None
         averages = None if lean else background.submit(key_averages, trace, nesting, tables)  # as torch's
         cpu_ops = nesting.ops_in(rows)  # what the op analyses read of them (a view, not a copy)
+        every_op = op_table(t, nesting, cpu_ops, top=None)
         ops = Ops(
-            by_name=op_table(t, nesting, cpu_ops),
+            by_name=every_op[:OPS_BY_NAME],
+            backward_nodes=backward_nodes(every_op),
             by_shape=op_table(t, nesting, cpu_ops, by_shape=True, top=20),
             dispatch=dispatch_overhead(t, nesting, cpu_ops, span, len(steps)),
             annotations=annotation_table(t, rows),

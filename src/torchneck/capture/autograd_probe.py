@@ -140,8 +140,8 @@ class RememberedCall:
         import torch
 
         try:
-            if any(isinstance(v, torch.Tensor) and v.grad_fn is not None
-                   for v in (*args[:OUTPUT_TENSORS_LOOKED_AT], *list((kwargs or {}).values())[:OUTPUT_TENSORS_LOOKED_AT])):
+            inputs = (*args[:OUTPUT_TENSORS_LOOKED_AT], *list((kwargs or {}).values())[:OUTPUT_TENSORS_LOOKED_AT])
+            if any(isinstance(v, torch.Tensor) and v.grad_fn is not None for v in inputs):
                 self._chained += 1
             graph = graph_of(output)
             if graph is not None:

@@ -73,6 +73,22 @@ class OpRow(Record):
     shapes: str | None = None
 
 
+class BackwardNode(Record):
+    """One kind of autograd node run in the window's backward passes, and the forward op it
+    differentiates (analysis/ops.backward_nodes): a node run more often than its forward op ran
+    was differentiated again (a second backward through a retained graph)."""
+
+    node: str
+    """The node's name (`ConvolutionBackward0`)."""
+    count: int
+    """Times autograd ran a node of this kind (its `evaluate_function` events)."""
+    total_us: float
+    forward_op: str
+    """The forward op the node's name maps to (`aten::convolution`)."""
+    forward_count: int
+    """Calls of that forward op in the window (0 when it was not found)."""
+
+
 class Dispatch(Record):
     """Per-op overhead: how much of the window goes to tiny top-level ops (ops.dispatch_overhead)."""
 
@@ -204,6 +220,8 @@ class Ops(Record):
     training_ops: int = 0
     """Events of a backward pass (autograd's `...Backward...`, `evaluate_function`) or an optimizer
     step anywhere in the trace: the program trains (the top ops of `by_name` may not show them)."""
+    backward_nodes: list[BackwardNode] = []
+    """The autograd nodes the window's backward passes ran, by kind, with their forward op's calls."""
 
 
 class IdleBreakdown(Record):
