@@ -110,6 +110,17 @@ def test_anomaly_detection_a_script_s_own_stack_captures_are_not_its_cost(tmp_pa
     assert f.time_lost_pct == 0.0 and f.severity == "low" and f.confidence == "measured"
 
 
+@fires("anomaly_detection")
+def test_anomaly_detection_turned_on_for_training_and_off_after_is_found(tmp_path):
+    """A Trainer's fit() turns it on and off again after the epochs: off at the start and at the
+    end, but the script turned it on (its call site) and the window measured it."""
+    sites = [{"what": "anomaly_detection", "file": "/x/trainer.py", "line": 113, "function": "Trainer.fit"}]
+    [f] = AnomalyDetection().check(facts(env={"settings_at_end": {"anomaly_detection": False}}, call_sites=sites,
+                                         python=_anomaly_samples(tmp_path, explicit_s=0.3),
+                                         analysis=analysis(by_name=NAN_CHECK_OPS)))
+    assert f.where[0].line == 113 and abs(f.time_lost_pct - 100 * (0.7 / 2.3 + 0.06)) < 1e-6
+
+
 @silent("anomaly_detection")
 def test_anomaly_detection_silent_when_off(tmp_path):
     python = _anomaly_samples(tmp_path, explicit_s=0.0)

@@ -25,9 +25,11 @@ class AnomalyEvidence(Record):
 
 @register
 class AnomalyDetection(Rule[AnomalyEvidence]):
-    """Autograd anomaly detection left on: every forward op that makes a graph node records its
-    Python stack (torch's C++ calls `format_stack`, which reads every frame's source line), and
-    every backward output is checked for NaN (`isnan`, `_is_any_true`, `item`).
+    """Autograd anomaly detection left on (on at the end of the run, or turned on by the script's
+    own call, which a Trainer may turn off again after its epochs): every forward op that makes a
+    graph node records its Python stack (torch's C++ calls `format_stack`, which reads every
+    frame's source line), and every backward output is checked for NaN (`isnan`,
+    `_is_any_true`, `item`).
 
     Time lost: the sampled time inside the stack captures C++ made (analysis/python_stacks.py
     tells them from a script's own calls by the caller's source line), as a share of the sampled
@@ -55,8 +57,8 @@ class AnomalyDetection(Rule[AnomalyEvidence]):
 
     def check(self, facts: Facts) -> list[Finding]:
         settings = facts.env.get("settings_at_end") or facts.env.get("settings") or {}
-        if not settings.get("anomaly_detection"):
-            return []
+        if not (settings.get("anomaly_detection") or facts.sites_of("anomaly_detection")):
+            return []  # neither on at the end nor turned on by the script (a fit() that turns it off after)
         where = where_of(facts.sites_of("anomaly_detection")[:3])
         steady = (facts.python or {}).get("window") or {}
         sampled = steady.get("sampled_s") or 0.0
