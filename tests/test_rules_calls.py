@@ -6,7 +6,7 @@ import json
 from conftest import SCRIPTS, planted_line, read_report, torchneck
 from rule_cases import analysis, facts, fires, silent
 
-from torchneck.capture.call_inputs import SiteInputs, padded_past_longest
+from torchneck.capture.call_inputs import SiteInputs, content_fingerprint, padded_past_longest
 from torchneck.diagnose.rules.calls import PaddingWaste, RepeatedCall, UnbatchedCalls, UncachedGeneration, sampled_under
 from torchneck.model.analysis import OpRow
 
@@ -229,3 +229,35 @@ def test_batches_padded_to_the_maximum_length_are_found(run_dir):
     top = read_report(run_dir)["findings"][0]
     assert top["kind"] == "padding_waste" and top["where"][0]["line"] == planted_line(script)
     assert top["evidence"]["padded_length"] == 128.0 and top["evidence"]["longest_length"] <= 30
+
+
+def test_an_input_rebuilt_from_the_same_constant_counts_as_repeated():
+    """A catalog's features concatenated with its ids at every request (under inference_mode:
+    no version counter) are new tensors of the same content: their sampled elements tell; other
+    content, small inputs and inputs of too few distinct values (zeros) are not fingerprinted."""
+    import torch
+
+    features = torch.randn(5000, 16)
+    tally = SiteInputs()
+    with torch.inference_mode():
+        for _ in range(4):
+            tally.note(torch.cat([features, torch.arange(5000.0)[:, None]], dim=1), None)
+    assert tally.repeated == 3
+    assert content_fingerprint(features) == content_fingerprint(features.clone())
+    assert content_fingerprint(features) != content_fingerprint(torch.randn(5000, 16))
+    assert content_fingerprint(torch.randn(8, 8)) is None and content_fingerprint(torch.zeros(100, 100)) is None
+
+
+@fires("repeated_call")
+def test_repeated_call_of_every_request_beside_the_request_s_own_calls():
+    """Every call at the catalog's line repeats its input, but another line calls the model on
+    each request's own input: the repeats are a constant part of each request, not a benchmark."""
+    origin = {"file": "/x/reco.py", "line": 54, "function": "Service.catalog", "calls": 299}
+    sites = [_site("/x/reco.py", 35, "Model.encode_items", 300, repeated=299, repeated_from=[origin]),
+             _site("/x/reco.py", 38, "Model.encode_user", 300, repeated=0)]
+    clock = {"kind": "module", "top_module_sites": sites}
+    [f] = RepeatedCall().check(facts(analysis=_ops(1_000.0), python=_python("/x/reco.py", 54, 0.9), clock=clock))
+    assert [w.line for w in f.where] == [54, 35]
+    alone = {"kind": "module", "top_module_sites": sites[:1]}  # one input timed again and again
+    assert RepeatedCall().check(facts(analysis=_ops(1_000.0), python=_python("/x/reco.py", 54, 0.9),
+                                      clock=alone)) == []

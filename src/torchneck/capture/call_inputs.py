@@ -22,6 +22,15 @@ RECENT_KEPT = 32
 """Inputs remembered per line to tell one passed again (a corpus encoded at every request)."""
 CALLERS_KEPT = 8
 """Lines kept that passed an input again (the call's caller: where the input comes from)."""
+CONTENT_MIN_ELEMENTS = 4096
+"""Inputs at least this large are also told apart by content (an input rebuilt from the same
+constant every call: a catalog's features concatenated with its ids); a smaller one costs little
+to recompute."""
+CONTENT_SAMPLES = 64
+"""Elements read (evenly spaced, the first and last among them) for an input's fingerprint."""
+CONTENT_MIN_DISTINCT = 8
+"""A fingerprint of fewer distinct values (zeros, padding, one-hot rows) tells too little: batches
+that differ would look the same."""
 PADDING_LOOKED_FIRST = 64
 """Calls of a line whose inputs are all looked at for padding; after them, one in
 `PADDING_LOOK_EVERY` (~2-10 us a look: a server's 100,000 per-request calls would pay ~1 s)."""
@@ -38,10 +47,11 @@ class SiteInputs:
     calls whose input is the previous call's grown by one along one dimension (a prefix fed again
     with one more token: generation without a cache) and that dimension's sizes summed; calls
     given again the very tensor of a recent call, unchanged since (same object, same version
-    counter: its output could have been kept), and the lines that called from there."""
+    counter), or a large input of a recent call's content (`content_fingerprint`: rebuilt from
+    the same constant), whose output could have been kept, and the lines that called from there."""
 
     __slots__ = ("batch_of_one", "grew_by_one", "grown_len", "last_shape", "repeated", "repeated_from", "recent",
-                 "calls", "padding_looked", "padded", "padded_len", "needed_len")
+                 "recent_content", "calls", "padding_looked", "padded", "padded_len", "needed_len")
 
     def __init__(self) -> None:
         self.batch_of_one = self.grew_by_one = self.grown_len = self.repeated = 0
@@ -49,6 +59,7 @@ class SiteInputs:
         self.last_shape: tuple | None = None
         self.repeated_from: dict[tuple, int] = {}
         self.recent: dict[int, tuple] = {}  # id(tensor) -> (weak reference, version)
+        self.recent_content: set[tuple] = set()  # fingerprints of recent large inputs
 
     def note(self, tensor: Any, caller: types.FrameType | None) -> None:
         shape = tuple(tensor.shape)
@@ -62,19 +73,32 @@ class SiteInputs:
                 self.grown_len += grown[0][0]
         self.last_shape = shape
         try:
-            version = tensor._version  # inference tensors have none: their reuse cannot be told
+            version = tensor._version  # inference tensors have none: only their content can tell
         except Exception:
-            return
-        seen = self.recent.get(id(tensor))
+            version = None
+        seen = self.recent.get(id(tensor)) if version is not None else None
         if seen is not None and seen[0]() is tensor and seen[1] == version:
-            self.repeated += 1
-            where = _user_frame(caller)
-            if where is not None and (where in self.repeated_from or len(self.repeated_from) < CALLERS_KEPT):
-                self.repeated_from[where] = self.repeated_from.get(where, 0) + 1
+            self._repeated(caller)
             return
-        if len(self.recent) >= RECENT_KEPT:
-            self.recent.clear()
-        self.recent[id(tensor)] = (weakref.ref(tensor), version)
+        if version is not None:
+            if len(self.recent) >= RECENT_KEPT:
+                self.recent.clear()
+            self.recent[id(tensor)] = (weakref.ref(tensor), version)
+        fingerprint = content_fingerprint(tensor)
+        if fingerprint is None:
+            return
+        if fingerprint in self.recent_content:
+            self._repeated(caller)
+            return
+        if len(self.recent_content) >= RECENT_KEPT:
+            self.recent_content.clear()
+        self.recent_content.add(fingerprint)
+
+    def _repeated(self, caller: types.FrameType | None) -> None:
+        self.repeated += 1
+        where = _user_frame(caller)
+        if where is not None and (where in self.repeated_from or len(self.repeated_from) < CALLERS_KEPT):
+            self.repeated_from[where] = self.repeated_from.get(where, 0) + 1
 
     def note_padding(self, tensors: list[Any]) -> None:
         """Of the call's 2-D integer or boolean host tensors (token ids, attention or padding
@@ -128,6 +152,28 @@ def _host_array(tensor: Any):
     span = (shape[0] - 1) * strides[0] + (shape[1] - 1) * strides[1] + 1  # elements from the first to the last
     memory = np.frombuffer(memoryview((ctypes.c_char * (span * kind.itemsize)).from_address(pointer)), dtype=kind)
     return np.lib.stride_tricks.as_strided(memory, shape, tuple(n * kind.itemsize for n in strides), writeable=False)
+
+
+def content_fingerprint(tensor: Any) -> tuple | None:
+    """(shape, dtype, `CONTENT_SAMPLES` evenly spaced elements' bytes) of a contiguous host tensor
+    of at least `CONTENT_MIN_ELEMENTS` elements, read through its data pointer (no torch op);
+    None for other tensors or when the elements read hold too few distinct values."""
+    import numpy as np
+    import torch
+
+    with torch._C.DisableTorchFunction():
+        if (tensor.device.type != "cpu" or tensor.is_sparse or tensor.numel() < CONTENT_MIN_ELEMENTS
+                or not tensor.is_contiguous() or tensor.is_complex()):
+            return None
+        pointer, count, size, shape = tensor.data_ptr(), tensor.numel(), tensor.element_size(), tuple(tensor.shape)
+        dtype = str(tensor.dtype)
+    if size not in (1, 2, 4, 8):
+        return None
+    memory = np.frombuffer(memoryview((ctypes.c_char * (count * size)).from_address(pointer)), dtype=f"u{size}")
+    sample = memory[np.linspace(0, count - 1, CONTENT_SAMPLES).astype(np.int64)]
+    if len(np.unique(sample)) < CONTENT_MIN_DISTINCT:
+        return None
+    return shape, dtype, sample.tobytes()
 
 
 def padded_past_longest(tensor: Any) -> tuple[int, int] | None:

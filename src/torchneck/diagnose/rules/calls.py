@@ -264,11 +264,12 @@ class UncachedGeneration(_SiteRule):
 @register
 class RepeatedCall(_SiteRule):
     """The model is called again on the very tensor it was given before, unchanged (a corpus
-    encoded again at every request, a constant batch scored every step) in a program that does
-    not train: the output is the same every time, and could be computed once and kept. Seen by
-    the capture's module hooks (the same tensor object with the same version counter as a recent
-    call's input, at the same line), which also note the line that called from there: where the
-    constant input comes from, and where the result can be kept.
+    encoded again at every request, a constant batch scored every step), or on one rebuilt with
+    the same content, in a program that does not train: the output is the same every time, and
+    could be computed once and kept. Seen by the capture's module hooks (the same tensor object
+    with the same version counter as a recent call's input, or a large input whose sampled
+    elements match a recent one's, at the same line), which also note the line that called from
+    there: where the constant input comes from, and where the result can be kept.
 
     Time lost: the sampled share of the steady state under that calling line (every call there
     but the first goes)."""
@@ -283,18 +284,26 @@ class RepeatedCall(_SiteRule):
     MIN_SHARE = 0.10
     """What keeping the result would save must be a tenth of the steady state to be worth it."""
     MAX_REPEATED_SHARE = 0.9
-    """The line also takes other inputs (a query between two encodings of the corpus): when nearly
-    every call repeats one input, the loop is a benchmark timing one call (the profiler
+    """The line also takes other inputs (a query between two encodings of the corpus), or other
+    lines call a model on new inputs (each request's own work): when nearly every call repeats
+    one input and nothing else varies, the loop is a benchmark timing one call (the profiler
     tutorial's), whose repetition is its point."""
+    MIN_VARIED_SHARE = 0.5
+    """Calls on new inputs at another line, per repeated call, that make the repeats a request's
+    constant part rather than a benchmark's loop."""
 
     def check(self, facts: Facts) -> list[Finding]:
         if (facts.clock or {}).get("kind") == "optimizer" or (facts.analysis and facts.analysis.ops.training_ops):
             return []  # training: the weights change between two calls on the same input
         out = []
-        for site in model_call_sites(facts):
+        sites = model_call_sites(facts)
+        for site in sites:
             repeated = site.get("repeated") or 0
             origins = site.get("repeated_from") or []
-            if repeated < self.MIN_REPEATS or repeated > self.MAX_REPEATED_SHARE * (site.get("calls") or 0):
+            varied = max(((s.get("calls") or 0) - (s.get("repeated") or 0) for s in sites if s is not site), default=0)
+            benchmark = repeated > self.MAX_REPEATED_SHARE * (site.get("calls") or 0) \
+                and varied < self.MIN_VARIED_SHARE * repeated
+            if repeated < self.MIN_REPEATS or benchmark:
                 continue
             origin = origins[0] if origins else site
             share = sampled_under(facts, origin["file"], int(origin["line"]))
