@@ -5,8 +5,8 @@ from conftest import SCRIPTS, planted_line, read_report, torchneck
 from rule_cases import analysis, facts, fires, silent
 
 from torchneck.analysis.ops import backward_nodes
-from torchneck.diagnose.rules.autograd import RepeatedBackward
-from torchneck.model.analysis import OpRow
+from torchneck.diagnose.rules.autograd import AutogradInInference, RepeatedBackward
+from torchneck.model.analysis import OpRow, TraceInfo
 
 TRAIN = '''def step(trunk, heads, x):
     feats = trunk(x)
@@ -75,3 +75,248 @@ def test_a_backward_per_loss_is_found_in_a_real_run(run_dir):
     assert top["kind"] == "repeated_backward" and top["where"][0]["line"] == planted_line(script)
     assert "ConvolutionBackward0" in top["evidence"]["repeated_nodes"]
     assert 2.5 <= top["evidence"]["node_runs"] / top["evidence"]["forward_calls"] <= 3.5
+
+
+def _op(name, self_us, count=10):
+    return OpRow(name=name, count=count, self_us=self_us, total_us=self_us, mean_us=self_us / count)
+
+
+def _inference(by_name=("aten::addmm",)):
+    return analysis(by_name=[_op(n, 1000.0) for n in by_name])
+
+
+CLOCK = {"kind": "module", "top_module_calls": 200, "top_module_outputs_with_grad": 200}
+
+
+@fires("autograd_in_inference")
+def test_autograd_in_inference_names_the_model_call_even_without_samples_in_the_window():
+    """On a fast machine (the H100 box) the whole window can pass between two sampler ticks: the
+    line comes from the exact line spans then."""
+    by_line = [{"op": "aten::addmm", "file": "/x/infer.py", "line": 8, "function": "<module>", "self_us": 900.0},
+               {"op": "aten::randn", "file": "/x/infer.py", "line": 8, "function": "<module>", "self_us": 50.0},
+               {"op": "aten::gelu", "file": "/x/other.py", "line": 3, "function": "f", "self_us": 100.0}]
+    sampled = facts(analysis=_inference(), clock=CLOCK, ops_by_line=by_line,
+                    python={"window": {"lines": [{"file": "/x/infer.py", "line": 9, "function": "<module>"}]}})
+    unsampled = facts(analysis=_inference(), clock=CLOCK, ops_by_line=by_line, python={"window": {"lines": []}})
+    assert AutogradInInference().check(sampled)[0].where[0].line == 9  # the sampler's line when it has one
+    (f,) = AutogradInInference().check(unsampled)
+    assert (f.where[0].file, f.where[0].line) == ("/x/infer.py", 8) and "inference_mode" in f.fix
+
+
+@fires("autograd_in_inference")
+def test_autograd_in_inference_costs_the_model_calls_not_the_hottest_line():
+    """The capture counts the line that called the model: the estimate is a share of the ops
+    run there, not of a heavier line beside it (a big matmul at line 9 is not inference)."""
+    by_line = [{"op": "aten::addmm", "file": "/x/infer.py", "line": 8, "function": "<module>", "self_us": 1_000.0},
+               {"op": "aten::mm", "file": "/x/infer.py", "line": 9, "function": "<module>", "self_us": 90_000.0}]
+    clock = dict(CLOCK, top_module_sites=[{"file": "/x/infer.py", "line": 8, "function": "<module>", "calls": 8}])
+    hot = {"window": {"lines": [{"file": "/x/infer.py", "line": 9, "function": "<module>"}]}}
+    (f,) = AutogradInInference().check(facts(analysis=_inference(), clock=clock, ops_by_line=by_line, python=hot))
+    assert f.where[0].line == 8
+    assert f.time_lost_s == 1_000.0 / 1e6 * AutogradInInference.AUTOGRAD_OVERHEAD
+
+
+INFERENCE_SCRIPT = """\
+import contextlib, sys, torch
+model = torch.nn.Linear(4, 4).eval()
+with torch.inference_mode(False):
+    for _ in range(10):
+        y = model(torch.randn(2, 4))
+
+def predict(x):
+    return model(x)
+
+with torch.no_grad() if "--fixed" in sys.argv else contextlib.nullcontext():
+    for _ in range(10):
+        predict(torch.randn(2, 4))
+
+with open(__file__) as fh:
+    for _ in range(10):
+        out = model(torch.randn(2, 4))
+"""
+
+
+@fires("autograd_in_inference")
+def test_autograd_in_inference_names_the_with_that_sets_the_grad_mode(tmp_path):
+    """The line to change is the `with` that decides the grad mode around the model call (in
+    its function or up its call path); with none, the loop to wrap follows the call."""
+    script = tmp_path / "infer.py"
+    script.write_text(INFERENCE_SCRIPT)
+    f = str(script)
+
+    def where(line, function="<module>", callers=()):
+        clock = dict(CLOCK, top_module_sites=[{"file": f, "line": line, "function": function, "calls": 10}])
+        sampled = {"window": {"lines": [{"file": f, "line": line, "function": function, "callers": list(callers)}]}}
+        (found,) = AutogradInInference().check(facts(analysis=_inference(), clock=clock, python=sampled))
+        return [w.line for w in found.where]
+
+    assert where(5) == [3, 5]  # inference_mode(False) around the loop
+    assert where(8, "predict", [{"file": f, "line": 12, "function": "<module>"}]) == [10, 8]  # the caller's with
+    assert where(16) == [16, 15]  # no grad context (a file's): the call, then the loop to wrap
+
+
+THREADS = {"thread_module_calls": 40, "thread_module_outputs_with_grad": 40, "thread_module_s": 8.0,
+           "thread_module_threads": 2, "thread_module_sites": [{"file": "/x/s.py", "line": 61, "function": "worker"}]}
+
+
+@fires("autograd_in_inference")
+def test_autograd_in_inference_in_worker_threads_folds_the_main_thread_s_wait():
+    """The capture counted the workers' model calls: the saving is a share of their time side by
+    side (8 s over 2 threads), over the run; the main thread's wait for them is the symptom."""
+    from torchneck.diagnose.engine import diagnose
+
+    (f,) = AutogradInInference().check(facts(clock=THREADS, run_wall_s=10.0))
+    assert f.time_lost_s == 4.0 * AutogradInInference.AUTOGRAD_OVERHEAD and f.evidence["share_of"] == "run_wall"
+    assert f.where[0].line == 61 and "2 worker threads" in f.title
+    waiting = {"window": {"sampled_s": 4.0, "lines": [{"file": "/x/s.py", "line": 87, "function": "main",
+                                                       "total_s": 4.0, "self_s": 0.0, "pct": 97.0,
+                                                       "outside_ops_s": 4.0, "waiting_s": 3.9}]}}
+    found = diagnose(facts(analysis=analysis(), clock=THREADS, run_wall_s=10.0, python=waiting))
+    assert [f.kind for f in found] == ["autograd_in_inference"], found
+    assert [s.kind for s in found[0].symptoms] == ["python_hotspot"] and found[0].symptoms[0].where[0].line == 87
+
+
+PROBE = {"module": "TransformerEncoder", "training": False, "device": "cpu", "rounds": 3,
+         "seconds_with_grad": 0.5, "seconds_inference_mode": 0.2, "inference_over_grad": 0.4}
+
+
+@fires("autograd_in_inference")
+def test_autograd_in_inference_saving_is_the_probe_s_measured_share():
+    """The autograd probe timed one of the model calls again after the run: 500 ms with autograd,
+    200 ms under inference_mode (a Transformer's fast path): 60 % of the model calls' time, not
+    the 10 % of a plain MLP; `measured`. Without a probe result (skipped, failed), the 10 %."""
+    by_line = [{"op": "aten::addmm", "file": "/x/infer.py", "line": 8, "function": "<module>", "self_us": 1_000.0}]
+    clock = dict(CLOCK, top_module_sites=[{"file": "/x/infer.py", "line": 8, "function": "<module>", "calls": 8}])
+
+    def check(probe):
+        env = {"settings_at_end": {"autograd_probe": probe}}
+        (f,) = AutogradInInference().check(facts(analysis=_inference(), clock=clock, ops_by_line=by_line, env=env))
+        return f
+
+    f = check(PROBE)
+    assert abs(f.time_lost_s - 1_000.0 / 1e6 * 0.6) < 1e-12 and f.confidence == "measured"
+    assert f.evidence["estimated_overhead"] == 0.6 and f.evidence["probe"]["rounds"] == 3
+    assert "500 ms with autograd, 200 ms under inference_mode" in f.title
+    for unmeasured in (None, {"skipped": "a call takes 3.00 s (over 2 s)"}, {"error": "RuntimeError: shape"}):
+        f = check(unmeasured)
+        assert f.time_lost_s == 1_000.0 / 1e6 * AutogradInInference.AUTOGRAD_OVERHEAD
+        assert f.confidence == "estimated" and f.evidence["probe"] is None and "ms" not in f.title
+    assert check(dict(PROBE, inference_over_grad=1.1)).time_lost_s == 0.0  # inference mode no faster: no saving
+
+
+@fires("autograd_in_inference")
+def test_autograd_in_inference_in_worker_threads_uses_the_probe_too():
+    env = {"settings_at_end": {"autograd_probe": PROBE}}
+    (f,) = AutogradInInference().check(facts(clock=THREADS, run_wall_s=10.0, env=env))
+    assert abs(f.time_lost_s - 4.0 * 0.6) < 1e-12 and f.confidence == "measured"
+    assert abs(f.time_lost_pct - 24.0) < 1e-9
+
+
+@silent("autograd_in_inference")
+def test_autograd_in_inference_in_threads_silent_when_training_or_without_graphs():
+    assert AutogradInInference().check(facts(clock=dict(THREADS, kind="optimizer"), run_wall_s=10.0)) == []
+    no_grad = dict(THREADS, thread_module_outputs_with_grad=0)
+    assert AutogradInInference().check(facts(clock=no_grad, run_wall_s=10.0)) == []
+    few = dict(THREADS, thread_module_calls=3, thread_module_outputs_with_grad=3)
+    assert AutogradInInference().check(facts(clock=few, run_wall_s=10.0)) == []
+
+
+def test_relative_file_names_are_read_from_the_directory_the_script_ran_in(tmp_path, monkeypatch):
+    """`torchneck run infer.py` names the file `infer.py`; `torchneck report RUN_DIR` made from
+    another directory still reads it (the run's cwd), for the rule and the HTML's code lines."""
+    from torchneck.diagnose.source import sources_relative_to
+    from torchneck.report.html import code_context
+
+    (tmp_path / "infer.py").write_text(INFERENCE_SCRIPT)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    clock = dict(CLOCK, top_module_sites=[{"file": "infer.py", "line": 5, "function": "<module>", "calls": 10}])
+
+    def where():
+        (found,) = AutogradInInference().check(facts(analysis=_inference(), clock=clock))
+        return [w.line for w in found.where]
+
+    with sources_relative_to(str(tmp_path)):
+        assert where() == [3, 5]  # the `with inference_mode(False)`, read from the run's directory
+    assert where() == [5]  # not readable from here: the call's line stays
+    assert code_context("infer.py", 3, around=0, base=str(tmp_path)) == [(3, "with torch.inference_mode(False):")]
+    assert code_context("infer.py", 3, around=0) == []
+
+
+@silent("autograd_in_inference")
+def test_autograd_in_inference_silent_when_a_backward_ran_or_outputs_have_no_grad():
+    training = _inference(by_name=("aten::addmm", "autograd::engine::evaluate_function: AddmmBackward0"))
+    assert AutogradInInference().check(facts(analysis=training, clock=CLOCK)) == []
+    no_grad = dict(CLOCK, top_module_outputs_with_grad=0)
+    assert AutogradInInference().check(facts(analysis=_inference(), clock=no_grad)) == []
+
+
+def _graph_nodes(nodes: int, by_name=("aten::addmm",)):
+    a = _inference(by_name)
+    a.trace = TraceInfo(path="t.json", grad_mode_ops=3 * nodes, autograd_nodes=nodes)
+    return a
+
+
+@fires("autograd_in_inference")
+def test_autograd_in_inference_from_the_trace_s_sequence_numbers_under_another_clock():
+    """An evaluation after training: the optimizer's clock timed the run (the module clock's
+    counts are from before the window), but the window's ops built graph nodes, no backward."""
+    clock = {"kind": "optimizer", "top_module_calls": 3, "top_module_outputs_with_grad": 3,
+             "top_module_sites": [{"file": "/x/t.py", "line": 26, "function": "fit", "calls": 3}],
+             "ticks": [100, 200, 300], "window_start_ns": 301}
+    hot = {"window": {"lines": [{"file": "/x/m.py", "line": 17, "function": "forward"}]}}
+    (f,) = AutogradInInference().check(facts(analysis=_graph_nodes(1_153), clock=clock, python=hot))
+    assert f.where[0].line == 17  # the window's model call, not fit's from before the window
+    assert "1,153 autograd graph nodes" in f.title and f.evidence["graph_nodes"] == 1_153
+    (g,) = AutogradInInference().check(facts(analysis=_graph_nodes(80), clock={}, python=hot))  # `analyze`
+    assert g.evidence["model_calls"] == 0
+
+
+@silent("autograd_in_inference")
+def test_autograd_in_inference_silent_on_grad_mode_ops_that_build_no_graph():
+    """Tensors that need no gradient, in grad mode, repeat one sequence number: nothing built."""
+    hot = {"window": {"lines": [{"file": "/x/m.py", "line": 17, "function": "forward"}]}}
+    few = _graph_nodes(AutogradInInference.MIN_GRAPH_NODES - 1)
+    assert AutogradInInference().check(facts(analysis=few, clock={}, python=hot)) == []
+    trained = _graph_nodes(5_000, by_name=("aten::addmm", "autograd::engine::evaluate_function: AddmmBackward0"))
+    assert AutogradInInference().check(facts(analysis=trained, clock={}, python=hot)) == []
+    mid_step = {"kind": "optimizer", "ticks": [100, 200, 300, 400], "window_start_ns": 301}  # cut before backward
+    assert AutogradInInference().check(facts(analysis=_graph_nodes(5_000), clock=mid_step, python=hot)) == []
+    counted = facts(analysis=_graph_nodes(5_000), clock=dict(CLOCK, top_module_outputs_with_grad=0), python=hot)
+    assert AutogradInInference().check(counted) == []  # the capture saw outputs without grad_fn: it decides
+
+
+
+def _after_training(calls=400, seconds=6.0, chained=399, reached=0, kind="optimizer"):
+    since = {"calls": calls, "seconds": seconds, "chained": chained, "backward_reached": reached,
+             "sites": [{"file": "/x/ddpm.py", "line": 66, "function": "sample", "calls": calls}]}
+    return {"clock": {"kind": kind}, "run_wall_s": 10.0,
+            "env": {"settings_at_end": {"autograd_probe": dict(PROBE, seconds_with_grad=0.005,
+                                                               seconds_inference_mode=0.004,
+                                                               inference_over_grad=0.8, since_last_step=since)}}}
+
+
+@fires("autograd_in_inference")
+def test_autograd_in_inference_after_training_costs_the_chained_graphs_kept():
+    """A program that trained, then sampled 400 times from the model's own output with autograd
+    on: the calls took 6 s where 400 calls under inference mode take 1.6 s (the probe's call), so
+    4.4 s of the 10 s run; not chained, the probe's 20 % of the calls' 6 s."""
+    (f,) = AutogradInInference().check(facts(analysis=_inference(), **_after_training()))
+    assert abs(f.time_lost_s - (6.0 - 400 * 0.004)) < 1e-9 and abs(f.time_lost_pct - 44.0) < 1e-9
+    assert f.where[0].line == 66 and f.evidence["after_training"] and f.evidence["chained"] == 399
+    assert "after the last optimizer step" in f.title and "previous call's graph" in f.title
+    assert "after training" in f.fix and ".detach()" in f.fix
+    (f,) = AutogradInInference().check(facts(analysis=_inference(), **_after_training(chained=0)))
+    assert abs(f.time_lost_s - 6.0 * 0.2) < 1e-9 and ".detach()" not in f.fix
+
+
+@silent("autograd_in_inference")
+def test_autograd_in_inference_after_training_silent_when_a_backward_used_the_graphs():
+    """An attack or a gradient penalty after training goes backward through its calls' graphs;
+    a handful of calls is a last logged loss; a program that never trained is the other path's."""
+    for case in (_after_training(reached=400), _after_training(calls=5, chained=4)):
+        assert AutogradInInference().check(facts(analysis=_inference(), **case)) == []
+    untrained = _after_training(kind="dataloader")
+    assert all(not f.evidence.get("after_training")
+               for f in AutogradInInference().check(facts(analysis=_inference(), **untrained)))

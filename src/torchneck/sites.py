@@ -74,6 +74,25 @@ def is_hook_file(path: str) -> bool:
     return rel is not None and rel != _MARKER_FILE
 
 
+PASS_THROUGH = frozenset({
+    ("capture/window.py", "__next__"),  # the DataLoader iterator's next batch, then a step tick
+    ("capture/window.py", "__call__"),  # a compiled module's call, then a step tick
+    ("capture/dynamo_guard.py", "compile"),
+    *(("capture/callsites.py", name) for name in ("optimizer_init", "set_num_threads", "compile",
+                                                   "set_default_dtype", "from_numpy_", "__init__")),
+    *(("capture/profilers.py", name) for name in ("export_chrome_trace", "kineto_export_chrome_trace")),
+})
+"""torchneck's wrappers around the program's own calls (file, function): what runs below them is
+the wrapped call, the program's time (a DataLoader's batches, a compiled model's steps); only
+their own lines, or torchneck's functions they call, are torchneck's."""
+
+
+def is_pass_through(path: str, function: str) -> bool:
+    """`function` (a qualified name: `ProfiledWindow._install_clocks.<locals>.__next__`) in
+    `path` is one of torchneck's wrappers (`PASS_THROUGH`)."""
+    return (torchneck_relpath(path), function.rsplit(".", 1)[-1]) in PASS_THROUGH
+
+
 def is_marker_file(path: str) -> bool:
     return torchneck_relpath(path) == _MARKER_FILE
 

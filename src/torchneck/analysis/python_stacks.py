@@ -22,6 +22,7 @@ from ..sites import (
     UNSAMPLED_FRAME,
     is_hook_file,
     is_marker_file,
+    is_pass_through,
     is_torchneck_file,
     is_user_file,
 )
@@ -120,6 +121,7 @@ def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.nd
     iteration, an interval the sampler did not sample, inside a stack capture torch's C++ made."""
     user = _frame_mask(frames, lambda f: is_user_file(f[1]))
     ours = _frame_mask(frames, lambda f: is_hook_file(f[1]))
+    through = _frame_mask(frames, lambda f: is_pass_through(f[1], f[0]))  # a wrapper: below it, the program's call
     # The line marker's frames: the user's call below `call_marked`, torchneck's overhead otherwise.
     marker = _frame_mask(frames, lambda f: is_marker_file(f[1]))
     user_call = marker & _frame_mask(frames, lambda f: f[0] == MARKER_CALL_FUNCTION)
@@ -153,7 +155,8 @@ def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.nd
             depth = int(mine[-1])
             user_frame[i] = st[depth]
             below = ids[depth + 1:]
-            tool[i] = ours[below].any() or (marker[below].any() and not user_call[below].any())
+            tool[i] = ((ours & ~through)[below].any() or bool(ours[st[-1]])
+                       or (marker[below].any() and not user_call[below].any()))
     return user_frame, leaf, leaf_user, tool, importing, compiling, loading, unsampled, capture
 
 

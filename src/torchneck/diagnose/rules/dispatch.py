@@ -135,9 +135,10 @@ class DispatchOverhead(Rule[TinyOpLoop]):
                                         or _calls_one_of(hot, {w.function.rsplit(".", 1)[-1] for w in issuing}))
             return Explanation(symptom.time_lost_s) if same else None
         if symptom.kind == "input_pipeline":  # the loader waits on a tiny-op loop of its own (a collate_fn
-            # writing a tensor element by element): vectorising that loop is the fix, not more workers
+            # writing a tensor element by element): vectorising that loop is the fix, not more workers.
+            # The `for batch in loader` line is both's: torch's own per-sample fetch is the loader's.
             mine = {(w.file, w.line) for w in cause.where}
-            shared = any((w.file, w.line) in mine for w in symptom.where)
+            shared = any((w.file, w.line) in mine and not _iterates(w) for w in symptom.where)
             return Explanation(min(cause.time_lost_s, symptom.time_lost_s)) if shared else None
         if symptom.kind == "op_hotspot":  # the dominant op is one of the tiny ones, called many times
             small = symptom.evidence.get("mean_us", float("inf")) < self.SMALL_CALL_US
@@ -147,6 +148,12 @@ class DispatchOverhead(Rule[TinyOpLoop]):
     def fix(self, evidence: TinyOpLoop) -> str:
         return ("Batch the work into fewer, larger tensor ops (vectorise loops over elements/rows), "
                 "use torch._foreach_* for lists of tensors, or torch.compile the step to fuse them.")
+
+
+def _iterates(line: Where) -> bool:
+    """The statement at `line` is a `for` loop's header (`for x, y in loader:`)."""
+    found = enclosing(line.file, line.line)
+    return bool(found) and isinstance(found[-1], (ast.For, ast.AsyncFor)) and found[-1].lineno == line.line
 
 
 def _calls_one_of(line: Where, functions: set[str]) -> bool:
