@@ -205,3 +205,18 @@ def test_a_loop_gathering_a_few_rows_from_a_big_table_is_a_loop_of_tiny_ops(tmp_
     assert gathers.tiny_run_ops == 400 and gathers.tiny_run_share > 0.9
     adds = loop("aten::add", "aten::mul", [[2000, 64], []])  # big by their tensors: no tiny-op loop
     assert adds.tiny_run_ops == 0
+
+
+def test_samples_under_torchneck_s_pass_through_wrappers_are_the_program_s():
+    """The DataLoader's `__next__` that torchneck wraps (a step tick) runs the program's fetch
+    below it: the program's time; a sample inside torchneck's own tick is torchneck's."""
+    from torchneck.analysis.python_stacks import _classify_stacks
+    from torchneck.sites import TORCHNECK_ROOT
+
+    window = TORCHNECK_ROOT + "capture/window.py"
+    frames = [["<module>", "/x/train.py", 9], ["ProfiledWindow._install_clocks.<locals>.__next__", window, 538],
+              ["_BaseDataLoaderIter.__next__", "/usr/lib/python3/site-packages/torch/utils/data/dataloader.py", 700],
+              ["ProfiledWindow._tick", window, 300]]
+    stacks = [[0, 1, 2], [0, 1, 3], [0, 1]]
+    tool = _classify_stacks(frames, stacks)[3]
+    assert tool.tolist() == [False, True, True]

@@ -362,3 +362,50 @@ def test_optimizer_step_from_its_spans_when_the_sampler_named_no_callee():
     [f] = SingleTensorOptimizer().check(facts(analysis=_optimizer_steps(70_000.0, ops),
                                               python={"window": {"sampled_s": 5.0, "lines": lines}}))
     assert abs(f.time_lost_s - 0.060) < 1e-12
+
+
+@fires("input_pipeline")
+def test_input_pipeline_of_a_tensor_dataset_fetched_row_by_row_names_the_loader(tmp_path):
+    """A DataLoader indexing a TensorDataset one row at a time (the capture's DataLoader record):
+    its construction line first, the batch fetch in the fix; the tiny index ops it issues at the
+    `for ... in loader` line are its symptom."""
+    from torchneck.diagnose.rules.dispatch import DispatchOverhead
+    from torchneck.model.findings import Finding, Where
+
+    src = tmp_path / "nb.py"
+    src.write_text("loader = make()\nfor x, y in loader:\n    step(x, y)\n")
+    a = analysis(annotations=[])
+    a.steps.breakdown_total_us = {"dataloader": 80_000.0, "cpu_exec": 20_000.0}
+    loading = {"lines": [{"file": str(src), "line": 2, "function": "<module>", "total_s": 0.08}]}
+    sites = [{"what": "dataloader", "file": str(src), "line": 1, "function": "<module>", "dataset": "TensorDataset",
+              "batch_size": 2048, "num_workers": 0, "per_sample": True}]
+    f = InputPipeline().check(facts(analysis=a, python={"window": {"lines": []}, "loading": loading},
+                                    call_sites=sites))[0]
+    assert [w.line for w in f.where] == [1, 2] and f.evidence["per_sample_from"] == "TensorDataset"
+    assert "BatchSampler(RandomSampler(ds), 2048" in f.fix
+    tiny = Finding(kind="dispatch_overhead", title="", time_lost_s=0.07, time_lost_pct=70.0, fix="", severity="high",
+                   where=[Where(file=str(src), line=3, function="<module>"), Where(file=str(src), line=2,
+                                                                                   function="<module>")])
+    assert InputPipeline().explained(f, tiny, facts()).seconds == 0.07
+    assert DispatchOverhead().explained(tiny, f, facts()) is None  # the loop's header is the loader's line too
+
+
+def test_the_dataloader_s_construction_is_recorded_with_how_it_fetches():
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from torchneck.capture.callsites import CallSites
+
+    sites = CallSites()
+    sites.install()
+    try:
+        data = TensorDataset(torch.randn(64, 4))
+        loaders = [DataLoader(data, batch_size=8) for _ in range(3)]  # one line, recorded once
+        DataLoader(data, batch_size=None)
+    finally:
+        sites.uninstall()
+    records = [r for r in sites.records if r["what"] == "dataloader"]
+    assert [(r["dataset"], r["batch_size"], r["per_sample"]) for r in records] == [
+        ("TensorDataset", 8, True), ("TensorDataset", None, False)]
+    assert records[0]["file"] == __file__ and len(loaders) == 3
+    assert DataLoader.__init__.__name__ == "__init__"  # uninstalled

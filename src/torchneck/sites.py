@@ -79,7 +79,8 @@ PASS_THROUGH = frozenset({
     ("capture/window.py", "__call__"),  # a compiled module's call, then a step tick
     ("capture/dynamo_guard.py", "compile"),
     *(("capture/callsites.py", name) for name in ("optimizer_init", "set_num_threads", "compile",
-                                                   "set_default_dtype", "from_numpy_", "__init__")),
+                                                   "set_default_dtype", "from_numpy_", "__init__",
+                                                   "dataloader_init")),
     *(("capture/profilers.py", name) for name in ("export_chrome_trace", "kineto_export_chrome_trace")),
 })
 """torchneck's wrappers around the program's own calls (file, function): what runs below them is

@@ -83,6 +83,32 @@ class CallSites:
         compile.__wrapped__ = compile_  # type: ignore[attr-defined]
         self._patch(torch, "compile", compile)
         self._float64_sources(torch)
+        self._dataloaders(torch)
+
+    def _dataloaders(self, torch) -> None:
+        """The lines that build a DataLoader, each once (one built every epoch would fill the
+        records), with how it fetches: whether it indexes its dataset one sample at a time and
+        collates the samples (automatic batching on a dataset without `__getitems__`)."""
+        from torch.utils.data import DataLoader
+
+        sites, seen, original = self, set(), DataLoader.__init__
+
+        def dataloader_init(loader, *args, **kwargs):
+            original(loader, *args, **kwargs)
+            try:
+                where = _user_frame(2)
+                if where is None or (where["file"], where["line"]) in seen or len(sites.records) >= MAX_RECORDS:
+                    return
+                seen.add((where["file"], where["line"]))
+                dataset = loader.dataset
+                sites.records.append({
+                    "what": "dataloader", **where, "dataset": type(dataset).__name__,
+                    "batch_size": loader.batch_size, "num_workers": loader.num_workers,
+                    "per_sample": loader._auto_collation and not hasattr(dataset, "__getitems__")})
+            except Exception:
+                pass
+
+        self._patch(DataLoader, "__init__", dataloader_init)
 
     def _float64_sources(self, torch) -> None:
         """Where float64 data enters torch: the default dtype set to float64, a float64 NumPy

@@ -28,6 +28,10 @@ class InputPipelineEvidence(Record):
     loader_call: str = ""
     """What the main loading line spends its time in (the sampler's callee), e.g. an iterator's
     `__init__` or `__del__`: iterators made and torn down, not batches loaded."""
+    per_sample_from: str | None = None
+    """The in-memory dataset class (`TensorDataset`) a DataLoader indexes one sample at a time and
+    collates again, batch by batch (capture/callsites.py's DataLoader record)."""
+    batch_size: int | None = None
 
 
 @register
@@ -47,7 +51,7 @@ class InputPipeline(Rule[InputPipelineEvidence]):
     evidence_type = InputPipelineEvidence
     confidence = "measured"
     saving_basis = "the steps' time inside DataLoader iteration (what loading that keeps up would hide)"
-    explains = ("gpu_idle", "launch_bound", "python_hotspot")
+    explains = ("gpu_idle", "launch_bound", "python_hotspot", "dispatch_overhead")
     MIN_SHARE = 0.10
     """Waiting 10 % of the step for data is recoverable with loader workers."""
     LINES_SHOWN = 3
@@ -80,9 +84,17 @@ class InputPipeline(Rule[InputPipelineEvidence]):
                                    loader_call=(lines[0].get("library") or "") if lines else "")
         where = facts.with_callers(where_of(lines[: self.LINES_SHOWN]), "loading")
         made = next((w for w in where if _builds_loader_in_loop(w)), None)
+        loaders = facts.sites_of("dataloader")
+        built = where_of(loaders[:2])
+        per_sample = next((s for s in loaders if s.get("per_sample") and s.get("dataset") in self.IN_MEMORY_DATASETS),
+                          None)
         if made is not None:  # a loader (and its workers) made every epoch: that line is the fix
             ev.made_in_loop = made.line
             where = [made, *(w for w in where if w is not made)]
+        elif per_sample is not None:  # rows indexed one by one, then stacked again: fetch batches
+            ev.per_sample_from, ev.batch_size = per_sample["dataset"], per_sample.get("batch_size")
+            where = [*where_of([per_sample]), *where]
+        where += [w for w in built if (w.file, w.line) not in {(x.file, x.line) for x in where}]
         return [self.finding(ev, title=f"Waiting for the DataLoader takes {100 * share:.0f}% of each step",
                              lost_s=lost, pct=facts.pct(lost), where=where,
                              ops=[n.name for n in a.ops.annotations if "DataLoader" in n.name][:2])]
@@ -90,13 +102,27 @@ class InputPipeline(Rule[InputPipelineEvidence]):
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """While the host waits for the next batch, it launches nothing: the GPU idles as long. A
         Python hotspot on a line the loader runs (the Dataset's code) is that same wait."""
+        loading = {(w.file, w.line) for w in cause.where}
+        inside = any((w.file, w.line) in loading for w in symptom.where)
         if symptom.kind == "python_hotspot":
-            loading = {(w.file, w.line) for w in cause.where}
-            inside = any((w.file, w.line) in loading for w in symptom.where)
             return Explanation(min(symptom.time_lost_s, cause.time_lost_s)) if inside else None
+        if symptom.kind == "dispatch_overhead":  # the per-sample fetch's index ops and collate, issued one by one
+            return Explanation(min(symptom.time_lost_s, cause.time_lost_s)) \
+                if inside and cause.evidence.get("per_sample_from") else None
         return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
+    IN_MEMORY_DATASETS = ("TensorDataset",)
+    """Datasets of tensors already in memory, which index a whole batch of rows in one op: fetched
+    one sample at a time (automatic batching), each batch is `batch_size` index ops and a stack."""
+
     def fix(self, evidence: InputPipelineEvidence) -> str:
+        if evidence.per_sample_from is not None and evidence.made_in_loop is None:
+            size = evidence.batch_size or "B"
+            return (f"Fetch whole batches: the DataLoader indexes the {evidence.per_sample_from} one row at a time "
+                    f"and stacks {size} rows again for every batch. Index it with a batch of indices at once: "
+                    f"DataLoader(ds, batch_size=None, sampler=BatchSampler(RandomSampler(ds), {size}, "
+                    "drop_last=False)), or index the tensors directly (`perm = torch.randperm(n)`, then "
+                    "`x[perm[i:i + B]]`); workers do not help data already in memory.")
         if evidence.made_in_loop is not None:
             return (f"Create the DataLoader once, before the loop (line {evidence.made_in_loop} builds a new one, and "
                     "starts its workers, every pass), with persistent_workers=True so its workers live across "
