@@ -80,6 +80,23 @@ def test_op_hotspot_names_a_solve_done_by_an_inverse(tmp_path):
 
 
 @fires("op_hotspot")
+def test_op_hotspot_names_a_matrix_product_computed_for_its_diagonal(tmp_path):
+    """`torch.diag(d @ P @ d.T)`: N x N products for the N numbers kept; `(a @ b).diagonal()` and
+    `torch.trace(a.mm(b))` too. A diagonal of a matrix not made on the line is the model's compute."""
+    src = tmp_path / "maha.py"
+    src.write_text("import torch\ndef score(d, P):\n    return torch.diag(d @ P @ d.T)\n"
+                   "def other(a, b):\n    return (a @ b).diagonal().sum() + torch.trace(a.mm(b))\n"
+                   "def kept(a, b):\n    c = a @ b\n    return c, torch.diag(c)\n")
+    for line, expected in ((3, 3), (5, 5), (8, None)):
+        by_line = [{"op": "aten::mm", "file": str(src), "line": line, "function": "f", "self_us": 60_000.0}]
+        [f] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::mm", 60_000.0)]), ops_by_line=by_line))
+        assert f.evidence["diagonal_at"] == expected
+    by_line = [{"op": "aten::mm", "file": str(src), "line": 3, "function": "score", "self_us": 60_000.0}]
+    [f] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::mm", 60_000.0)]), ops_by_line=by_line))
+    assert f.severity == "medium" and "((d @ P) * d).sum(-1)" in f.fix and "keep its diagonal" in f.title
+
+
+@fires("op_hotspot")
 def test_op_hotspot_names_a_matrix_product_done_as_a_broadcast_product(tmp_path):
     """`(q.unsqueeze(1) * g.unsqueeze(0)).sum(-1)`: every pairwise product in memory, then summed."""
     src = tmp_path / "sim.py"

@@ -13,6 +13,7 @@ from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..idioms import (
     broadcast_product,
+    diagonal_of_product,
     embedding_defined_at,
     float64_dtype_constant,
     inverse_then_multiply,
@@ -54,6 +55,8 @@ class OpHotspotEvidence(Record):
     broadcast_at: int | None = None
     """The line that reduces a broadcast product (`(a[:, None] * b[None]).sum(-1)`): a matmul."""
     inverse_at: int | None = None
+    diagonal_at: int | None = None
+    """A line computing a whole matrix product to keep its diagonal."""
     """The line that inverts a matrix to multiply by its inverse (`inv(A) @ b`): a solve."""
     top_k_by_sort: int | None = None
     """The line that sorts a whole tensor to keep its first elements (a top-k by a full sort)."""
@@ -147,7 +150,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             ev.broadcast_at = at if broadcast_product(file, at) else None
             ev.top_k_by_sort = at if ev.broadcast_at is None and sorted_then_sliced(file, at) else None
             ev.inverse_at = at if inverse_then_multiply(file, at) else None
-            ev.avoidable = bool(ev.broadcast_at or ev.top_k_by_sort or ev.inverse_at)
+            ev.diagonal_at = at if diagonal_of_product(file, at) else None
+            ev.avoidable = bool(ev.broadcast_at or ev.top_k_by_sort or ev.inverse_at or ev.diagonal_at)
             out.append(self.finding(ev, title=f"{line['function']}() spends {100 * share:.0f}% of the steady state "
                                               f"inside torch ops at line {at}, outside the profiled window",
                                     lost_s=lost, pct=facts.pct(lost), severity=None if ev.avoidable else "info",
@@ -176,6 +180,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             if top.name in self.INVERSE_OPS else None
         broadcast = next((w for w in where if broadcast_product(w.file, w.line)), None) \
             if top.name in self.BROADCAST_OPS else None
+        diagonal = next((w for w in where if diagonal_of_product(w.file, w.line)), None) \
+            if top.name in self.MATMULS else None
         table = self._dense_embedding_grad(facts, top)
         paired = self._backward_of(facts, top, where) if grouped is None and dense is None and table is None else None
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
@@ -187,6 +193,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                top_k_by_sort=sliced.line if sliced else None,
                                inverse_at=inverse.line if inverse else None,
                                broadcast_at=broadcast.line if broadcast else None,
+                               diagonal_at=diagonal.line if diagonal else None,
                                dense_embedding_rows=table[0] if table else None,
                                embedding_at=table[1].line if table and table[1] else None)
         what = "" if avoidable else " (the model's compute: where the time goes, not a problem by itself)"
@@ -201,6 +208,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             ev.avoidable = avoidable = True
             what = f": line {broadcast.line} materialises every pairwise product to sum it (a matrix product)"
             where = [broadcast, *(w for w in where if (w.file, w.line) != (broadcast.file, broadcast.line))]
+        if diagonal is not None:
+            ev.avoidable = avoidable = True
+            what = f": line {diagonal.line} computes a whole matrix product to keep its diagonal"
+            where = [diagonal, *(w for w in where if (w.file, w.line) != (diagonal.file, diagonal.line))]
         if inverse is not None:
             ev.avoidable = avoidable = True
             what = f": line {inverse.line} inverts a matrix to multiply by its inverse"
@@ -347,6 +358,11 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             return (f"Line {evidence.broadcast_at} builds every pairwise product of two broadcast tensors and then "
                     "sums it: that is a matrix product, a @ b.T (or torch.einsum('id,jd->ij', a, b), torch.bmm): "
                     "no pairwise tensor in memory, and a BLAS kernel instead of two element-wise passes.")
+        if evidence.diagonal_at is not None:
+            return (f"Line {evidence.diagonal_at} computes a whole N x N matrix product and keeps only its diagonal: "
+                    "compute the diagonal alone, row by row, as an element-wise product summed: diag(a @ b) is "
+                    "(a * b.T).sum(-1), diag(d @ P @ d.T) is ((d @ P) * d).sum(-1), trace(a @ b) is (a * b.T).sum() "
+                    "(or torch.einsum('ij,ji->i', a, b)): N x D work instead of N x N x D, and no N x N matrix.")
         if evidence.inverse_at is not None:
             return (f"Line {evidence.inverse_at} inverts a matrix only to multiply by the inverse: solve instead, "
                     "torch.linalg.solve(A, b) (or torch.cholesky_solve for a symmetric positive definite A, "
