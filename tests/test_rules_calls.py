@@ -121,7 +121,11 @@ def test_repeated_call_names_the_line_passing_the_same_input_again():
                                                          repeated_from=[origin])]}
     [f] = RepeatedCall().check(facts(analysis=_ops(1_000.0), python=_python("/x/search.py", 63, 0.85), clock=clock))
     assert [w.line for w in f.where] == [63, 55] and "39 model calls" in f.title
-    assert abs(f.time_lost_pct - 85.0) < 1e-9 and "Compute it once" in f.fix
+    assert abs(f.time_lost_pct - 85.0 * 39 / 40) < 1e-9 and "Compute it once" in f.fix  # its first encoding stays
+    chunks = dict(clock["top_module_sites"][0], calls=72, repeated=64, repeated_inputs=8)  # 8 chunks, 9 times
+    [f] = RepeatedCall().check(facts(analysis=_ops(1_000.0), python=_python("/x/search.py", 63, 0.9),
+                                     clock=dict(clock, top_module_sites=[chunks])))
+    assert abs(f.time_lost_pct - 90.0 * 64 / 72) < 1e-9
 
 
 @silent("repeated_call")
@@ -242,7 +246,7 @@ def test_an_input_rebuilt_from_the_same_constant_counts_as_repeated():
     with torch.inference_mode():
         for _ in range(4):
             tally.note(torch.cat([features, torch.arange(5000.0)[:, None]], dim=1), None)
-    assert tally.repeated == 3
+    assert tally.repeated == 3 and tally.repeated_inputs == 1
     assert content_fingerprint(features) == content_fingerprint(features.clone())
     assert content_fingerprint(features) != content_fingerprint(torch.randn(5000, 16))
     assert content_fingerprint(torch.randn(8, 8)) is None and content_fingerprint(torch.zeros(100, 100)) is None
@@ -261,3 +265,16 @@ def test_repeated_call_of_every_request_beside_the_request_s_own_calls():
     alone = {"kind": "module", "top_module_sites": sites[:1]}  # one input timed again and again
     assert RepeatedCall().check(facts(analysis=_ops(1_000.0), python=_python("/x/reco.py", 54, 0.9),
                                       clock=alone)) == []
+
+
+def test_a_compiled_model_called_again_on_the_same_corpus_is_found(run_dir):
+    """A real run: torch.compile takes the module hooks away; the compiled module's call, which
+    torchneck wraps to tick the module clock, notes its line and inputs the same way."""
+    script = SCRIPTS / "compiled_repeated.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    top = read_report(run_dir)["findings"][0]
+    assert top["kind"] == "repeated_call" and top["where"][0]["line"] == planted_line(script)
+    [site] = [s for s in json.loads((run_dir / "run.json").read_text())["clock"]["top_module_sites"]
+              if s["line"] == planted_line(script)]
+    assert site["calls"] == 40 and site["repeated"] == 39 and site["repeated_inputs"] == 1

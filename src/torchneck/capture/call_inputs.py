@@ -51,15 +51,16 @@ class SiteInputs:
     the same constant), whose output could have been kept, and the lines that called from there."""
 
     __slots__ = ("batch_of_one", "grew_by_one", "grown_len", "last_shape", "repeated", "repeated_from", "recent",
-                 "recent_content", "calls", "padding_looked", "padded", "padded_len", "needed_len")
+                 "recent_content", "repeated_inputs", "calls", "padding_looked", "padded", "padded_len", "needed_len")
 
     def __init__(self) -> None:
         self.batch_of_one = self.grew_by_one = self.grown_len = self.repeated = 0
         self.calls = self.padding_looked = self.padded = self.padded_len = self.needed_len = 0
         self.last_shape: tuple | None = None
         self.repeated_from: dict[tuple, int] = {}
-        self.recent: dict[int, tuple] = {}  # id(tensor) -> (weak reference, version)
-        self.recent_content: set[tuple] = set()  # fingerprints of recent large inputs
+        self.recent: dict[int, tuple] = {}  # id(tensor) -> (weak reference, version, [repeated yet])
+        self.recent_content: dict[tuple, list] = {}  # fingerprints of recent large inputs -> [repeated yet]
+        self.repeated_inputs = 0  # distinct inputs given again (their first computation was needed)
 
     def note(self, tensor: Any, caller: types.FrameType | None) -> None:
         shape = tuple(tensor.shape)
@@ -78,23 +79,27 @@ class SiteInputs:
             version = None
         seen = self.recent.get(id(tensor)) if version is not None else None
         if seen is not None and seen[0]() is tensor and seen[1] == version:
-            self._repeated(caller)
+            self._repeated(caller, seen[2])
             return
         if version is not None:
             if len(self.recent) >= RECENT_KEPT:
                 self.recent.clear()
-            self.recent[id(tensor)] = (weakref.ref(tensor), version)
+            self.recent[id(tensor)] = (weakref.ref(tensor), version, [False])
         fingerprint = content_fingerprint(tensor)
         if fingerprint is None:
             return
-        if fingerprint in self.recent_content:
-            self._repeated(caller)
+        known = self.recent_content.get(fingerprint)
+        if known is not None:
+            self._repeated(caller, known)
             return
         if len(self.recent_content) >= RECENT_KEPT:
             self.recent_content.clear()
-        self.recent_content.add(fingerprint)
+        self.recent_content[fingerprint] = [False]
 
-    def _repeated(self, caller: types.FrameType | None) -> None:
+    def _repeated(self, caller: types.FrameType | None, flag: list) -> None:
+        if not flag[0]:
+            flag[0] = True
+            self.repeated_inputs += 1
         self.repeated += 1
         where = _user_frame(caller)
         if where is not None and (where in self.repeated_from or len(self.repeated_from) < CALLERS_KEPT):
@@ -124,7 +129,8 @@ class SiteInputs:
     def to_json(self) -> dict[str, Any]:
         return {"batch_of_one": self.batch_of_one, "grew_by_one": self.grew_by_one,
                 "grown_mean_len": round(self.grown_len / self.grew_by_one, 1) if self.grew_by_one else None,
-                "repeated": self.repeated, "padding_looked": self.padding_looked, "padded": self.padded,
+                "repeated": self.repeated, "repeated_inputs": self.repeated_inputs,
+                "padding_looked": self.padding_looked, "padded": self.padded,
                 "padded_mean_len": round(self.padded_len / self.padded, 1) if self.padded else None,
                 "needed_mean_len": round(self.needed_len / self.padded, 1) if self.padded else None,
                 "repeated_from": [{"file": f, "line": ln, "function": fn, "calls": n}

@@ -638,9 +638,7 @@ class ProfiledWindow:
             from torch._dynamo.eval_frame import OptimizedModule
         except ImportError:
             return
-        own = OptimizedModule.__dict__.get("__call__")
-        original = OptimizedModule.__call__
-        window = self
+        own, original, window = OptimizedModule.__dict__.get("__call__"), OptimizedModule.__call__, self
 
         def __call__(module, *args, **kwargs):
             if is_compiling():  # a compiled module called from compiled code: dynamo inlines it
@@ -650,7 +648,8 @@ class ProfiledWindow:
                 return original(module, *args, **kwargs)
             finally:
                 window._module_depth -= 1
-                if window._module_depth == 0:
+                if window._module_depth == 0:  # the line and the inputs of the call, as the module hooks note them
+                    note_module_site(window.log, window.log.top_module_sites, args, kwargs, MODULE_SITES_KEPT)
                     window._tick("module")
 
         setattr(OptimizedModule, "__call__", __call__)  # noqa: B010
