@@ -5,7 +5,7 @@ from conftest import SCRIPTS, planted_line, read_report, torchneck
 from rule_cases import analysis, facts, fires, silent
 
 from torchneck.analysis.ops import backward_nodes
-from torchneck.diagnose.rules.autograd import AutogradInInference, RepeatedBackward
+from torchneck.diagnose.rules.autograd import AutogradInInference, RepeatedBackward, UnsteppedGradients
 from torchneck.model.analysis import OpRow, TraceInfo
 
 TRAIN = '''def step(trunk, heads, x):
@@ -320,3 +320,63 @@ def test_autograd_in_inference_after_training_silent_when_a_backward_used_the_gr
     untrained = _after_training(kind="dataloader")
     assert all(not f.evidence.get("after_training")
                for f in AutogradInInference().check(facts(analysis=_inference(), **untrained)))
+
+
+def _unstepped(numel=90_000, total=100_000, backward_us=60_000.0):
+    ops = [_row("aten::convolution", 10, 20_000.0), _row(NODE + "ConvolutionBackward0", 10, backward_us)]
+    found = {"module": "Probe", "params": 4, "numel": numel, "with_grad_numel": total,
+             "names": ["encoder.0.weight", "encoder.0.bias"]}
+    sites = [{"what": "optimizer", "file": "/x/probe.py", "line": 12, "function": "train", "optimizer": "AdamW"}]
+    return facts(analysis=analysis(backward_nodes=backward_nodes(ops)), call_sites=sites,
+                 env={"settings_at_end": {"unstepped_gradients": found}})
+
+
+@fires("unstepped_gradients")
+def test_unstepped_gradients_cost_their_share_of_the_backward():
+    """90 % of the elements that got a gradient are in no optimizer: 90 % of the backward's 60 ms."""
+    [f] = UnsteppedGradients().check(_unstepped())
+    assert abs(f.time_lost_s - 0.054) < 1e-9 and f.where[0].line == 12
+    assert "4 parameters (90% of the elements" in f.title and "encoder.0.weight" in f.fix
+    assert "requires_grad_(False)" in f.fix
+
+
+@silent("unstepped_gradients")
+def test_unstepped_gradients_silent_for_a_few_stray_parameters_or_none():
+    assert UnsteppedGradients().check(_unstepped(numel=5_000)) == []
+    assert UnsteppedGradients().check(_unstepped(backward_us=1_000.0)) == []
+    assert UnsteppedGradients().check(facts(analysis=analysis())) == []
+
+
+def test_the_capture_notes_gradients_no_optimizer_steps():
+    """At each optimizer's first step, the trained model's parameters holding a gradient outside
+    every optimizer so far; a second optimizer (a GAN's other half) takes its own back."""
+    import torch
+
+    from torchneck.capture.autograd_probe import RememberedCall
+    from torchneck.capture.unstepped import UnsteppedGradients as Capture
+
+    calls = RememberedCall()
+    capture = Capture(calls)
+    capture.install()
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 2), torch.nn.Linear(2, 2))
+        head, other = torch.optim.SGD(model[2].parameters(), lr=0.1), torch.optim.SGD(model[1].parameters(), lr=0.1)
+        for opt in (head, head, other):
+            out = model(torch.randn(4, 8))
+            calls.remember(model, (), {}, 0.01, out)
+            out.sum().backward()
+            opt.step()
+    finally:
+        capture.uninstall()
+    found = capture.summary()
+    assert found["names"] == ["0.weight", "0.bias"] and found["numel"] == 8 * 16 + 16
+    assert found["with_grad_numel"] == sum(p.numel() for p in model.parameters())
+
+
+def test_a_backbone_left_out_of_the_optimizer_is_found(run_dir):
+    script = SCRIPTS / "frozen_by_optimizer.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    top = read_report(run_dir)["findings"][0]
+    assert top["kind"] == "unstepped_gradients" and top["where"][0]["line"] == planted_line(script)
+    assert top["evidence"]["names"][:2] == ["0.0.weight", "0.0.bias"]

@@ -26,6 +26,7 @@ anything was compiled (a grad-mode change recompiles).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import random
@@ -55,8 +56,11 @@ OUTPUT_TENSORS_LOOKED_AT = 8
 
 
 def graph_of(output: Any):
-    """The `grad_fn` of the first tensor with one in a module call's output (as `builds_graph`
-    looks), else None; never raises."""
+    """The `grad_fn` of the first tensor with one in a module call's output: the output itself,
+    or among the first items of a tuple, list, mapping (a Hugging Face `ModelOutput` is a dict)
+    or dataclass (a model's own output record); None otherwise. Never raises: outputs are the
+    program's own objects, and a common `ModelOutput` idiom (`__getattr__ = dict.__getitem__`)
+    answers a missing attribute with KeyError, which once broke the program's forward."""
     import torch
 
     try:
@@ -67,6 +71,8 @@ def graph_of(output: Any):
             items = output
         elif isinstance(output, Mapping):
             items = output.values()
+        elif dataclasses.is_dataclass(output) and not isinstance(output, type):
+            items = (getattr(output, f.name, None) for f in dataclasses.fields(output))
         else:
             return None
         for value in itertools.islice(items, OUTPUT_TENSORS_LOOKED_AT):
@@ -78,29 +84,8 @@ def graph_of(output: Any):
 
 
 def builds_graph(output: Any) -> bool:
-    """Whether a module call's output carries an autograd graph: a tensor with a `grad_fn`, or
-    one among the first items of a tuple, list or mapping (an LSTM's `(out, (h, c))`, a
-    Hugging Face `ModelOutput`, which is a dict). Never raises: outputs are the program's own
-    objects, and a common `ModelOutput` idiom (`__getattr__ = dict.__getitem__`) answers a
-    missing attribute with KeyError, which once broke the program's forward under torchneck."""
-    import torch
-
-    try:
-        if isinstance(output, torch.Tensor):
-            return output.grad_fn is not None
-        items: Iterable[Any]
-        if isinstance(output, (tuple, list)):
-            items = output
-        elif isinstance(output, Mapping):
-            items = output.values()
-        else:
-            return False
-        for value in itertools.islice(items, OUTPUT_TENSORS_LOOKED_AT):
-            if isinstance(value, torch.Tensor) and value.grad_fn is not None:
-                return True
-        return False
-    except Exception:
-        return False
+    """Whether a module call's output carries an autograd graph (`graph_of`)."""
+    return graph_of(output) is not None
 
 
 class RememberedCall:
@@ -117,6 +102,7 @@ class RememberedCall:
         self._calls = self._chained = 0  # since the last forget(): calls, and those fed a tensor with a graph
         self._reached = [0]  # since the last forget(): calls whose graph a backward went through
         self._sites: dict[tuple[str, int, str], int] = {}
+        self._last: weakref.ref | None = None  # the last module whose call built a graph (not forgotten)
         self._draw = random.Random(0)  # its own: the script's random state is left alone
         self._follow: tuple = ()  # the hooks on the remembered module alone, once the global ones are gone
         self._began = threading.local()  # when the followed module's call began, per thread
@@ -131,6 +117,11 @@ class RememberedCall:
         self._seen_s += seconds
         self._calls += 1
         self._note_call(args, kwargs, output)
+        if self._last is None or self._last() is not module:
+            try:
+                self._last = weakref.ref(module)
+            except TypeError:
+                pass
         if self._call is not None and self._draw.random() * self._seen_s >= seconds:
             return
         held = weakref.ref(module) if _device_of(args, kwargs) is not None else module
@@ -177,6 +168,10 @@ class RememberedCall:
         self._calls = self._chained = 0
         self._reached = [0]  # a hook of an older call counts into the list it was given
         self._sites = {}
+
+    def last_trained(self):
+        """The last module whose call built a graph (the model an optimizer step trains), or None."""
+        return self._last() if self._last is not None else None
 
     def module(self):
         if self._call is None:

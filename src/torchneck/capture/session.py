@@ -97,6 +97,7 @@ class CaptureSession:
         from .env import collect_env
         from .profilers import ProfilerWatch
         from .sampler import PARTIAL_NAME, StackSampler
+        from .unstepped import UnsteppedGradients
 
         self.target = target
         env = collect_env()
@@ -109,6 +110,7 @@ class CaptureSession:
         self.compile_capture = CompileCapture(on_compile_start=self.compile_guard.compile_requested,
                                               run_dir=self.run_dir)
         self.call_sites = CallSites()
+        self.unstepped = UnsteppedGradients(self.window.calls)
         if self.options.nvtx:
             from .marks import RangeMarks
 
@@ -124,6 +126,7 @@ class CaptureSession:
         self.compile_capture.start()
         self.compile_guard.install()
         self.call_sites.install()
+        self.unstepped.install()
         self._install_hard_exit()
         self.window.start()
         self.window.attach_sampler(self.sampler)
@@ -147,6 +150,7 @@ class CaptureSession:
             self.sampler.pause()
             self.window.uninstall()
             self.call_sites.uninstall()
+            self.unstepped.uninstall()
             self.compile_guard.uninstall()
 
     def _user_profiler_stopped(self, user) -> None:
@@ -156,6 +160,7 @@ class CaptureSession:
             self.window._install_clocks()
             self.compile_guard.install()  # the order of begin(): each restores what it wrapped
             self.call_sites.install()
+            self.unstepped.install()
             self.sampler.resume()
 
     # -- hard endings --------------------------------------------------------------------------
@@ -236,6 +241,7 @@ class CaptureSession:
             sampler.stop()
             self.compile_capture.stop()
             self.call_sites.uninstall()
+            self.unstepped.uninstall()
             self.compile_guard.uninstall()
         finally:
             self.ended_ns = time.monotonic_ns()
@@ -259,6 +265,10 @@ class CaptureSession:
             self.end_settings = read_slow_settings()
         except Exception:
             self.end_settings = {}
+        try:
+            self.end_settings["unstepped_gradients"] = self.unstepped.summary()
+        except Exception:
+            pass
         try:  # only when the script left more threads than cores; after its work, before writing
             from .thread_probe import probe_oversubscription, usable_cores
 

@@ -13,6 +13,7 @@ from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import LOOPS, call_name, enclosing, in_loop, names_in, walk_own
+from .ops import is_backward_op
 
 
 class RepeatedBackwardEvidence(Record):
@@ -379,3 +380,73 @@ class AutogradInInference(Rule[AutogradInInferenceEvidence]):
             fix += (" Each call here is fed the previous call's output, so without it every step's graph and "
                     "activations stay in memory until the loop ends (or .detach() what you feed back).")
         return fix
+
+
+class UnsteppedGradientsEvidence(Record):
+    module: str
+    params: int
+    """Parameters that got a gradient but are in no optimizer."""
+    numel: int
+    with_grad_numel: int
+    """Elements of all the model's parameters that got a gradient."""
+    names: list[str]
+    backward_share: float
+    """The backward passes' share of the window (the backward nodes' time)."""
+
+
+@register
+class UnsteppedGradients(Rule[UnsteppedGradientsEvidence]):
+    """Backward computes gradients for parameters no optimizer updates: a backbone "frozen" by
+    leaving it out of the optimizer while it keeps `requires_grad=True` (a linear probe, a
+    fine-tuned head), so every backward runs through it and every forward keeps its activations
+    for gradients nothing reads. Seen by the capture at each optimizer's first step
+    (capture/unstepped.py): the trained model's parameters that hold a gradient and are in no
+    optimizer.
+
+    Time lost: the backward nodes' time in the window, times the unstepped parameters' share of
+    the elements that got a gradient (the frozen part's weight gradients and the activation
+    gradients flowing into it)."""
+
+    kind = "unstepped_gradients"
+    summary = "Gradients are computed for parameters no optimizer updates (freeze them with requires_grad_(False))."
+    docs = "https://pytorch.org/docs/stable/notes/autograd.html#setting-requires-grad"
+    evidence_type = UnsteppedGradientsEvidence
+    saving_basis = ("the backward nodes' time times the unstepped parameters' share of the elements that got a "
+                    "gradient")
+    explains = ("op_hotspot",)
+    MIN_NUMEL_SHARE = 0.2
+    """A few stray parameters (a buffer-like scale left out) are not a frozen part."""
+    MIN_SHARE = 0.05
+    """What freezing would save must be a twentieth of the window."""
+
+    def check(self, facts: Facts) -> list[Finding]:
+        a = facts.analysis
+        found = (facts.env.get("settings_at_end") or {}).get("unstepped_gradients") or {}
+        numel, total = int(found.get("numel") or 0), int(found.get("with_grad_numel") or 0)
+        if a is None or facts.window_s <= 0 or total <= 0 or numel < self.MIN_NUMEL_SHARE * total:
+            return []
+        backward = min(sum(n.total_us for n in a.ops.backward_nodes) / 1e6 / facts.window_s, 1.0)
+        saving = backward * numel / total
+        if saving < self.MIN_SHARE:
+            return []
+        evidence = UnsteppedGradientsEvidence(
+            module=str(found.get("module") or ""), params=int(found.get("params") or 0), numel=numel,
+            with_grad_numel=total, names=list(found.get("names") or []), backward_share=backward)
+        title = (f"{evidence.params} parameters ({100 * numel / total:.0f}% of the elements that get a gradient) "
+                 "are in no optimizer: backward computes their gradients for nothing")
+        lost = saving * facts.window_s
+        return [self.finding(evidence, title=title, lost_s=lost, pct=facts.pct(lost),
+                             where=where_of(facts.sites_of("optimizer")[:1]))]
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """A backward op dominating the window is, in part, the frozen part's backward."""
+        if symptom.ops and all(is_backward_op(op) for op in symptom.ops):
+            return Explanation(seconds=min(symptom.time_lost_s, cause.time_lost_s))
+        return None
+
+    def fix(self, evidence: UnsteppedGradientsEvidence) -> str:
+        names = ", ".join(evidence.names[:3])
+        return (f"Freeze what the optimizer leaves out ({names}...): call .requires_grad_(False) on that part of the "
+                "model (e.g. model.encoder.requires_grad_(False)) before building the optimizer, or run it under "
+                "torch.no_grad(); backward then stops at the trained part and its activations are not kept. If "
+                "those parameters should train, add them to the optimizer.")
