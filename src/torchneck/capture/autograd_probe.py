@@ -144,9 +144,9 @@ class RememberedCall:
                         reached[0] += 1
 
                 graph.register_prehook(went_through)
-            from .call_inputs import _user_frame
+            from .call_inputs import user_frame
 
-            where = _user_frame(sys._getframe(2))
+            where = user_frame(sys._getframe(2))
             if where is not None and (where in self._sites or len(self._sites) < self.SITES_KEPT):
                 self._sites[where] = self._sites.get(where, 0) + 1
         except Exception:

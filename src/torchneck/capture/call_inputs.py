@@ -101,7 +101,7 @@ class SiteInputs:
             flag[0] = True
             self.repeated_inputs += 1
         self.repeated += 1
-        where = _user_frame(caller)
+        where = user_frame(caller)
         if where is not None and (where in self.repeated_from or len(self.repeated_from) < CALLERS_KEPT):
             self.repeated_from[where] = self.repeated_from.get(where, 0) + 1
 
@@ -209,7 +209,7 @@ def padded_past_longest(tensor: Any) -> tuple[int, int] | None:
     return best
 
 
-def _user_frame(frame: types.FrameType | None) -> tuple[str, int, str] | None:
+def user_frame(frame: types.FrameType | None) -> tuple[str, int, str] | None:
     """(file, line, function) of the first frame of the user's code from `frame` outwards."""
     while frame is not None and not is_user_file(frame.f_code.co_filename):
         frame = frame.f_back

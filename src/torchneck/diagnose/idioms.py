@@ -1,12 +1,13 @@
 """Slow idioms read from the user's source: a top-k done by a full sort, a solve done by an
-inverse, a tensor built from nested Python lists, the line making an embedding module. Each
+inverse, a matrix product kept for its diagonal, a tensor built from nested Python lists, the
+line making an embedding module, a batch padded to a fixed maximum length. Each
 answers for one statement, and False (or None) when the source is unreadable or unclear."""
 
 from __future__ import annotations
 
 import ast
 
-from .source import _tree, call_name, enclosing, walk_own
+from .source import FACTORY_CALLS, _own_nodes, _scope_body, _tree, call_name, enclosing, walk_own
 
 SORTS = frozenset({"sort", "argsort", "msort"})
 """Calls that order a whole tensor."""
@@ -185,3 +186,101 @@ def broadcast_product(file: str, line: int) -> bool:
                 and widened(operand.right):
             return True
     return False
+
+
+PADDING_FACTORIES = FACTORY_CALLS | {"new_full", "new_zeros", "new_ones", "new_empty", "pad"}
+"""Calls that make a padded batch: a buffer of (batch, length) filled with the pad value, or
+`F.pad` / `np.pad` widening each sequence."""
+NEEDED_LENGTH_CALLS = frozenset({"max", "len", "size", "amax"})
+"""An assignment computing the length from the data (`max(len(s) for s in batch)`): already
+the batch's longest, not the line to change."""
+
+
+def padding_length_lines(file: str, line: int) -> list[int]:
+    """For a line that makes a padded batch (`torch.full((n, pad_len), PAD)`, `torch.zeros(len(b),
+    L)`, `F.pad(x, (0, MAX - n))`): the assignments in its function of the names its size uses
+    that set a fixed length (`pad_len = MAX_LEN if pad_to_max else longest`, `L = MAX_LEN`), not
+    those computing it from the data, and the line itself when its size names a constant
+    (`MAX_LEN`); [] when the line makes no such call or is unreadable."""
+    tree = _tree(file)
+    path = enclosing(file, line)
+    if tree is None or not path or path[-1].lineno != line:
+        return []
+    calls = [c for c in walk_own(path[-1]) if isinstance(c, ast.Call) and call_name(c) in PADDING_FACTORIES]
+    names: set[str] = set()
+    out = []
+    for call in calls:
+        name = call_name(call) or ""  # F.pad(x, widths); torch.full(size, value); x.new_zeros(size)
+        sizes = call.args[1:2] if name == "pad" else call.args[:1] if name == "full" or name.startswith("new_") \
+            else call.args
+        for size in sizes[:4]:
+            names |= {n.id for n in ast.walk(size) if isinstance(n, ast.Name)}
+            if any(isinstance(n, ast.Name) and n.id.isupper() and len(n.id) > 1 for n in ast.walk(size)) \
+                    and line not in out:
+                out.append(line)  # the fixed length named at the call (`torch.zeros(len(b), MAX_LEN)`)
+    for stmt in _own_nodes(ast.Module(body=_scope_body(tree, path), type_ignores=[]), ast.Assign, ast.AnnAssign):
+        assert isinstance(stmt, (ast.Assign, ast.AnnAssign))
+        if stmt.lineno >= line or stmt.value is None:
+            continue
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        if not any(isinstance(t, ast.Name) and t.id in names for t in targets):
+            continue
+        value = stmt.value
+        if isinstance(value, ast.IfExp) or not any(call_name(c) in NEEDED_LENGTH_CALLS
+                                                    for c in ast.walk(value) if isinstance(c, ast.Call)):
+            out.append(stmt.lineno)
+    return out
+
+
+def fixed_length_lines(file: str, length: int) -> list[int]:
+    """The lines of `file` that pad a batch to `length` set by the program: a call making a padded
+    buffer whose size, or the assignment of a name in it (`padding_length_lines`), uses `length`
+    as a literal or a module-level constant of that value (`MAX_LEN = 256`), the assignment first;
+    [] when none or unreadable. Read from the source alone: the collate function may run in
+    DataLoader workers, or between two samples, where neither the trace nor the sampler sees it."""
+    tree = _tree(file)
+    if tree is None:
+        return []
+    constants = {t.id for stmt in tree.body if isinstance(stmt, ast.Assign)
+                 and isinstance(stmt.value, ast.Constant) and stmt.value.value == length
+                 and not isinstance(stmt.value.value, bool) for t in stmt.targets if isinstance(t, ast.Name)}
+    statements = {n.lineno: n for n in ast.walk(tree) if isinstance(n, ast.stmt)}
+
+    def sets_length(line: int) -> bool:
+        stmt = statements.get(line)
+        return stmt is not None and any(
+            (isinstance(n, ast.Name) and n.id in constants)
+            or (isinstance(n, ast.Constant) and n.value == length and not isinstance(n.value, bool))
+            for n in ast.walk(stmt))
+
+    out: list[int] = []
+    for call in sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call) and call_name(n) in PADDING_FACTORIES),
+                       key=lambda c: c.lineno):
+        chosen = [ln for ln in padding_length_lines(file, call.lineno) if sets_length(ln)]
+        if not chosen and sets_length(call.lineno):
+            chosen = [call.lineno]
+        for ln in [*chosen, call.lineno] if chosen else []:
+            if ln not in out:
+                out.append(ln)
+    return out
+
+
+def pads_to_max_length(file: str) -> list[int]:
+    """Lines of `file` asking a tokenizer or collator to pad every batch to a fixed length:
+    `padding="max_length"`, `pad_to_max_length=True`, `PaddingStrategy.MAX_LENGTH`; [] when none
+    or unreadable."""
+    tree = _tree(file)
+    if tree is None:
+        return []
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword):
+            value = node.value
+            if node.arg == "padding" and isinstance(value, ast.Constant) and value.value == "max_length":
+                out.add(value.lineno)
+            elif node.arg == "pad_to_max_length" and not (isinstance(value, ast.Constant) and not value.value):
+                out.add(value.lineno)
+        elif isinstance(node, ast.Attribute) and node.attr == "MAX_LENGTH" \
+                and ast.unparse(node.value).endswith("PaddingStrategy"):
+            out.add(node.lineno)
+    return sorted(out)

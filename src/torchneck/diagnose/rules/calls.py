@@ -14,16 +14,9 @@ import msgspec
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
+from ..idioms import fixed_length_lines, pads_to_max_length
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import (
-    COMPREHENSIONS,
-    calls_backward,
-    enclosing,
-    fixed_length_lines,
-    function_at,
-    in_loop,
-    pads_to_max_length,
-)
+from ..source import COMPREHENSIONS, calls_backward, enclosing, function_at, in_loop
 
 COMPREHENSION_FRAMES = ("<listcomp>", "<genexpr>", "<setcomp>", "<dictcomp>")
 """The frame names of comprehensions (Python <= 3.11 runs each in a frame of its own)."""
