@@ -60,6 +60,9 @@ def test_unbatched_calls_silent_for_batches_a_single_call_or_few_calls(tmp_path)
     assert UnbatchedCalls().check(facts(analysis=_ops(1.0), python=python, clock=not_a_loop)) == []
     few = {"top_module_sites": [_site(src, 3, "handle.<locals>.<listcomp>", 50, batch_of_one=50)]}
     assert UnbatchedCalls().check(facts(analysis=_ops(1.0), python=_python(src, 3, 0.8), clock=few)) == []
+    frames = {"top_module_sites": [_site(src, 3, "handle.<locals>.<listcomp>", 5000, batch_of_one=5000,
+                                         single_mean_elements=512 * 512)]}  # a video frame per call: work-bound
+    assert UnbatchedCalls().check(facts(analysis=_ops(1.0), python=_python(src, 3, 0.8), clock=frames)) == []
     arithmetic = {"top_module_sites": [_site(src, 3, "handle.<locals>.<listcomp>", 5000, batch_of_one=5000)]}
     assert UnbatchedCalls().check(facts(analysis=_ops(95_000.0), python=_python(src, 3, 0.8),
                                         clock=arithmetic)) == []  # the calls are big: batching keeps their work

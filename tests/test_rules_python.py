@@ -191,3 +191,29 @@ def test_python_hotspot_a_broadcast_product_is_a_matmul_whatever_the_samples_say
     [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(line)))
     assert f.evidence["broadcast_product"] and "a @ b.T" in f.fix and abs(f.time_lost_s - 0.6) < 1e-9
     assert "sums a broadcast product at line 2" in f.title
+
+
+INDEX_SCRIPT = """\
+import torch
+def main(batches):
+    index = torch.empty(0, 8)
+    for batch in batches:
+        index = torch.cat([index, batch])
+    torch.save(index, "index.pt")
+main([])
+"""
+
+
+def test_python_hotspot_a_save_after_the_loop_is_not_work_asked_too_often(tmp_path):
+    """The loop's lines and a `torch.save` after it are one call of main(): the save runs once,
+    so the finding costs the Python outside ops, not the loop body's ops as work asked too often."""
+    script = tmp_path / "index.py"
+    script.write_text(INDEX_SCRIPT)
+    caller = [{"file": str(script), "line": 7, "function": "<module>", "share": 1.0}]
+    lines = [dict(_at(script, 5, "main", 4.0, callers=caller), outside_ops_s=0.1),
+             _at(script, 4, "main", 0.8, callers=caller),
+             _at(script, 6, "main", 0.1, library="save (serialization.py)", callers=caller)]
+    python = {"window": {"sampled_s": 5.0, "lines": lines}}
+    found = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=python))
+    loop = next(f for f in found if f.where[0].line == 4)
+    assert loop.time_lost_s < 0.25 and "save" not in loop.title

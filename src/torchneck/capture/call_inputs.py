@@ -9,6 +9,7 @@ the tallies)."""
 from __future__ import annotations
 
 import ctypes
+import math
 import sys
 import types
 import weakref
@@ -43,18 +44,20 @@ PADDING_MAX_ELEMENTS = 1 << 20
 
 class SiteInputs:
     """The first tensor inputs of the top-level module calls made at one line of the user's code:
-    calls with a batch of one (2+ dimensions, the first of size 1: `model(x[None])` per sample);
+    calls with a batch of one (2+ dimensions, the first of size 1: `model(x[None])` per sample) and
+    their mean size;
     calls whose input is the previous call's grown by one along one dimension (a prefix fed again
     with one more token: generation without a cache) and that dimension's sizes summed; calls
     given again the very tensor of a recent call, unchanged since (same object, same version
     counter), or a large input of a recent call's content (`content_fingerprint`: rebuilt from
     the same constant), whose output could have been kept, and the lines that called from there."""
 
-    __slots__ = ("batch_of_one", "grew_by_one", "grown_len", "last_shape", "repeated", "repeated_from", "recent",
+    __slots__ = ("batch_of_one", "single_elements", "grew_by_one", "grown_len", "last_shape", "repeated",
+                 "repeated_from", "recent",
                  "recent_content", "repeated_inputs", "calls", "padding_looked", "padded", "padded_len", "needed_len")
 
     def __init__(self) -> None:
-        self.batch_of_one = self.grew_by_one = self.grown_len = self.repeated = 0
+        self.batch_of_one = self.single_elements = self.grew_by_one = self.grown_len = self.repeated = 0
         self.calls = self.padding_looked = self.padded = self.padded_len = self.needed_len = 0
         self.last_shape: tuple | None = None
         self.repeated_from: dict[tuple, int] = {}
@@ -66,6 +69,7 @@ class SiteInputs:
         shape = tuple(tensor.shape)
         if len(shape) >= 2 and shape[0] == 1:
             self.batch_of_one += 1
+            self.single_elements += math.prod(shape)  # the shape, not numel(): no torch call
         last = self.last_shape
         if last is not None and len(last) == len(shape):
             grown = [(n, n - m) for n, m in zip(shape, last) if n != m]
@@ -127,7 +131,9 @@ class SiteInputs:
             self.needed_len += needed
 
     def to_json(self) -> dict[str, Any]:
-        return {"batch_of_one": self.batch_of_one, "grew_by_one": self.grew_by_one,
+        return {"batch_of_one": self.batch_of_one,
+                "single_mean_elements": round(self.single_elements / self.batch_of_one) if self.batch_of_one else None,
+                "grew_by_one": self.grew_by_one,
                 "grown_mean_len": round(self.grown_len / self.grew_by_one, 1) if self.grew_by_one else None,
                 "repeated": self.repeated, "repeated_inputs": self.repeated_inputs,
                 "padding_looked": self.padding_looked, "padded": self.padded,

@@ -173,12 +173,17 @@ class UnbatchedCalls(_SiteRule):
     does not make a loop of batches per-sample calls."""
     MIN_SHARE = 0.10
     """What batching would save must be a tenth of the steady state to be worth the change."""
+    MAX_SAMPLE_ELEMENTS = 65_536
+    """A sample this large (a 512 x 512 frame) keeps every call busy with its own arithmetic: the
+    per-call overhead batching removes is small beside it (a video denoiser's frames)."""
 
     def check(self, facts: Facts) -> list[Finding]:
         out = []
         for site in model_call_sites(facts):
             calls, single = site.get("calls") or 0, site.get("batch_of_one") or 0
             if calls < self.MIN_CALLS or single < self.MIN_SINGLE_SHARE * calls:
+                continue
+            if (site.get("single_mean_elements") or 0) > self.MAX_SAMPLE_ELEMENTS:
                 continue
             if not repeats(site["file"], site["line"], site.get("function") or ""):
                 continue

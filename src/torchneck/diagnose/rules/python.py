@@ -172,7 +172,12 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
             if share < self.MIN_SHARE or outside < self.MIN_SAMPLED_S:
                 continue
             lines = [line, *helper]
-            callee = next((c for c in (ln.get("library") or "" for ln in lines) if asks_too_often(c)),
+            # work asked too often is asked in a loop, or by a helper called in one: a save after
+            # the loop, in the function holding it, runs once
+            called_in_loop = any(in_loop(c["file"], int(c["line"])) for c in (line.get("callers") or [])[:1])
+            repeated = [ln for ln in lines
+                        if ln is line or called_in_loop or in_loop(ln["file"], int(ln["line"]))]
+            callee = next((c for c in (ln.get("library") or "" for ln in repeated) if asks_too_often(c)),
                           line.get("library") or "")
             waiting = sum(ln.get("waiting_s") or 0.0 for ln in lines)
             ev = PythonHotspotEvidence(outside_torch_s=outside, self_python_s=sum(ln["self_s"] for ln in lines),
