@@ -619,3 +619,23 @@ def test_op_hotspot_stays_at_its_line_when_no_backward_holds_it():
     assert [w.line for w in f.where] == [72] and f.evidence["backward_of"] is None
     [f] = OpHotspot().check(_backward_facts(85_000.0, forward_line=72))  # no forward line apart from it
     assert f.evidence["backward_of"] is None
+
+
+def test_rebuilt_tensor_explains_the_loop_around_it_but_the_header():
+    """A Python hotspot of the loop holding the growing torch.cat (its body line) is the cat's
+    time but for the loop header's own (a generator of documents)."""
+    from torchneck.diagnose.rules.ops import RebuiltTensor
+    from torchneck.model.findings import Finding, Where
+
+    def at(*lines):
+        return [Where(file="/x/embed.py", line=n, function="main") for n in lines]
+
+    cause = Finding(kind="rebuilt_tensor", title="", time_lost_s=0.7, time_lost_pct=70.0, fix="", severity="high",
+                    where=at(43, 54))
+    loop = Finding(kind="python_hotspot", title="", time_lost_s=0.4, time_lost_pct=40.0, fix="", severity="high",
+                   where=at(38, 49, 43), evidence={"sampled_s": 5.0, "line_total_s": 0.5})
+    f = facts(analysis=analysis(window_us=1e6))
+    assert abs(RebuiltTensor().explained(cause, loop, f).seconds - 0.3) < 1e-9  # all but the header's 0.1 s
+    elsewhere = Finding(kind="python_hotspot", title="", time_lost_s=0.4, time_lost_pct=40.0, fix="",
+                        severity="high", where=at(60))
+    assert RebuiltTensor().explained(cause, elsewhere, f) is None

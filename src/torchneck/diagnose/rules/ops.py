@@ -437,11 +437,18 @@ class RebuiltTensor(Rule[RebuiltTensorEvidence]):
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """Another finding on the rebuilding line itself (its Python, its copy ops) is part of the
-        line's time, which this cost already counts."""
-        if not symptom.where or (symptom.where[0].file, symptom.where[0].line) != \
-                ((cause.where[0].file, cause.where[0].line) if cause.where else None):
+        line's time, which this cost already counts; a Python hotspot of the loop around it (the
+        loop's header, its body lines) holds it too, all but the header's own time."""
+        at = (cause.where[0].file, cause.where[0].line) if cause.where else None
+        if not symptom.where or at is None:
             return None
-        return Explanation(min(symptom.time_lost_s, cause.time_lost_s))
+        if (symptom.where[0].file, symptom.where[0].line) == at:
+            return Explanation(min(symptom.time_lost_s, cause.time_lost_s))
+        if symptom.kind == "python_hotspot" and at in {(w.file, w.line) for w in symptom.where[1:]}:
+            sampled = symptom.evidence.get("sampled_s") or 0.0
+            header = (symptom.evidence.get("line_total_s") or 0.0) / sampled * facts.window_s if sampled > 0 else 0.0
+            return Explanation(max(0.0, min(symptom.time_lost_s - header, cause.time_lost_s)))
+        return None
 
     def check(self, facts: Facts) -> list[Finding]:
         win = (facts.python or {}).get("window") or {}
