@@ -369,7 +369,7 @@ def test_the_capture_notes_gradients_no_optimizer_steps():
     finally:
         capture.uninstall()
     found = capture.summary()
-    assert found["names"] == ["0.weight", "0.bias"] and found["numel"] == 8 * 16 + 16
+    assert found["names"] == ["Sequential.0.weight", "Sequential.0.bias"] and found["numel"] == 8 * 16 + 16
     assert found["with_grad_numel"] == sum(p.numel() for p in model.parameters())
 
 
@@ -379,4 +379,30 @@ def test_a_backbone_left_out_of_the_optimizer_is_found(run_dir):
     assert r.returncode == 0, r.stderr[-2000:]
     top = read_report(run_dir)["findings"][0]
     assert top["kind"] == "unstepped_gradients" and top["where"][0]["line"] == planted_line(script)
-    assert top["evidence"]["names"][:2] == ["0.0.weight", "0.0.bias"]
+    assert top["evidence"]["names"][:2] == ["Sequential.0.0.weight", "Sequential.0.0.bias"]
+
+
+def test_a_frozen_encoder_called_before_the_head_is_noted():
+    """`head(encoder(x))`: two top-level calls; the encoder, not the last one called, is the part
+    the optimizer leaves out."""
+    import torch
+
+    from torchneck.capture.autograd_probe import RememberedCall
+    from torchneck.capture.unstepped import UnsteppedGradients as Capture
+
+    calls = RememberedCall()
+    capture = Capture(calls)
+    capture.install()
+    try:
+        encoder, head = torch.nn.Linear(8, 16), torch.nn.Linear(16, 2)
+        opt = torch.optim.SGD(head.parameters(), lr=0.1)
+        features = encoder(torch.randn(4, 8))
+        calls.remember(encoder, (), {}, 0.01, features)
+        out = head(features)
+        calls.remember(head, (), {}, 0.01, out)
+        out.sum().backward()
+        opt.step()
+    finally:
+        capture.uninstall()
+    assert capture.summary()["names"] == ["Linear.weight", "Linear.bias"]
+    assert capture.summary()["numel"] == 8 * 16 + 16 and capture.summary()["module"] == "Linear + Linear"

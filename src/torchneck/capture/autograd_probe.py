@@ -95,6 +95,8 @@ class RememberedCall:
 
     SITES_KEPT = 8
     """Lines of the user's code counted for the calls since the last optimizer step."""
+    MODULES_KEPT = 8
+    """Distinct top-level modules remembered (weakly) as the trained model's parts."""
 
     def __init__(self) -> None:
         self._call: tuple[Any, tuple, dict] | None = None  # (module or a weakref to it, args, kwargs)
@@ -102,7 +104,7 @@ class RememberedCall:
         self._calls = self._chained = 0  # since the last forget(): calls, and those fed a tensor with a graph
         self._reached = [0]  # since the last forget(): calls whose graph a backward went through
         self._sites: dict[tuple[str, int, str], int] = {}
-        self._last: weakref.ref | None = None  # the last module whose call built a graph (not forgotten)
+        self._recent: dict[int, weakref.ref] = {}  # the last modules whose calls built a graph (not forgotten)
         self._draw = random.Random(0)  # its own: the script's random state is left alone
         self._follow: tuple = ()  # the hooks on the remembered module alone, once the global ones are gone
         self._began = threading.local()  # when the followed module's call began, per thread
@@ -117,9 +119,11 @@ class RememberedCall:
         self._seen_s += seconds
         self._calls += 1
         self._note_call(args, kwargs, output)
-        if self._last is None or self._last() is not module:
+        if id(module) not in self._recent:
             try:
-                self._last = weakref.ref(module)
+                if len(self._recent) >= self.MODULES_KEPT:
+                    del self._recent[next(iter(self._recent))]  # the oldest
+                self._recent[id(module)] = weakref.ref(module)
             except TypeError:
                 pass
         if self._call is not None and self._draw.random() * self._seen_s >= seconds:
@@ -169,9 +173,10 @@ class RememberedCall:
         self._reached = [0]  # a hook of an older call counts into the list it was given
         self._sites = {}
 
-    def last_trained(self):
-        """The last module whose call built a graph (the model an optimizer step trains), or None."""
-        return self._last() if self._last is not None else None
+    def trained_modules(self) -> list:
+        """The last few distinct top-level modules whose calls built a graph, still alive: the
+        model an optimizer step trains (a frozen encoder and the head called on its output are two)."""
+        return [m for m in (ref() for ref in self._recent.values()) if m is not None]
 
     def module(self):
         if self._call is None:

@@ -4,8 +4,9 @@ parameters forgotten in the optimizer. Backward then runs through that part of t
 keeps its activations, for gradients nothing reads.
 
 At each optimizer's first step (a post hook, after the backward), the parameters of the model
-the step trained (the last top-level module whose call built a graph, from the autograd probe's
-`RememberedCall`) that hold a gradient but are in no optimizer stepped so far are noted (by id,
+the step trained (the last top-level modules whose calls built a graph, from the autograd probe's
+`RememberedCall`: an encoder and the head called on its output) that hold a gradient but are in
+no optimizer stepped so far are noted (by id,
 name and size: the model may be gone at the end); a later optimizer's first step takes its own
 back (a GAN's two optimizers each step their own half). What is left at the end is unstepped
 (diagnose/rules/autograd.py's `unstepped_gradients`)."""
@@ -24,7 +25,7 @@ NAMES_KEPT = 5
 
 class UnsteppedGradients:
     def __init__(self, calls: Any) -> None:
-        self._calls = calls  # autograd_probe.RememberedCall: `last_trained()` is the model
+        self._calls = calls  # autograd_probe.RememberedCall: `trained_modules()` are the model
         self._checked: set[int] = set()  # the optimizers that stepped once
         self._stepped_ids: set[int] = set()  # their parameters
         self._candidates: dict[int, tuple[str, int]] = {}  # id -> (name, numel): a gradient no optimizer steps
@@ -50,22 +51,25 @@ class UnsteppedGradients:
             if key in self._checked or len(self._checked) >= OPTIMIZERS_KEPT:
                 return
             self._checked.add(key)
-            module = self._calls.last_trained()
-            if module is None:
+            modules = self._calls.trained_modules()
+            if not modules:
                 return
             mine = {id(p) for group in optimizer.param_groups for p in group["params"]}
             self._stepped_ids |= mine
             for key in mine & self._candidates.keys():  # another optimizer's (a GAN's second half)
                 del self._candidates[key]
-            with_grad = 0
-            for name, p in module.named_parameters():
-                if not p.requires_grad or p.grad is None:
-                    continue
-                with_grad += p.numel()
-                if id(p) not in self._stepped_ids and id(p) not in self._candidates:
-                    self._candidates[id(p)] = (name, p.numel())
+            with_grad, seen = 0, set()
+            for module in modules:
+                for name, p in module.named_parameters():
+                    if not p.requires_grad or p.grad is None or id(p) in seen:
+                        continue
+                    seen.add(id(p))
+                    with_grad += p.numel()
+                    if id(p) not in self._stepped_ids and id(p) not in self._candidates:
+                        self._candidates[id(p)] = (f"{type(module).__name__}.{name}", p.numel())
             if with_grad > self._with_grad_numel:
-                self._with_grad_numel, self._module = with_grad, type(module).__qualname__
+                self._with_grad_numel = with_grad
+                self._module = " + ".join(type(m).__qualname__ for m in modules)
         except Exception:  # the program's optimizer step must never fail here
             pass
 
