@@ -281,3 +281,28 @@ def test_a_compiled_model_called_again_on_the_same_corpus_is_found(run_dir):
     [site] = [s for s in json.loads((run_dir / "run.json").read_text())["clock"]["top_module_sites"]
               if s["line"] == planted_line(script)]
     assert site["calls"] == 40 and site["repeated"] == 39 and site["repeated_inputs"] == 1
+
+
+POLICY = '''import torch
+class Policy(torch.nn.Module):
+    def act(self, obs):
+        return self(obs).argmax(-1)
+def rollout(policy, obs):
+    return torch.cat([policy.act(obs[i:i + 1]) for i in range(len(obs))])
+'''
+
+
+@fires("unbatched_calls")
+def test_unbatched_calls_made_through_a_helper_called_per_row(tmp_path):
+    """`self(obs)` inside `act`, called once per environment from a comprehension: the
+    comprehension's line (the sampled caller) is the loop to change, then the call."""
+    src = tmp_path / "rl.py"
+    src.write_text(POLICY)
+    site = _site(src, 4, "Policy.act", 7000, batch_of_one=7000)
+    caller = {"file": str(src), "line": 6, "function": "rollout.<locals>.<listcomp>", "share": 1.0}
+    python = {"window": {"sampled_s": 10.0, "lines": [{"file": str(src), "line": 4, "function": "Policy.act",
+                                                        "total_s": 8.0, "callers": [caller]}],
+                         "inclusive_lines": [{"file": str(src), "line": 6, "function": "rollout", "total_s": 9.0}]}}
+    [f] = UnbatchedCalls().check(facts(analysis=_ops(10_000.0), python=python,
+                                       clock={"kind": "optimizer", "top_module_sites": [site]}))
+    assert [w.line for w in f.where] == [6, 4] and abs(f.time_lost_pct - 100 * 0.9 * 0.9) < 1e-9

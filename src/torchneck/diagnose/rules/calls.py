@@ -185,9 +185,10 @@ class UnbatchedCalls(_SiteRule):
                 continue
             if (site.get("single_mean_elements") or 0) > self.MAX_SAMPLE_ELEMENTS:
                 continue
-            if not repeats(site["file"], site["line"], site.get("function") or ""):
+            loop = self._loop_of(facts, site)
+            if loop is None:
                 continue
-            share = sampled_under(facts, site["file"], site["line"])
+            share = max(sampled_under(facts, site["file"], site["line"]), sampled_under(facts, loop.file, loop.line))
             work = arithmetic_share(facts)
             in_ops = in_ops_share_under(facts, site["file"], site["line"])
             kept = work if in_ops is None else in_ops * work
@@ -196,10 +197,23 @@ class UnbatchedCalls(_SiteRule):
                 continue
             evidence = ModelCallsEvidence(calls=calls, matching_calls=single, calls_share=share, work_share=work,
                                           share_kept=kept)
+            at = where_of([site])
+            where = at if (loop.file, loop.line) == (site["file"], site["line"]) else [loop, *at]
             out.append(self.found(evidence, f"the model is called once per sample: {single:,} calls with a batch of "
                                             f"one at this line take {100 * share:.0f}% of the time",
-                                  saving, facts, where_of([site])))
+                                  saving, facts, where))
         return out[:1]
+
+    @staticmethod
+    def _loop_of(facts: Facts, site: dict[str, Any]) -> Where | None:
+        """The line that makes the calls once per sample: the calling line itself when it repeats
+        (a loop or comprehension around it), else its sampled caller when that repeats (a policy's
+        `act(obs[i])` helper called per environment)."""
+        path = facts.with_callers(where_of([site]))
+        for w in path[:2]:
+            if repeats(w.file, w.line, w.function or ""):
+                return w
+        return None
 
     def fix(self, evidence: ModelCallsEvidence) -> str:
         return ("Call the model once on a batch: stack the samples (torch.stack, or pad them to one length) and "
