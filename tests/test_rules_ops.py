@@ -80,6 +80,23 @@ def test_op_hotspot_names_a_solve_done_by_an_inverse(tmp_path):
 
 
 @fires("op_hotspot")
+def test_op_hotspot_names_a_rank_found_by_a_full_sort(tmp_path):
+    """`(scores.argsort(1, descending=True) == d[:, None]).nonzero()`: a sort per query to find
+    one rank; a sort kept for its order is the model's compute."""
+    src = tmp_path / "rank.py"
+    src.write_text("def rank(scores, d):\n    return (scores.argsort(dim=1, descending=True) == d[:, None]).nonzero()\n"
+                   "def order(scores):\n    return scores.argsort(dim=1)\n")
+    found = {}
+    for line in (2, 4):
+        by_line = [{"op": "aten::sort", "file": str(src), "line": line, "function": "f", "self_us": 60_000.0}]
+        [found[line]] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::sort", 60_000.0)]),
+                                                ops_by_line=by_line))
+    assert found[2].evidence["rank_by_sort"] == 2 and "scores.gather(1, target[:, None])" in found[2].fix
+    assert found[2].severity == "medium"
+    assert found[4].evidence["rank_by_sort"] is None and found[4].severity == "info"
+
+
+@fires("op_hotspot")
 def test_op_hotspot_names_a_matrix_product_computed_for_its_diagonal(tmp_path):
     """`torch.diag(d @ P @ d.T)`: N x N products for the N numbers kept; `(a @ b).diagonal()` and
     `torch.trace(a.mm(b))` too. A diagonal of a matrix not made on the line is the model's compute."""

@@ -31,6 +31,23 @@ def sorted_then_sliced(file: str, line: int) -> bool:
     return False
 
 
+def sorted_then_searched(file: str, line: int) -> bool:
+    """The statement at `line` sorts a tensor only to find where given elements land
+    (`(scores.argsort(1, descending=True) == target[:, None]).nonzero()`): a rank found by a full
+    sort, which a count of the larger elements gives in one pass. False when unclear or unreadable."""
+    path = enclosing(file, line)
+    if not path:
+        return False
+
+    def sorted_(node: ast.AST) -> bool:
+        while isinstance(node, (ast.Subscript, ast.Attribute)) and not isinstance(node, ast.Call):
+            node = node.value  # through `[1]`, `.indices`
+        return isinstance(node, ast.Call) and call_name(node) in SORTS
+
+    return any(isinstance(n, ast.Compare) and any(isinstance(op, ast.Eq) for op in n.ops)
+               and any(sorted_(side) for side in (n.left, *n.comparators)) for n in walk_own(path[-1]))
+
+
 def _keeps_a_prefix(index: ast.expr) -> bool:
     """`[:k]`, or `[:, :k]` / `[..., :k]` (whole leading dimensions, then a prefix of the last)."""
     parts = index.elts if isinstance(index, ast.Tuple) else [index]

@@ -14,6 +14,7 @@ from ..facts import Facts, where_of
 from ..idioms import (
     broadcast_product,
     diagonal_of_product,
+    sorted_then_searched,
     embedding_defined_at,
     float64_dtype_constant,
     inverse_then_multiply,
@@ -57,6 +58,8 @@ class OpHotspotEvidence(Record):
     inverse_at: int | None = None
     diagonal_at: int | None = None
     """A line computing a whole matrix product to keep its diagonal."""
+    rank_by_sort: int | None = None
+    """A line sorting a whole tensor to find where given elements rank."""
     """The line that inverts a matrix to multiply by its inverse (`inv(A) @ b`): a solve."""
     top_k_by_sort: int | None = None
     """The line that sorts a whole tensor to keep its first elements (a top-k by a full sort)."""
@@ -151,7 +154,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             ev.top_k_by_sort = at if ev.broadcast_at is None and sorted_then_sliced(file, at) else None
             ev.inverse_at = at if inverse_then_multiply(file, at) else None
             ev.diagonal_at = at if diagonal_of_product(file, at) else None
-            ev.avoidable = bool(ev.broadcast_at or ev.top_k_by_sort or ev.inverse_at or ev.diagonal_at)
+            ev.rank_by_sort = at if sorted_then_searched(file, at) else None
+            ev.avoidable = bool(ev.broadcast_at or ev.top_k_by_sort or ev.inverse_at or ev.diagonal_at
+                                or ev.rank_by_sort)
             out.append(self.finding(ev, title=f"{line['function']}() spends {100 * share:.0f}% of the steady state "
                                               f"inside torch ops at line {at}, outside the profiled window",
                                     lost_s=lost, pct=facts.pct(lost), severity=None if ev.avoidable else "info",
@@ -176,6 +181,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             lost = max(lost, self._mask_loop_us(facts, mask, hot) / 1e6)
         sliced = next((w for w in where if sorted_then_sliced(w.file, w.line)), None) \
             if top.name in self.SORT_OPS else None
+        searched = next((w for w in where if sorted_then_searched(w.file, w.line)), None) \
+            if top.name in self.SORT_OPS and sliced is None else None
         inverse = next((w for w in where if inverse_then_multiply(w.file, w.line)), None) \
             if top.name in self.INVERSE_OPS else None
         broadcast = next((w for w in where if broadcast_product(w.file, w.line)), None) \
@@ -194,6 +201,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                inverse_at=inverse.line if inverse else None,
                                broadcast_at=broadcast.line if broadcast else None,
                                diagonal_at=diagonal.line if diagonal else None,
+                               rank_by_sort=searched.line if searched else None,
                                dense_embedding_rows=table[0] if table else None,
                                embedding_at=table[1].line if table and table[1] else None)
         what = "" if avoidable else " (the model's compute: where the time goes, not a problem by itself)"
@@ -216,6 +224,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             ev.avoidable = avoidable = True
             what = f": line {inverse.line} inverts a matrix to multiply by its inverse"
             where = [inverse, *(w for w in where if (w.file, w.line) != (inverse.file, inverse.line))]
+        if searched is not None:
+            ev.avoidable = avoidable = True
+            what = f": line {searched.line} sorts a whole tensor to find where given elements rank"
+            where = [searched, *(w for w in where if (w.file, w.line) != (searched.file, searched.line))]
         if sliced is not None:
             what = f": line {sliced.line} sorts a whole tensor to keep its first elements"
             where = [sliced, *(w for w in where if (w.file, w.line) != (sliced.file, sliced.line))]
@@ -358,6 +370,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             return (f"Line {evidence.broadcast_at} builds every pairwise product of two broadcast tensors and then "
                     "sums it: that is a matrix product, a @ b.T (or torch.einsum('id,jd->ij', a, b), torch.bmm): "
                     "no pairwise tensor in memory, and a BLAS kernel instead of two element-wise passes.")
+        if evidence.rank_by_sort is not None:
+            return (f"Line {evidence.rank_by_sort} sorts the whole tensor only to find where given elements land: "
+                    "count the elements ranked above each instead, one pass and no sort: rank = (scores > "
+                    "scores.gather(1, target[:, None])).sum(1) + 1 (>= and ties as you need).")
         if evidence.diagonal_at is not None:
             return (f"Line {evidence.diagonal_at} computes a whole N x N matrix product and keeps only its diagonal: "
                     "compute the diagonal alone, row by row, as an element-wise product summed: diag(a @ b) is "
