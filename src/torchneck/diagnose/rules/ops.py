@@ -14,10 +14,10 @@ from ..facts import Facts, where_of
 from ..idioms import (
     broadcast_product,
     diagonal_of_product,
-    sorted_then_searched,
     embedding_defined_at,
     float64_dtype_constant,
     inverse_then_multiply,
+    sorted_then_searched,
     sorted_then_sliced,
 )
 from ..masks import mask_group_by
