@@ -409,3 +409,27 @@ def test_the_dataloader_s_construction_is_recorded_with_how_it_fetches():
         ("TensorDataset", 8, True), ("TensorDataset", None, False)]
     assert records[0]["file"] == __file__ and len(loaders) == 3
     assert DataLoader.__init__.__name__ == "__init__"  # uninstalled
+
+
+@fires("input_pipeline")
+def test_input_pipeline_of_a_dataset_indexing_its_own_tensors_row_by_row(tmp_path):
+    """A Dataset of the program's own whose __getitem__ indexes its tensors with the index and
+    transforms one row: fetched one sample at a time, it is a TensorDataset in all but name."""
+    src = tmp_path / "ctr.py"
+    src.write_text("import torch\nclass Rows(torch.utils.data.Dataset):\n    def __getitem__(self, idx):\n"
+                   "        return torch.log1p(self.dense[idx])\n")
+    a = analysis(annotations=[])
+    a.steps.breakdown_total_us = {"dataloader": 80_000.0, "cpu_exec": 20_000.0}
+    loading = {"lines": [{"file": str(src), "line": 4, "function": "Rows.__getitem__", "total_s": 0.08}]}
+    sites = [{"what": "dataloader", "file": "/x/run.py", "line": 131, "function": "build", "dataset": "Rows",
+              "batch_size": 1024, "num_workers": 0, "per_sample": True}]
+    f = InputPipeline().check(facts(analysis=a, python={"window": {"lines": []}, "loading": loading},
+                                    call_sites=sites))[0]
+    assert f.where[0].line == 131 and f.evidence["per_sample_from"] == "Rows" and "list of indices" in f.fix
+    files = tmp_path / "files.py"
+    files.write_text("import torch\nclass Files(torch.utils.data.Dataset):\n    def __getitem__(self, idx):\n"
+                     "        return torch.load(self.paths[idx] + '.pt')\n")  # a file per sample: workers help
+    loading = {"lines": [{"file": str(files), "line": 4, "function": "Files.__getitem__", "total_s": 0.08}]}
+    f = InputPipeline().check(facts(analysis=a, python={"window": {"lines": []}, "loading": loading},
+                                    call_sites=sites))[0]
+    assert f.evidence["per_sample_from"] is None and "num_workers" in f.fix

@@ -301,3 +301,28 @@ def pads_to_max_length(file: str) -> list[int]:
                 and ast.unparse(node.value).endswith("PaddingStrategy"):
             out.add(node.lineno)
     return sorted(out)
+
+
+READS = frozenset({"open", "load", "imread", "read", "read_csv", "read_parquet", "loadtxt", "fromfile", "decode",
+                   "urlopen", "read_image", "decode_image", "read_file", "load_file", "frombuffer"})
+"""Calls that read a sample from storage: a `__getitem__` making them loads per sample."""
+
+
+def indexes_own_tensors(file: str, line: int) -> bool:
+    """The function holding `line` is a Dataset's `__getitem__(self, idx)` that indexes its own
+    tensors with the index (`self.dense[idx]`) and reads nothing from storage (`READS`): rows of
+    data already in memory, which a batch of indices would fetch in one op each. False when
+    unclear or unreadable."""
+    tree = _tree(file)
+    if tree is None:
+        return False
+    holding = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "__getitem__"
+               and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    if not holding or len(holding[0].args.args) < 2:
+        return False
+    index = holding[0].args.args[1].arg
+    if any(isinstance(n, ast.Call) and call_name(n) in READS for n in walk_own(holding[0])):
+        return False  # a file or a record read per sample: workers do help there
+    return any(isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute)
+               and isinstance(n.value.value, ast.Name) and n.value.value.id == "self"
+               and isinstance(n.slice, ast.Name) and n.slice.id == index for n in walk_own(holding[0]))

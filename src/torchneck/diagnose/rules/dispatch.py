@@ -137,6 +137,8 @@ class DispatchOverhead(Rule[TinyOpLoop]):
         if symptom.kind == "input_pipeline":  # the loader waits on a tiny-op loop of its own (a collate_fn
             # writing a tensor element by element): vectorising that loop is the fix, not more workers.
             # The `for batch in loader` line is both's: torch's own per-sample fetch is the loader's.
+            if symptom.evidence.get("per_sample_from"):
+                return None  # rows fetched one by one: the loader's fetch is the cause, its tiny ops the symptom
             mine = {(w.file, w.line) for w in cause.where}
             shared = any((w.file, w.line) in mine and not _iterates(w) for w in symptom.where)
             return Explanation(min(cause.time_lost_s, symptom.time_lost_s)) if shared else None

@@ -11,6 +11,7 @@ from ...model.analysis import Annotation, OpRow, SpanOps
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
+from ..idioms import indexes_own_tensors
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import LOOPS, call_name, enclosing, walk_own
 from .ops import is_backward_op
@@ -86,8 +87,9 @@ class InputPipeline(Rule[InputPipelineEvidence]):
         made = next((w for w in where if _builds_loader_in_loop(w)), None)
         loaders = facts.sites_of("dataloader")
         built = where_of(loaders[:2])
-        per_sample = next((s for s in loaders if s.get("per_sample") and s.get("dataset") in self.IN_MEMORY_DATASETS),
-                          None)
+        rows = any(indexes_own_tensors(w.file, w.line) for w in where)  # a __getitem__ indexing its tensors
+        per_sample = next((s for s in loaders if s.get("per_sample")
+                           and (s.get("dataset") in self.IN_MEMORY_DATASETS or rows)), None)
         if made is not None:  # a loader (and its workers) made every epoch: that line is the fix
             ev.made_in_loop = made.line
             where = [made, *(w for w in where if w is not made)]
@@ -113,15 +115,19 @@ class InputPipeline(Rule[InputPipelineEvidence]):
 
     IN_MEMORY_DATASETS = ("TensorDataset",)
     """Datasets of tensors already in memory, which index a whole batch of rows in one op: fetched
-    one sample at a time (automatic batching), each batch is `batch_size` index ops and a stack."""
+    one sample at a time (automatic batching), each batch is `batch_size` index ops and a stack.
+    A Dataset of the program's own whose `__getitem__` indexes its tensors with the index (and the
+    loader's time runs there) is one too."""
 
     def fix(self, evidence: InputPipelineEvidence) -> str:
         if evidence.per_sample_from is not None and evidence.made_in_loop is None:
             size = evidence.batch_size or "B"
+            own = "" if evidence.per_sample_from in self.IN_MEMORY_DATASETS else (
+                " (its __getitem__ then gets the list of indices: index and transform the rows with one op each)")
             return (f"Fetch whole batches: the DataLoader indexes the {evidence.per_sample_from} one row at a time "
                     f"and stacks {size} rows again for every batch. Index it with a batch of indices at once: "
                     f"DataLoader(ds, batch_size=None, sampler=BatchSampler(RandomSampler(ds), {size}, "
-                    "drop_last=False)), or index the tensors directly (`perm = torch.randperm(n)`, then "
+                    f"drop_last=False)){own}, or index the tensors directly (`perm = torch.randperm(n)`, then "
                     "`x[perm[i:i + B]]`); workers do not help data already in memory.")
         if evidence.made_in_loop is not None:
             return (f"Create the DataLoader once, before the loop (line {evidence.made_in_loop} builds a new one, and "
