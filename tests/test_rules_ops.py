@@ -229,6 +229,29 @@ def test_dispatch_overhead_leads_with_the_comprehension_calling_a_per_row_helper
 
 
 @fires("dispatch_overhead")
+def test_dispatch_overhead_of_a_helper_called_with_the_same_arguments_every_pass(tmp_path):
+    """A filterbank built element by element by a helper called with no argument for every clip
+    in a comprehension: computing it once removes all of its time, not only the per-op overhead."""
+    src = tmp_path / "feats.py"
+    src.write_text("import torch\ndef filterbank():\n    fb = torch.zeros(40, 201)\n    for m in range(40):\n"
+                   "        fb[m, m] = 1.0\n    return fb\n"
+                   "def feats(clips):\n    return [c @ filterbank().T for c in clips]\n")
+    d = Dispatch(top_level_ops=12_000, ops_per_step=6000.0, tiny_ops=11_000, tiny_us=50_000.0, tiny_share=0.5,
+                 floor_op_us=2.0, tiny_run_us=80_000.0, tiny_run_ops=11_000, tiny_run_share=0.8)
+    by_line = [{"op": "aten::copy_", "file": str(src), "line": 5, "function": "filterbank", "count": 6000,
+                "self_us": 40_000.0}]
+    caller = [{"file": str(src), "line": 8, "function": "feats.<locals>.<listcomp>", "share": 1.0}]
+    lines = [{"file": str(src), "line": 5, "function": "filterbank", "total_s": 3.0, "self_s": 1.0,
+              "outside_ops_s": 1.0, "callers": caller}]
+    f_ = facts(analysis=analysis(window_us=200_000.0, steps=2, dispatch=d, by_name=[_op("aten::copy_", 40_000.0)]),
+               ops_by_line=by_line, python={"window": {"sampled_s": 4.0, "lines": lines}})
+    [f] = DispatchOverhead().check(f_)
+    assert f.where[0].line == 8 and f.evidence["invariant_call"] == "filterbank" and f.evidence["invariant_at"] == 8
+    assert abs(f.time_lost_s - f.evidence["loop_share"] * 0.2) < 1e-12  # all of it, not less its arithmetic
+    assert "Call filterbank() once" in f.fix and "same arguments" in f.title
+
+
+@fires("dispatch_overhead")
 def test_dispatch_overhead_leaves_a_backward_pass_of_few_ops_to_the_model(tmp_path):
     """A window whose backward ran few ops a step (a model's few big nodes, not a loop's many tiny
     ones) is not the loop's: its time stays out of the estimate."""

@@ -632,3 +632,33 @@ def calls_backward(file: str, line: int) -> bool:
     """True when the statement at `line` calls `.backward(...)` (or `torch.autograd.backward`)."""
     path = enclosing(file, line)
     return bool(path) and any(isinstance(c, ast.Call) and call_name(c) == "backward" for c in walk_own(path[-1]))
+
+
+def invariant_call(file: str, line: int, functions: set[str]) -> str | None:
+    """The name of a call at `line` to one of `functions` made on every pass of a loop or
+    comprehension around it with arguments that do not change from pass to pass (no name the
+    loop binds or assigns): `[log_mel(w, mel_filterbank()) for w in clips]` computes the same
+    filterbank for every clip. None when there is none, or the source is unreadable."""
+    path = enclosing(file, line)
+    if not path or not functions:
+        return None
+    stmt = path[-1]
+    loops = [s for s in path[:-1] if isinstance(s, LOOPS)]
+    comps = [n for n in walk_own(stmt) if isinstance(n, COMPREHENSIONS)]
+    bound: set[str] = set()
+    for loop in loops:
+        if isinstance(loop, (ast.For, ast.AsyncFor)):
+            bound |= {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+        bound |= {n.id for n in ast.walk(loop) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    for comp in comps:
+        bound |= {n.id for g in comp.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+    for call in walk_own(stmt):
+        if not isinstance(call, ast.Call) or call_name(call) not in functions:
+            continue
+        if not loops and not any(call in set(ast.walk(c)) for c in comps):
+            continue  # called once here
+        used = {n.id for a in [*call.args, *(k.value for k in call.keywords)] for n in ast.walk(a)
+                if isinstance(n, ast.Name)}
+        if not used & bound:
+            return call_name(call)
+    return None

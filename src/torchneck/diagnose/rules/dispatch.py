@@ -11,7 +11,17 @@ from ...model.analysis import Dispatch
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import COMPREHENSIONS, LOOPS, call_name, calls_of, enclosing, function_at, names_in, walk_own
+from ..source import (
+    COMPREHENSIONS,
+    LOOPS,
+    call_name,
+    calls_of,
+    enclosing,
+    function_at,
+    invariant_call,
+    names_in,
+    walk_own,
+)
 from .ops import OpHotspot, is_backward_op
 
 
@@ -31,6 +41,10 @@ class TinyOpLoop(Dispatch):
     work_share: float = 0.0
     """Of the loop's profiled time, what its ops spend beyond the cheapest op's cost
     (`floor_op_us` per call): the arithmetic a batched version still does."""
+    invariant_call: str | None = None
+    """The helper issuing the tiny ops, called on every pass of an outer loop with the same
+    arguments (`mel_filterbank()` per clip): computed once, all its time goes."""
+    invariant_at: int | None = None
 
 
 class _Loop(NamedTuple):
@@ -112,10 +126,18 @@ class DispatchOverhead(Rule[TinyOpLoop]):
                  for w in issuing if w not in backward]
         where = _loop_first(where, [*paths, [w for w in where if w not in backward]])
         share = ev.loop_share * (1 - ev.work_share)
+        title = (f"{per_step:.0f} tiny ops per step, issued one by one: per-op overhead takes {100 * share:.0f}% of "
+                 "the time")
+        helpers = {w.function.rsplit(".", 1)[-1] for w in issuing if w.function}
+        hoisted = next(((w, name) for w in where if (name := invariant_call(w.file, w.line, helpers))), None)
+        if hoisted is not None:  # the same result computed on every pass: computing it once saves all of it
+            at, ev.invariant_call = hoisted
+            ev.invariant_at, share = at.line, ev.loop_share
+            where = [at, *(w for w in where if w is not at)]
+            title = (f"{ev.invariant_call}() is called with the same arguments on every pass at line {at.line}: its "
+                     f"{per_step:.0f} tiny ops per step take {100 * share:.0f}% of the time")
         lost = share * facts.window_s
-        return [self.finding(ev, title=f"{per_step:.0f} tiny ops per step, issued one by one: per-op overhead "
-                                       f"takes {100 * share:.0f}% of the time",
-                             lost_s=lost, pct=facts.pct(lost), where=where, ops=sorted(names))]
+        return [self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost), where=where, ops=sorted(names))]
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """The Python of a loop issuing tiny ops is the same problem as their per-op overhead (one
@@ -148,6 +170,10 @@ class DispatchOverhead(Rule[TinyOpLoop]):
         return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
     def fix(self, evidence: TinyOpLoop) -> str:
+        if evidence.invariant_call:
+            return (f"Call {evidence.invariant_call}() once, before the loop at line {evidence.invariant_at}, and "
+                    "reuse its result: its arguments do not change from pass to pass, so every call computes the same "
+                    "thing (a constant such as a filterbank, a mask or a table). Vectorising it is then optional.")
         return ("Batch the work into fewer, larger tensor ops (vectorise loops over elements/rows), "
                 "use torch._foreach_* for lists of tensors, or torch.compile the step to fuse them.")
 
