@@ -67,12 +67,19 @@ def test_repeated_backward_silent_without_retain_graph_or_repeats(tmp_path):
     assert RepeatedBackward().check(_facts(src, 5, window_us=10_000_000.0)) == []
 
 
-def test_a_backward_per_loss_is_found_in_a_real_run(run_dir):
-    script = SCRIPTS / "backward_per_loss.py"
+def _top_of_real_run(run_dir, name: str) -> dict:
+    """The top finding of `torchneck run` on tests/scripts/`name`, which must be at its planted line."""
+    script = SCRIPTS / name
     r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
     assert r.returncode == 0, r.stderr[-2000:]
     top = read_report(run_dir)["findings"][0]
-    assert top["kind"] == "repeated_backward" and top["where"][0]["line"] == planted_line(script)
+    assert top["where"][0]["line"] == planted_line(script), top
+    return top
+
+
+def test_a_backward_per_loss_is_found_in_a_real_run(run_dir):
+    top = _top_of_real_run(run_dir, "backward_per_loss.py")
+    assert top["kind"] == "repeated_backward"
     assert "ConvolutionBackward0" in top["evidence"]["repeated_nodes"]
     assert 2.5 <= top["evidence"]["node_runs"] / top["evidence"]["forward_calls"] <= 3.5
 
@@ -374,11 +381,8 @@ def test_the_capture_notes_gradients_no_optimizer_steps():
 
 
 def test_a_backbone_left_out_of_the_optimizer_is_found(run_dir):
-    script = SCRIPTS / "frozen_by_optimizer.py"
-    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
-    assert r.returncode == 0, r.stderr[-2000:]
-    top = read_report(run_dir)["findings"][0]
-    assert top["kind"] == "unstepped_gradients" and top["where"][0]["line"] == planted_line(script)
+    top = _top_of_real_run(run_dir, "frozen_by_optimizer.py")
+    assert top["kind"] == "unstepped_gradients"
     assert top["evidence"]["names"][:2] == ["Sequential.0.0.weight", "Sequential.0.0.bias"]
 
 
