@@ -679,3 +679,17 @@ def test_rebuilt_tensor_explains_the_loop_around_it_but_the_header():
     elsewhere = Finding(kind="python_hotspot", title="", time_lost_s=0.4, time_lost_pct=40.0, fix="",
                         severity="high", where=at(60))
     assert RebuiltTensor().explained(cause, elsewhere, f) is None
+
+
+def test_a_call_repeated_alone_or_with_fresh_arguments_is_not_loop_invariant(tmp_path):
+    """A benchmark loop repeating one call, and a call given `torch.rand(...)` each pass, are not
+    the same result computed again; a helper called with no argument beside per-item work is."""
+    from torchneck.diagnose.source import invariant_call
+
+    src = tmp_path / "loops.py"
+    src.write_text("import torch\nx = torch.randn(8)\ntotal = 0.0\nfor _ in range(9):\n    total += float(f(x))\n"
+                   "for step in range(9):\n    t.update(torch.rand(4), step)\n"
+                   "feats = [g(c, fb()) for c in clips]\n")
+    assert invariant_call(str(src), 5, {"f"}) is None
+    assert invariant_call(str(src), 7, {"update"}) is None
+    assert invariant_call(str(src), 8, {"fb"}) == "fb" and invariant_call(str(src), 8, {"g"}) is None

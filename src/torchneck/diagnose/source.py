@@ -637,8 +637,10 @@ def calls_backward(file: str, line: int) -> bool:
 def invariant_call(file: str, line: int, functions: set[str]) -> str | None:
     """The name of a call at `line` to one of `functions` made on every pass of a loop or
     comprehension around it with arguments that do not change from pass to pass (no name the
-    loop binds or assigns): `[log_mel(w, mel_filterbank()) for w in clips]` computes the same
-    filterbank for every clip. None when there is none, or the source is unreadable."""
+    loop binds or assigns, none made by a call): `[log_mel(w, mel_filterbank()) for w in clips]`
+    computes the same filterbank for every clip. The statement must do other work per pass (a
+    name the loop binds is read): a loop that only repeats the call is a benchmark timing it.
+    None when there is none, or the source is unreadable."""
     path = enclosing(file, line)
     if not path or not functions:
         return None
@@ -652,13 +654,18 @@ def invariant_call(file: str, line: int, functions: set[str]) -> str | None:
         bound |= {n.id for n in ast.walk(loop) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     for comp in comps:
         bound |= {n.id for g in comp.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+    varying = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} & bound
+    if not varying:
+        return None  # the statement does nothing per item: a loop repeating it on purpose (a benchmark)
     for call in walk_own(stmt):
         if not isinstance(call, ast.Call) or call_name(call) not in functions:
             continue
         if not loops and not any(call in set(ast.walk(c)) for c in comps):
             continue  # called once here
-        used = {n.id for a in [*call.args, *(k.value for k in call.keywords)] for n in ast.walk(a)
-                if isinstance(n, ast.Name)}
+        arguments = [*call.args, *(k.value for k in call.keywords)]
+        if any(isinstance(n, ast.Call) for a in arguments for n in ast.walk(a)):
+            continue  # an argument made by a call may differ every pass (torch.rand, next(it))
+        used = {n.id for a in arguments for n in ast.walk(a) if isinstance(n, ast.Name)}
         if not used & bound:
             return call_name(call)
     return None
