@@ -433,3 +433,10 @@ def test_input_pipeline_of_a_dataset_indexing_its_own_tensors_row_by_row(tmp_pat
     f = InputPipeline().check(facts(analysis=a, python={"window": {"lines": []}, "loading": loading},
                                     call_sites=sites))[0]
     assert f.evidence["per_sample_from"] is None and "num_workers" in f.fix
+    csv = tmp_path / "csv_rows.py"
+    csv.write_text("class Lines:\n    def __getitem__(self, i):\n        parts = self.lines[i].split(',')\n"
+                   "        return [float(v) for v in parts]\n")  # strings parsed per row: no tensor rows
+    loading = {"lines": [{"file": str(csv), "line": 3, "function": "Lines.__getitem__", "total_s": 0.08}]}
+    f = InputPipeline().check(facts(analysis=a, python={"window": {"lines": []}, "loading": loading},
+                                    call_sites=sites))[0]
+    assert f.evidence["per_sample_from"] is None

@@ -310,9 +310,9 @@ READS = frozenset({"open", "load", "imread", "read", "read_csv", "read_parquet",
 
 def indexes_own_tensors(file: str, line: int) -> bool:
     """The function holding `line` is a Dataset's `__getitem__(self, idx)` that indexes its own
-    tensors with the index (`self.dense[idx]`) and reads nothing from storage (`READS`): rows of
-    data already in memory, which a batch of indices would fetch in one op each. False when
-    unclear or unreadable."""
+    tensors with the index (`self.dense[idx]`), transforms them with torch, and reads nothing from
+    storage (`READS`): rows of data already in memory, which a batch of indices would fetch in
+    one op each. False when unclear or unreadable."""
     tree = _tree(file)
     if tree is None:
         return False
@@ -323,6 +323,10 @@ def indexes_own_tensors(file: str, line: int) -> bool:
     index = holding[0].args.args[1].arg
     if any(isinstance(n, ast.Call) and call_name(n) in READS for n in walk_own(holding[0])):
         return False  # a file or a record read per sample: workers do help there
-    return any(isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute)
-               and isinstance(n.value.value, ast.Name) and n.value.value.id == "self"
-               and isinstance(n.slice, ast.Name) and n.slice.id == index for n in walk_own(holding[0]))
+    rows = [n for n in walk_own(holding[0]) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute)
+            and isinstance(n.value.value, ast.Name) and n.value.value.id == "self"
+            and isinstance(n.slice, ast.Name) and n.slice.id == index]
+    # tensors, not lists of strings or records: the rows go through torch (`torch.log1p(self.x[i])`,
+    # `self.x[i].clamp(...)`)
+    torch_ops = any(isinstance(n, ast.Name) and n.id == "torch" for n in walk_own(holding[0]))
+    return bool(rows) and torch_ops
