@@ -38,6 +38,9 @@ class ZooProgram:
     shape: str = ""
     measured: dict | None = None
     fix_mentions: list[str] = field(default_factory=list)
+    also: list[dict] = field(default_factory=list)
+    """Other real causes found in the program besides its plant, each measured by removing it
+    (`kind`, `about`, `measured`): a high finding of such a kind is not a false one."""
 
     @property
     def name(self) -> str:
@@ -67,7 +70,8 @@ def load_programs(only: list[str] | None = None) -> list[ZooProgram]:
             prog = ZooProgram(script=entry["script"], expect=entry.get("expect"), manifest=manifest,
                               args=list(entry.get("args") or []), fixed_args=fixed,
                               planted=entry.get("planted"), shape=entry.get("shape", ""),
-                              measured=entry.get("measured"), fix_mentions=list(entry.get("fix_mentions") or []))
+                              measured=entry.get("measured"), fix_mentions=list(entry.get("fix_mentions") or []),
+                              also=list(entry.get("also") or []))
             if not only or prog.name in only or Path(prog.script).stem in only:
                 out.append(prog)
     return out
