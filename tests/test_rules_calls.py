@@ -306,3 +306,17 @@ def test_unbatched_calls_made_through_a_helper_called_per_row(tmp_path):
     [f] = UnbatchedCalls().check(facts(analysis=_ops(10_000.0), python=python,
                                        clock={"kind": "optimizer", "top_module_sites": [site]}))
     assert [w.line for w in f.where] == [6, 4] and abs(f.time_lost_pct - 100 * 0.9 * 0.9) < 1e-9
+
+
+def test_repeated_call_saving_is_at_most_the_model_call_line_s_time():
+    """The origin (a sweep's evaluate() call) also makes other model calls (test-time flips at
+    another line): only the repeating line's own time, times its repeated share, goes."""
+    origin = {"file": "/x/sweep.py", "line": 101, "function": "main", "calls": 24}
+    site = _site("/x/sweep.py", 68, "evaluate", 48, repeated=24, repeated_inputs=24, repeated_from=[origin])
+    others = _site("/x/sweep.py", 70, "evaluate", 48, repeated=0)
+    inclusive = [{"file": "/x/sweep.py", "line": 101, "function": "main", "total_s": 9.6},
+                 {"file": "/x/sweep.py", "line": 68, "function": "evaluate", "total_s": 4.0}]
+    python = {"window": {"sampled_s": 10.0, "lines": [], "inclusive_lines": inclusive}}
+    [f] = RepeatedCall().check(facts(analysis=_ops(1_000.0), python=python,
+                                     clock={"kind": "module", "top_module_sites": [site, others]}))
+    assert abs(f.time_lost_pct - 100 * 0.4 * 24 / 48) < 1e-9
