@@ -693,3 +693,16 @@ def test_a_call_repeated_alone_or_with_fresh_arguments_is_not_loop_invariant(tmp
     assert invariant_call(str(src), 5, {"f"}) is None
     assert invariant_call(str(src), 7, {"update"}) is None
     assert invariant_call(str(src), 8, {"fb"}) == "fb" and invariant_call(str(src), 8, {"g"}) is None
+
+
+def test_a_method_called_per_item_building_a_constant_is_loop_invariant(tmp_path):
+    """`tag(self, ids)` is called once per sentence and builds the same transition table from its
+    config each time: the call reads no parameter of `tag` but `self`, and `tag` reads `ids`."""
+    from torchneck.diagnose.source import invariant_call
+
+    src = tmp_path / "tagger.py"
+    src.write_text("class Tagger:\n    def tag(self, ids):\n        e = self.proj(ids)\n"
+                   "        table = self.table(N_TAGS)\n        other = self.table(ids)\n        return e, table, other\n")
+    assert invariant_call(str(src), 4, {"table"}, called_repeatedly=True) == "table"
+    assert invariant_call(str(src), 5, {"table"}, called_repeatedly=True) is None  # reads the item
+    assert invariant_call(str(src), 4, {"table"}) is None  # not known to be called per item

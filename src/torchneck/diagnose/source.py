@@ -634,19 +634,24 @@ def calls_backward(file: str, line: int) -> bool:
     return bool(path) and any(isinstance(c, ast.Call) and call_name(c) == "backward" for c in walk_own(path[-1]))
 
 
-def invariant_call(file: str, line: int, functions: set[str]) -> str | None:
+def invariant_call(file: str, line: int, functions: set[str], called_repeatedly: bool = False) -> str | None:
     """The name of a call at `line` to one of `functions` made on every pass of a loop or
     comprehension around it with arguments that do not change from pass to pass (no name the
     loop binds or assigns, none made by a call): `[log_mel(w, mel_filterbank()) for w in clips]`
     computes the same filterbank for every clip. The statement must do other work per pass (a
     name the loop binds is read): a loop that only repeats the call is a benchmark timing it.
-    None when there is none, or the source is unreadable."""
+    None when there is none, or the source is unreadable. With `called_repeatedly` (the function
+    holding the line is called once per item, a method per request), a call outside any loop
+    whose arguments read none of the function's parameters but `self` counts too, when the
+    function reads a parameter elsewhere."""
     path = enclosing(file, line)
     if not path or not functions:
         return None
     stmt = path[-1]
     loops = [s for s in path[:-1] if isinstance(s, LOOPS)]
     comps = [n for n in walk_own(stmt) if isinstance(n, COMPREHENSIONS)]
+    if called_repeatedly and not loops and not comps:
+        return _invariant_in_function(file, line, stmt, functions)
     bound: set[str] = set()
     for loop in loops:
         if isinstance(loop, (ast.For, ast.AsyncFor)):
@@ -669,3 +674,41 @@ def invariant_call(file: str, line: int, functions: set[str]) -> str | None:
         if not used & bound:
             return call_name(call)
     return None
+
+
+def _invariant_in_function(file: str, line: int, stmt: ast.stmt, functions: set[str]) -> str | None:
+    """`invariant_call` for a function called once per item: a call at `stmt` to one of
+    `functions` whose arguments read no parameter of the function holding it (`self` aside: a
+    constant table built from the object's config), in a function that reads one elsewhere."""
+    tree = _tree(file)
+    holding = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and n.lineno <= line <= (n.end_lineno or n.lineno)] if tree is not None else []
+    if not holding:
+        return None
+    fdef = max(holding, key=lambda n: n.lineno)
+    params = {a.arg for a in [*fdef.args.posonlyargs, *fdef.args.args, *fdef.args.kwonlyargs]} - {"self", "cls"}
+    reads = {n.id for n in walk_own(fdef) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    if not params & reads:
+        return None  # the function does nothing per item itself
+    for call in walk_own(stmt):
+        if not isinstance(call, ast.Call) or call_name(call) not in functions:
+            continue
+        arguments = [*call.args, *(k.value for k in call.keywords)]
+        if any(isinstance(n, ast.Call) for a in arguments for n in ast.walk(a)):
+            continue
+        if not {n.id for a in arguments for n in ast.walk(a) if isinstance(n, ast.Name)} & params:
+            return call_name(call)
+    return None
+
+
+COMPREHENSION_FRAMES = ("<listcomp>", "<genexpr>", "<setcomp>", "<dictcomp>")
+"""The frame names of comprehensions (Python <= 3.11 runs each in a frame of its own)."""
+
+
+def repeats(file: str, line: int, function: str) -> bool:
+    """The call at `line` runs once per element: inside a `for`/`while` of its function, or in
+    a comprehension (its own frame before Python 3.12, a node of the statement after)."""
+    if function.rsplit(".", 1)[-1] in COMPREHENSION_FRAMES or in_loop(file, line):
+        return True
+    found = enclosing(file, line)
+    return bool(found) and any(isinstance(n, COMPREHENSIONS) for n in ast.walk(found[-1]))

@@ -6,7 +6,6 @@ tensor inputs of every top-level module call at the user's line that made it
 
 from __future__ import annotations
 
-import ast
 from typing import Any
 
 import msgspec
@@ -16,10 +15,7 @@ from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..idioms import fixed_length_lines, pads_to_max_length
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import COMPREHENSIONS, calls_backward, enclosing, function_at, in_loop
-
-COMPREHENSION_FRAMES = ("<listcomp>", "<genexpr>", "<setcomp>", "<dictcomp>")
-"""The frame names of comprehensions (Python <= 3.11 runs each in a frame of its own)."""
+from ..source import calls_backward, function_at, repeats
 
 
 class ModelCallsEvidence(Record):
@@ -102,15 +98,6 @@ def arithmetic_share(facts: Facts) -> float:
     floor = a.ops.dispatch.floor_op_us
     work_us = sum(max(0.0, o.self_us - o.count * floor) for o in a.ops.by_name)
     return min(work_us / 1e6 / facts.window_s, 1.0)
-
-
-def repeats(file: str, line: int, function: str) -> bool:
-    """The call at `line` runs once per element: inside a `for`/`while` of its function, or in
-    a comprehension (its own frame before Python 3.12, a node of the statement after)."""
-    if function.rsplit(".", 1)[-1] in COMPREHENSION_FRAMES or in_loop(file, line):
-        return True
-    found = enclosing(file, line)
-    return bool(found) and any(isinstance(n, COMPREHENSIONS) for n in ast.walk(found[-1]))
 
 
 def _under_site(hot: Where, site: Where, facts: Facts) -> bool:

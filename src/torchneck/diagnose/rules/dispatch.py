@@ -20,6 +20,7 @@ from ..source import (
     function_at,
     invariant_call,
     names_in,
+    repeats,
     walk_own,
 )
 from .ops import OpHotspot, is_backward_op
@@ -129,7 +130,19 @@ class DispatchOverhead(Rule[TinyOpLoop]):
         title = (f"{per_step:.0f} tiny ops per step, issued one by one: per-op overhead takes {100 * share:.0f}% of "
                  "the time")
         helpers = {w.function.rsplit(".", 1)[-1] for w in issuing if w.function}
-        hoisted = next(((w, name) for w in where if (name := invariant_call(w.file, w.line, helpers))), None)
+        def called_repeatedly(w: Where) -> bool:
+            """The function holding `w` is called once per item: `w`'s caller, on the sampled call
+            paths (its own line's, or one passing through it), repeats."""
+            for ln in steady.values():
+                path = [ln, *(ln.get("callers") or [])]
+                for i, frame in enumerate(path[:-1]):
+                    if (frame.get("file"), frame.get("line")) == (w.file, w.line):
+                        caller = path[i + 1]
+                        return repeats(caller["file"], int(caller["line"]), caller.get("function") or "")
+            return False
+
+        hoisted = next(((w, name) for w in where
+                        if (name := invariant_call(w.file, w.line, helpers, called_repeatedly(w)))), None)
         if hoisted is not None:  # the same result computed on every pass: computing it once saves all of it
             at, ev.invariant_call = hoisted
             ev.invariant_at, share = at.line, ev.loop_share
