@@ -702,7 +702,8 @@ def test_a_method_called_per_item_building_a_constant_is_loop_invariant(tmp_path
 
     src = tmp_path / "tagger.py"
     src.write_text("class Tagger:\n    def tag(self, ids):\n        e = self.proj(ids)\n"
-                   "        table = self.table(N_TAGS)\n        other = self.table(ids)\n        return e, table, other\n")
+                   "        table = self.table(N_TAGS)\n        other = self.table(ids)\n"
+                   "        return e, table, other\n")
     assert invariant_call(str(src), 4, {"table"}, called_repeatedly=True) == "table"
     assert invariant_call(str(src), 5, {"table"}, called_repeatedly=True) is None  # reads the item
     assert invariant_call(str(src), 4, {"table"}) is None  # not known to be called per item
