@@ -684,7 +684,7 @@ def test_rebuilt_tensor_explains_the_loop_around_it_but_the_header():
 def test_a_call_repeated_alone_or_with_fresh_arguments_is_not_loop_invariant(tmp_path):
     """A benchmark loop repeating one call, and a call given `torch.rand(...)` each pass, are not
     the same result computed again; a helper called with no argument beside per-item work is."""
-    from torchneck.diagnose.source import invariant_call
+    from torchneck.diagnose.idioms import invariant_call
 
     src = tmp_path / "loops.py"
     src.write_text("import torch\nx = torch.randn(8)\ntotal = 0.0\nfor _ in range(9):\n    total += float(f(x))\n"
@@ -698,7 +698,7 @@ def test_a_call_repeated_alone_or_with_fresh_arguments_is_not_loop_invariant(tmp
 def test_a_method_called_per_item_building_a_constant_is_loop_invariant(tmp_path):
     """`tag(self, ids)` is called once per sentence and builds the same transition table from its
     config each time: the call reads no parameter of `tag` but `self`, and `tag` reads `ids`."""
-    from torchneck.diagnose.source import invariant_call
+    from torchneck.diagnose.idioms import invariant_call
 
     src = tmp_path / "tagger.py"
     src.write_text("class Tagger:\n    def tag(self, ids):\n        e = self.proj(ids)\n"

@@ -7,7 +7,17 @@ from __future__ import annotations
 
 import ast
 
-from .source import FACTORY_CALLS, _own_nodes, _scope_body, _tree, call_name, enclosing, walk_own
+from .source import (
+    COMPREHENSIONS,
+    FACTORY_CALLS,
+    LOOPS,
+    _own_nodes,
+    _scope_body,
+    _tree,
+    call_name,
+    enclosing,
+    walk_own,
+)
 
 SORTS = frozenset({"sort", "argsort", "msort"})
 """Calls that order a whole tensor."""
@@ -330,3 +340,70 @@ def indexes_own_tensors(file: str, line: int) -> bool:
     # `self.x[i].clamp(...)`)
     torch_ops = any(isinstance(n, ast.Name) and n.id == "torch" for n in walk_own(holding[0]))
     return bool(rows) and torch_ops
+
+
+def invariant_call(file: str, line: int, functions: set[str], called_repeatedly: bool = False) -> str | None:
+    """The name of a call at `line` to one of `functions` made on every pass of a loop or
+    comprehension around it with arguments that do not change from pass to pass (no name the
+    loop binds or assigns, none made by a call): `[log_mel(w, mel_filterbank()) for w in clips]`
+    computes the same filterbank for every clip. The statement must do other work per pass (a
+    name the loop binds is read): a loop that only repeats the call is a benchmark timing it.
+    None when there is none, or the source is unreadable. With `called_repeatedly` (the function
+    holding the line is called once per item, a method per request), a call outside any loop
+    whose arguments read none of the function's parameters but `self` counts too, when the
+    function reads a parameter elsewhere."""
+    path = enclosing(file, line)
+    if not path or not functions:
+        return None
+    stmt = path[-1]
+    loops = [s for s in path[:-1] if isinstance(s, LOOPS)]
+    comps = [n for n in walk_own(stmt) if isinstance(n, COMPREHENSIONS)]
+    if called_repeatedly and not loops and not comps:
+        return _invariant_in_function(file, line, stmt, functions)
+    bound: set[str] = set()
+    for loop in loops:
+        if isinstance(loop, (ast.For, ast.AsyncFor)):
+            bound |= {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+        bound |= {n.id for n in ast.walk(loop) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    for comp in comps:
+        bound |= {n.id for g in comp.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+    varying = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} & bound
+    if not varying:
+        return None  # the statement does nothing per item: a loop repeating it on purpose (a benchmark)
+    for call in walk_own(stmt):
+        if not isinstance(call, ast.Call) or call_name(call) not in functions:
+            continue
+        if not loops and not any(call in set(ast.walk(c)) for c in comps):
+            continue  # called once here
+        arguments = [*call.args, *(k.value for k in call.keywords)]
+        if any(isinstance(n, ast.Call) for a in arguments for n in ast.walk(a)):
+            continue  # an argument made by a call may differ every pass (torch.rand, next(it))
+        used = {n.id for a in arguments for n in ast.walk(a) if isinstance(n, ast.Name)}
+        if not used & bound:
+            return call_name(call)
+    return None
+
+
+def _invariant_in_function(file: str, line: int, stmt: ast.stmt, functions: set[str]) -> str | None:
+    """`invariant_call` for a function called once per item: a call at `stmt` to one of
+    `functions` whose arguments read no parameter of the function holding it (`self` aside: a
+    constant table built from the object's config), in a function that reads one elsewhere."""
+    tree = _tree(file)
+    holding = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and n.lineno <= line <= (n.end_lineno or n.lineno)] if tree is not None else []
+    if not holding:
+        return None
+    fdef = max(holding, key=lambda n: n.lineno)
+    params = {a.arg for a in [*fdef.args.posonlyargs, *fdef.args.args, *fdef.args.kwonlyargs]} - {"self", "cls"}
+    reads = {n.id for n in walk_own(fdef) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    if not params & reads:
+        return None  # the function does nothing per item itself
+    for call in walk_own(stmt):
+        if not isinstance(call, ast.Call) or call_name(call) not in functions:
+            continue
+        arguments = [*call.args, *(k.value for k in call.keywords)]
+        if any(isinstance(n, ast.Call) for a in arguments for n in ast.walk(a)):
+            continue
+        if not {n.id for a in arguments for n in ast.walk(a) if isinstance(n, ast.Name)} & params:
+            return call_name(call)
+    return None

@@ -10,6 +10,7 @@ from ...analysis.ops import TINY_RUN_MIN_OPS
 from ...model.analysis import Dispatch
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
+from ..idioms import invariant_call
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import (
     COMPREHENSIONS,
@@ -18,7 +19,6 @@ from ..source import (
     calls_of,
     enclosing,
     function_at,
-    invariant_call,
     names_in,
     repeats,
     walk_own,
