@@ -212,22 +212,14 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             forward, node, lines = paired
             what += f" in autograd's {node}: the backward of {forward} at line {lines[0].line}"
             where = lines + [w for w in where if (w.file, w.line) not in {(f.file, f.line) for f in lines}]
-        if broadcast is not None:
-            ev.avoidable = avoidable = True
-            what = f": line {broadcast.line} materialises every pairwise product to sum it (a matrix product)"
-            where = [broadcast, *(w for w in where if (w.file, w.line) != (broadcast.file, broadcast.line))]
-        if diagonal is not None:
-            ev.avoidable = avoidable = True
-            what = f": line {diagonal.line} computes a whole matrix product to keep its diagonal"
-            where = [diagonal, *(w for w in where if (w.file, w.line) != (diagonal.file, diagonal.line))]
-        if inverse is not None:
-            ev.avoidable = avoidable = True
-            what = f": line {inverse.line} inverts a matrix to multiply by its inverse"
-            where = [inverse, *(w for w in where if (w.file, w.line) != (inverse.file, inverse.line))]
-        if searched is not None:
-            ev.avoidable = avoidable = True
-            what = f": line {searched.line} sorts a whole tensor to find where given elements rank"
-            where = [searched, *(w for w in where if (w.file, w.line) != (searched.file, searched.line))]
+        for idiom, does in ((broadcast, "materialises every pairwise product to sum it (a matrix product)"),
+                            (diagonal, "computes a whole matrix product to keep its diagonal"),
+                            (inverse, "inverts a matrix to multiply by its inverse"),
+                            (searched, "sorts a whole tensor to find where given elements rank")):
+            if idiom is not None:  # a slow idiom on a line running the op: that line first
+                ev.avoidable = avoidable = True
+                what = f": line {idiom.line} {does}"
+                where = [idiom, *(w for w in where if (w.file, w.line) != (idiom.file, idiom.line))]
         if sliced is not None:
             what = f": line {sliced.line} sorts a whole tensor to keep its first elements"
             where = [sliced, *(w for w in where if (w.file, w.line) != (sliced.file, sliced.line))]
