@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 
 def gzip_file(src: Path, dst: Path) -> None:
-    """`src` gzipped (fast, level 1) into `dst`; `src` removed."""
+    """`src` gzipped (fast, level 1) into `dst`, renamed into place once whole; `src` removed."""
     gz: Any
     try:
         from isal import igzip as gz
     except ImportError:  # pragma: no cover
         import gzip as gz
-    with open(src, "rb") as fin, gz.open(dst, "wb", compresslevel=1) as fout:
+    part = dst.with_name(dst.name + ".part")  # `dst` appears whole or not at all
+    with open(src, "rb") as fin, gz.open(part, "wb", compresslevel=1) as fout:
         while True:
             block = fin.read(8 << 20)
             if not block:
                 break
             fout.write(block)
+    os.replace(part, dst)
     src.unlink()
 
 

@@ -23,11 +23,11 @@ import sys
 import threading
 import traceback
 import types
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TorchneckError
+from .signals import held_back
 
 try:  # imported here, not when the script starts: its import time is not the script's
     from greenlet import greenlet
@@ -92,25 +92,13 @@ class _Terminated(BaseException):
     finally-blocks and our report run."""
 
 
-@contextmanager
 def sigterm_held_back():
     """Hold back a SIGTERM until the block is done, then deliver it to whatever handled it
     before (by default: the process ends). For writing a run's evidence once the script is
     over: torchrun stops the other ranks with SIGTERM when one fails, and a rank whose script
     has just died of the lost peer must still write what it saw (measured: 2 runs in 3 lost
-    rank 0's run.json to that signal). Outside the main thread signals cannot be handled:
-    nothing changes there."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    arrived: list[int] = []
-    before = signal.signal(signal.SIGTERM, lambda signum, frame: arrived.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)  # None: set outside Python
-        if arrived:
-            signal.raise_signal(signal.SIGTERM)
+    rank 0's run.json to that signal)."""
+    return held_back(signal.SIGTERM)
 
 
 class _TimedOut(BaseException):

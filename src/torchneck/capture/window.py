@@ -2,15 +2,15 @@
 state (see `plan.py` for how the window is chosen and bounded).
 
 Step clocks, most trusted first: optimizer `step()` calls (a global post-hook), DataLoader
-iterations (`__next__` of the loader's iterator), and calls of a top-level `nn.Module`
-(global forward hooks; removed a few model calls after a better clock ticks, since they cost a
-little per module call, and before anything is compiled, see `dynamo_guard.py`; they also keep
-one model call for the autograd probe, `autograd_probe.py`). The first clock of a
-higher rank to tick takes over. When the clock reaches `warmup` steps, the profiler records
-`steps` steps; each tick marks a `ProfilerStep#N` span, as `torch.profiler.profile.step()` does,
-which the analyses use. A program without steps gets a time slice of its steady state instead,
-started from the sampler's periodic check; if steps appear later, the slice is replaced once by
-a step window, when no span opened under the slice's session is still open (`spans.py`).
+iterations (`__next__` of the loader's iterator), and calls of a top-level `nn.Module` (global
+forward hooks; removed a few model calls after a better clock ticks, since they cost a little per
+module call, and before anything is compiled, see `dynamo_guard.py`; they also keep one model call
+for the autograd probe, `autograd_probe.py`). The first clock of a higher rank to tick takes over.
+When the clock reaches `warmup` steps, the profiler records `steps` steps; each tick marks a
+`ProfilerStep#N` span, as `torch.profiler.profile.step()` does, which the analyses use. A program
+without steps gets a time slice of its steady state instead, started from the sampler's periodic
+check; if steps appear later, the slice is replaced once by a step window, when no span opened under
+the slice's session is still open (`spans.py`).
 
 Nothing is recorded before the window: one profiler session per run, no whole-run recording.
 """
@@ -53,6 +53,7 @@ from .plan import (
     module_window_short,
 )
 from .sampler import CHECK_INTERVAL_NS, RECORDING_CHECK_INTERVAL_NS
+from .signals import interrupts_held_back
 from .spans import OpenSpans
 
 CLOCK_RANK = {"optimizer": 3, "dataloader": 2, "module": 1}
@@ -61,7 +62,6 @@ LOOK_CALLS = 3
 a DataLoader's clock ticks before the first model call, and the autograd probe needs one."""
 MODULE_SITES_KEPT = 20
 """Distinct lines calling a top-level module counted at most (a script calls its model from a few)."""
-
 
 
 class ProfiledWindow:
@@ -198,7 +198,8 @@ class ProfiledWindow:
         if self.state != "recording" or self._prof is None:
             return
         try:
-            self._finish(stopped_by, export)
+            with interrupts_held_back():  # a whole trace.json.gz, then the Ctrl-C
+                self._finish(stopped_by, export)
         finally:
             self._charge_to_torchneck()
 
