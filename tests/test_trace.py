@@ -331,6 +331,30 @@ def test_negative_duration_and_unknown_phase_are_tolerated(tmp_path):
     assert trace.meta.unknown_phases == {"Z": 1}
 
 
+def test_events_still_running_at_the_profilers_stop_end_at_the_last_finished_one(tmp_path):
+    """Kineto ends an op that was running when the profiler stopped at the stop itself, after
+    its own processing: a backward node cut by a window's bound claimed 85 % of the window."""
+    def op(name, ts, dur):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+    events = [op("ProfilerStep#1", 1000.0, 400.0), op("aten::mm", 1010.0, 300.0),
+              op("line 90", 1500.0, 8500.0),  # open at the stop, as is the node under it
+              op("autograd::engine::evaluate_function: DivBackward0", 1600.0, 8400.0),
+              op("aten::div", 1610.0, 40.0),
+              dict(op("kernel", 1620.0, 9000.0), cat="kernel"),  # the device's own end: kept
+              {"ph": "i", "s": "t", "name": "Record Window End", "pid": 1, "tid": 1, "ts": 10000.0}]
+    p = tmp_path / "cut.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    trace = load_trace(p)
+    names = [trace.events.strings[i] for i in trace.events.name]
+    ends = dict(zip(names, (trace.events.ts + trace.events.dur).tolist()))
+    assert ends["line 90"] == ends["autograd::engine::evaluate_function: DivBackward0"] == 1650.0
+    assert ends["aten::mm"] == 1310.0 and ends["kernel"] == 10620.0 and trace.meta.open_at_stop == 2
+    events[-1]["name"] = "Something Else"  # no stop recorded: nothing changes
+    p.write_text(json.dumps({"traceEvents": events}))
+    trace = load_trace(p)
+    assert trace.meta.open_at_stop == 0 and float((trace.events.ts + trace.events.dur).max()) == 10620.0
+
+
 @pytest.mark.parametrize("big", [False, True])
 def test_ids_are_stored_in_the_narrowest_type_that_holds_every_value(tmp_path, big):
     base = 2**40 if big else 7

@@ -111,6 +111,10 @@ def events_to_columns(events: list, mixed: bool = False) -> ChunkColumns:
     return chunk
 
 
+WINDOW_END = "Record Window End"
+"""Kineto's instant at the moment the profiler stopped: the ops still running then end there."""
+
+
 def _split_phases(events: list) -> tuple[list, list, list, int, dict[str, int]]:
     """(complete events, `[memory]` instant events, metadata as (kind, pid, tid, value), the
     number of flow events, counts of other phases)."""
@@ -133,6 +137,8 @@ def _split_phases(events: list) -> tuple[list, list, list, int, dict[str, int]]:
             if ph == "i" or ph == "I":
                 if e.name == "[memory]" and e.args is not None:
                     mems.append(e)
+                elif e.name == WINDOW_END and e.ts == e.ts:  # not NaN
+                    meta_events.append(("window_end", "", "", e.ts))
             elif ph == "M":
                 a = e.args
                 if a is not None:

@@ -196,6 +196,42 @@ def _halves_by_width(columns: list[np.ndarray]) -> list[list[np.ndarray]]:
     return [g for g in groups if g]
 
 
+OPEN_AT_STOP_TOLERANCE_US = 1.0
+"""How close to the profiler's stop an event's end must be to have been ended by the stop: the
+trace's times have 3 decimals, durations are float32 (0.02 µs at 3 minutes)."""
+
+
+_DEVICE_CATS = np.array([Cat.KERNEL, Cat.GPU_MEMCPY, Cat.GPU_MEMSET, Cat.GPU_USER_ANNOTATION], dtype=np.int8)
+
+
+def close_open_events(ts: np.ndarray, dur: np.ndarray, cat: np.ndarray, window_end: float,
+                      block: int = 1 << 20) -> int:
+    """End the host events that were still running when the profiler stopped where the host's
+    last finished event ended, in place; returns how many. Kineto ends them at the stop, which
+    comes after its own processing (measured: a backward node cut by a window's memory bound
+    lasted 173 ms, 85 % of a 204 ms window, all of it the profiler's stop; a ProfilerStep left
+    open ran 13 s past it), so they would claim that time as theirs. A GPU activity keeps its
+    end: the device's clock, not the stop, ended it. Read a block at a time: the columns may be
+    spill files."""
+    n = len(ts)
+    last, open_rows = -np.inf, []
+    for lo in range(0, n, block):
+        end = ts[lo:lo + block] + dur[lo:lo + block]
+        host = ~np.isin(cat[lo:lo + block], _DEVICE_CATS)
+        cut = (end >= window_end - OPEN_AT_STOP_TOLERANCE_US) & host
+        if cut.any():
+            open_rows.append(lo + np.flatnonzero(cut))
+        end = end[host & ~cut]
+        finite = end[np.isfinite(end)]
+        if finite.size:
+            last = max(last, float(finite.max()))
+    if not open_rows or not np.isfinite(last):
+        return 0
+    rows = np.concatenate(open_rows)
+    dur[rows] = np.maximum(last - ts[rows], 0.0)
+    return int(rows.size)
+
+
 class Merger:
     """Accumulates slices into global columns with one global string table."""
 
@@ -218,6 +254,7 @@ class Merger:
         self.others = 0  # elements of other phases (flows, metadata, instants, counters, ...)
         self.damaged = 0  # events that did not decode (counted by the salvage)
         self.too_deep = 0
+        self.window_end: float | None = None  # Kineto's "Record Window End", µs
 
     def add(self, chunk: ChunkColumns) -> None:
         """Add one decoded slice."""
@@ -253,6 +290,8 @@ class Merger:
                 self.meta.thread_names[(pid, tid)] = value
             elif kind == "process_labels" and isinstance(value, str):
                 self.meta.process_labels[pid] = value
+            elif kind == "window_end" and isinstance(value, float):
+                self.window_end = value if self.window_end is None else max(self.window_end, value)
         if n:
             moved = np.flatnonzero(x["nbytes"])
             self._keep_sparse("nbytes", moved, x["nbytes"][moved].astype(np.int64))
@@ -345,6 +384,8 @@ class Merger:
         if skipped > self.out_of_range:
             self.meta.warnings.append(f"{skipped - self.out_of_range} events without a timestamp were skipped")
         self._warn()
+        if self.window_end is not None:
+            self.meta.open_at_stop = close_open_events(ts, dur, cat, self.window_end)
         whole = not skipped and not (cat == Cat.PYTHON_FUNCTION).any()  # the usual case: no row sets
         if _order is not None and n < 2**31:
             if spill.is_mapped(x.cols["ts"]):

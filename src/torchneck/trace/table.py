@@ -416,6 +416,7 @@ class TraceMeta:
     unknown_phases: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     grad: GradMode | None = None  # the complete events recorded in grad mode (`GradMode`)
+    open_at_stop: int = 0  # events still running at the profiler's stop, ended at the last finished one
 
 
 @dataclass
