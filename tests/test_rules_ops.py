@@ -1,6 +1,6 @@
 """Rules on host ops: one dominant op, tiny ops, float64 data, a conv bias BatchNorm cancels."""
 
-from conftest import SCRIPTS, read_report, torchneck
+from conftest import SCRIPTS, planted_line, read_report, torchneck
 from rule_cases import analysis, facts, fires, silent
 
 from torchneck.diagnose.rules.dispatch import DispatchOverhead
@@ -553,6 +553,71 @@ def test_op_hotspot_a_dense_operand_from_dense_code_stays_context(tmp_path):
     script.write_text(GCN_SCRIPT)
     [f] = OpHotspot().check(_mm_facts(script, 10))  # torch.eye: dense from the start
     assert f.severity == "info" and f.evidence["densified_at"] is None and [w.line for w in f.where] == [3]
+
+
+@fires("op_hotspot")
+def test_op_hotspot_a_product_with_a_mostly_zero_model_input_from_a_real_run(tmp_path):
+    """A graph network whose normalised adjacency (1 % non-zeros) stays dense: the capture reads
+    the matrix passed to the model (evenly spaced rows, no torch op), and the products taking it
+    are named at the line that builds it, with a sparse layout as the fix."""
+    script = SCRIPTS / "dense_adjacency.py"
+    r = torchneck("run", "--quiet", "--out", str(tmp_path / "run"), str(script), "30")
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = read_report(tmp_path / "run")
+    top = report["findings"][0]
+    assert top["kind"] == "op_hotspot" and top["where"][0]["line"] == planted_line(script)
+    assert top["evidence"]["mostly_zero_shape"] == [1200, 1200] and top["evidence"]["nonzero_share"] < 0.02
+    assert top["severity"] in ("medium", "low") and ".to_sparse()" in top["fix"]
+    assert 0 < top["saving_pct"] < 100 * top["evidence"]["share"]  # the products with it, less the sparse cost
+
+
+def _zero_facts(path, entry_shape, product_shapes):
+    """A 0.2 s window where aten::mm takes 150 ms; the model, called at line 4 with `adj` built at
+    line 2, was given a mostly-zero matrix of `entry_shape`."""
+    site = {"file": str(path), "line": 4, "function": "<module>", "calls": 20,
+            "mostly_zero": [{"shape": list(entry_shape), "argument": 1, "nonzero_share": 0.01, "calls": 20}]}
+    by_shape = [_op("aten::mm", 150_000.0 / len(product_shapes), shapes=s) for s in product_shapes]
+    return facts(analysis=analysis(window_us=200_000.0, by_name=[_op("aten::mm", 150_000.0)], by_shape=by_shape),
+                 clock={"top_module_sites": [site]})
+
+
+@fires("op_hotspot")
+def test_op_hotspot_costs_the_products_with_the_mostly_zero_matrix_less_their_sparse_cost(tmp_path):
+    script = tmp_path / "g.py"
+    script.write_text("import torch\nadj = build()\nx = feats()\ny = model(x, adj)\n")
+    [f] = OpHotspot().check(_zero_facts(script, (900, 900), ["[[900, 900], [900, 16]]", "[[900, 16], [16, 16]]"]))
+    assert [w.line for w in f.where][:2] == [2, 4] and f.evidence["mostly_zero_at"] == 2
+    assert abs(f.time_lost_s - 0.075 * (1 - OpHotspot.SPARSE_COST * 0.01)) < 1e-9  # half the mm time is with it
+    assert "99.0% zeros" in f.title and f.severity != "info"
+
+
+@silent("op_hotspot")
+def test_op_hotspot_a_mostly_zero_input_no_product_takes_stays_context(tmp_path):
+    script = tmp_path / "g.py"
+    script.write_text("import torch\nadj = build()\nx = feats()\ny = model(x, adj)\n")
+    [f] = OpHotspot().check(_zero_facts(script, (900, 900), ["[[512, 512], [512, 16]]"]))
+    assert f.severity == "info" and f.evidence["mostly_zero_shape"] is None
+
+
+def test_the_capture_reads_a_matrix_s_zeros_once_and_only_large_floating_ones():
+    import torch
+
+    from torchneck.capture.call_inputs import SiteInputs, nonzero_share
+
+    sparse = torch.zeros(400, 300)
+    sparse[::7, ::5] = 1.0
+    assert abs(nonzero_share(sparse) - 1 / 35) < 0.01 and nonzero_share(torch.randn(400, 300)) > 0.99
+    assert nonzero_share(torch.zeros(100, 300)) is None  # too small to matter
+    assert nonzero_share(torch.zeros(400, 300, dtype=torch.long)) is None and nonzero_share(sparse.to_sparse()) is None
+    tally = SiteInputs()
+    for _ in range(3):
+        tally.note_zeros(sparse, 1)
+    tally.note_zeros(torch.randn(400, 300), "mask")
+    [entry] = tally.to_json()["mostly_zero"]
+    assert entry["shape"] == [400, 300] and entry["argument"] == 1 and entry["calls"] == 3
+    sparse[0, 0] = 5.0  # changed in place: looked at again, the same entry
+    tally.note_zeros(sparse, 1)
+    assert tally.to_json()["mostly_zero"][0]["calls"] == 4 and len(tally.zeros_looked) == 2
 
 
 GROUP_BY_SCRIPT = """\

@@ -40,6 +40,18 @@ PADDING_MIN_LENGTH = 8
 """Shorter sequences are not worth trimming."""
 PADDING_MAX_ELEMENTS = 1 << 20
 """Larger inputs are not read (a look stays a few microseconds)."""
+ZEROS_MIN_SIDE = 256
+"""A 2-D floating input with both sides this long is looked at for zeros (a graph's adjacency, an
+interaction matrix): a product with a smaller one costs little either way."""
+ZEROS_ROWS_READ = 64
+"""Rows read (evenly spaced, whole rows) to estimate a matrix's share of non-zeros: a graph's or
+a banded matrix's rows are alike, and a look stays well under a millisecond."""
+ZEROS_LOOKS_KEPT = 16
+"""Distinct matrices looked at per line (the same adjacency passed every call is looked at once)."""
+MOSTLY_ZERO = 0.05
+"""At most this share of non-zeros is worth a sparse layout: a sparse product, its backward
+included, costs ~20-30x a dense one per stored value (`OpHotspot.SPARSE_COST`), so it wins below
+~4 %."""
 
 
 class SiteInputs:
@@ -54,7 +66,8 @@ class SiteInputs:
 
     __slots__ = ("batch_of_one", "single_elements", "grew_by_one", "grown_len", "last_shape", "repeated",
                  "repeated_from", "recent",
-                 "recent_content", "repeated_inputs", "calls", "padding_looked", "padded", "padded_len", "needed_len")
+                 "recent_content", "repeated_inputs", "calls", "padding_looked", "padded", "padded_len", "needed_len",
+                 "zeros_looked", "mostly_zero")
 
     def __init__(self) -> None:
         self.batch_of_one = self.single_elements = self.grew_by_one = self.grown_len = self.repeated = 0
@@ -64,6 +77,8 @@ class SiteInputs:
         self.recent: dict[int, tuple] = {}  # id(tensor) -> (weak reference, version, [repeated yet])
         self.recent_content: dict[tuple, list] = {}  # fingerprints of recent large inputs -> [repeated yet]
         self.repeated_inputs = 0  # distinct inputs given again (their first computation was needed)
+        self.zeros_looked: dict[int, tuple] = {}  # id(tensor) -> (weak reference, version)
+        self.mostly_zero: dict[tuple, dict[str, Any]] = {}  # (rows, cols, argument) -> what was seen
 
     def note(self, tensor: Any, caller: types.FrameType | None) -> None:
         shape = tuple(tensor.shape)
@@ -130,6 +145,37 @@ class SiteInputs:
             self.padded_len += length
             self.needed_len += needed
 
+    def note_zeros(self, tensor: Any, argument: int | str) -> None:
+        """Note a large 2-D floating input that is mostly zeros (`nonzero_share`), once per
+        distinct tensor: a dense matrix the model multiplies every zero of."""
+        import torch
+
+        with torch._C.DisableTorchFunction():  # the line marker's mode must not see torchneck's calls
+            if tensor.dim() != 2 or not tensor.is_floating_point() or min(tensor.shape) < ZEROS_MIN_SIDE:
+                return
+        try:
+            version = tensor._version
+        except Exception:
+            version = None
+        seen = self.zeros_looked.get(id(tensor))
+        if seen is not None and seen[0]() is tensor and seen[1] == version:
+            entry = self.mostly_zero.get(seen[2])
+            if entry is not None:
+                entry["calls"] += 1
+            return
+        if len(self.zeros_looked) >= ZEROS_LOOKS_KEPT:
+            return
+        share = nonzero_share(tensor)
+        if share is None:
+            return
+        key = (*tuple(tensor.shape), argument)
+        self.zeros_looked[id(tensor)] = (weakref.ref(tensor), version, key)
+        if share <= MOSTLY_ZERO:
+            entry = self.mostly_zero.setdefault(key, {"shape": list(key[:2]), "argument": argument,
+                                                      "nonzero_share": share, "calls": 0})
+            entry["nonzero_share"] = max(entry["nonzero_share"], share)
+            entry["calls"] += 1
+
     def to_json(self) -> dict[str, Any]:
         return {"batch_of_one": self.batch_of_one,
                 "single_mean_elements": round(self.single_elements / self.batch_of_one) if self.batch_of_one else None,
@@ -139,22 +185,40 @@ class SiteInputs:
                 "padding_looked": self.padding_looked, "padded": self.padded,
                 "padded_mean_len": round(self.padded_len / self.padded, 1) if self.padded else None,
                 "needed_mean_len": round(self.needed_len / self.padded, 1) if self.padded else None,
+                "mostly_zero": list(self.mostly_zero.values()),
                 "repeated_from": [{"file": f, "line": ln, "function": fn, "calls": n}
                                   for (f, ln, fn), n in sorted(self.repeated_from.items(), key=lambda kv: -kv[1])]}
 
 
-def _host_array(tensor: Any):
-    """A read-only NumPy view of a 2-D integer or boolean host tensor, read through its data
-    pointer and strides: no torch op runs (`Tensor.numpy()` records aten::detach and aten::to in
-    the program's trace, and the line marker's torch function mode would see it); None for
-    other tensors."""
+def nonzero_share(tensor: Any) -> float | None:
+    """The share of non-zeros in `ZEROS_ROWS_READ` evenly spaced rows of a 2-D floating host
+    tensor whose sides are both at least `ZEROS_MIN_SIDE` (read through its data pointer: no torch
+    op); None for other tensors."""
+    import numpy as np
+
+    try:
+        array = _host_array(tensor, floating=True)
+    except Exception:
+        return None
+    if array is None or min(array.shape) < ZEROS_MIN_SIDE:
+        return None
+    rows = array[np.linspace(0, array.shape[0] - 1, min(ZEROS_ROWS_READ, array.shape[0])).astype(np.int64)]
+    return float(np.count_nonzero(rows)) / rows.size
+
+
+def _host_array(tensor: Any, floating: bool = False):
+    """A read-only NumPy view of a 2-D integer or boolean host tensor (`floating`: a float32 or
+    float64 one, of any size), read through its data pointer and strides: no torch op runs
+    (`Tensor.numpy()` records aten::detach and aten::to in the program's trace, and the line
+    marker's torch function mode would see it); None for other tensors."""
     import numpy as np
     import torch
 
-    kinds = {torch.int64: np.int64, torch.int32: np.int32, torch.bool: np.bool_, torch.uint8: np.uint8}
+    kinds = {torch.float32: np.float32, torch.float64: np.float64} if floating else \
+        {torch.int64: np.int64, torch.int32: np.int32, torch.bool: np.bool_, torch.uint8: np.uint8}
     with torch._C.DisableTorchFunction():
         if (tensor.dim() != 2 or tensor.dtype not in kinds or tensor.device.type != "cpu"
-                or tensor.numel() > PADDING_MAX_ELEMENTS or tensor.shape[1] < PADDING_MIN_LENGTH
+                or (not floating and (tensor.numel() > PADDING_MAX_ELEMENTS or tensor.shape[1] < PADDING_MIN_LENGTH))
                 or tensor.numel() == 0 or tensor.is_sparse or type(tensor) is not torch.Tensor):
             return None
         pointer, shape, strides = tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride())
@@ -232,15 +296,17 @@ def note_site_input(site_inputs: dict, key: tuple, args: tuple, kwargs: dict | N
     import torch
 
     try:
-        tensors = [value for value in (*args[:INPUTS_LOOKED_AT], *list((kwargs or {}).values())[:INPUTS_LOOKED_AT])
-                   if isinstance(value, torch.Tensor)]
+        named = [*enumerate(args[:INPUTS_LOOKED_AT]), *list((kwargs or {}).items())[:INPUTS_LOOKED_AT]]
+        tensors = [(at, value) for at, value in named if isinstance(value, torch.Tensor)]
         if not tensors:
             return
         tally = site_inputs.get(key)
         if tally is None:
             tally = site_inputs[key] = SiteInputs()
-        tally.note_padding(tensors)
-        tally.note(tensors[0], caller)
+        tally.note_padding([value for _, value in tensors])
+        for at, value in tensors:
+            tally.note_zeros(value, at)
+        tally.note(tensors[0][1], caller)
     except Exception:
         pass
 

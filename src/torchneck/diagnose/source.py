@@ -133,6 +133,25 @@ def argument_origin(file: str, line: int, function: str) -> int | None:
     return found.lineno if found is not None else None
 
 
+def argument_assigned_at(file: str, line: int, argument: int | str) -> int | None:
+    """Where the variable passed as `argument` (a position, or a keyword's name) of a call at
+    `line` was last assigned on the way to it (see `argument_origin`): `adj = ...` for
+    `model(x, adj)`; None when that argument is not a plain name or the source unreadable."""
+    tree = _tree(file)
+    if tree is None:
+        return None
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno == line):
+        if isinstance(argument, int):
+            value = call.args[argument] if argument < len(call.args) else None
+        else:
+            value = next((k.value for k in call.keywords if k.arg == argument), None)
+        if isinstance(value, ast.Name):
+            found = _assigned_before(tree, file, line, value.id)
+            if found is not None:
+                return found.lineno
+    return None
+
+
 def _assigned_before(tree: ast.Module, file: str, line: int, name: str) -> ast.Assign | ast.AnnAssign | None:
     """The last assignment to `name` on the way to `line` (see `argument_origin`)."""
     path = enclosing(file, line)

@@ -23,11 +23,14 @@ from ..idioms import (
 from ..masks import mask_group_by
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import (
+    argument_assigned_at,
     argument_origin,
     densified_at,
+    function_at,
     in_loop,
     rebuilt_tensor,
 )
+from .calls import model_call_sites
 
 
 class OpHotspotEvidence(Record):
@@ -44,6 +47,12 @@ class OpHotspotEvidence(Record):
     """Its most frequent input shapes (when recorded)."""
     densified_at: int | None = None
     """The line that made an operand of this product dense from a sparse tensor (`.to_dense()`)."""
+    mostly_zero_shape: list[int] | None = None
+    """A model input of this shape, multiplied by this product, is mostly zeros (seen by the capture)."""
+    nonzero_share: float | None = None
+    """That matrix's share of non-zeros (read from evenly spaced rows)."""
+    mostly_zero_at: int | None = None
+    """The line that last assigned the variable passed as that input (where it is built dense)."""
     backward_of: str | None = None
     """The forward op whose backward (an autograd node run by `.backward()`) holds this op's time:
     the user's lines calling that forward op are where to change it."""
@@ -174,8 +183,11 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         lost = top.self_us / 1e6
         where = facts.lines_for_ops({top.name})
         dense = self._densified(facts, where) if top.name in self.MATMULS else None
+        zeros = self._mostly_zero(facts, a.ops.by_shape) if top.name in self.MATMULS and dense is None else None
+        if zeros is not None:  # what a sparse product of the zero-heavy operand would not spend
+            lost = zeros[3] / 1e6 * max(0.0, 1.0 - self.SPARSE_COST * zeros[0]["nonzero_share"])
         grouped = self._grouped_by_mask(where) if top.name in self.MASK_OPS else None
-        avoidable = top.name in AVOIDABLE_OPS or dense is not None or grouped is not None
+        avoidable = top.name in AVOIDABLE_OPS or dense is not None or grouped is not None or zeros is not None
         if grouped is not None:
             mask, hot = grouped
             lost = max(lost, self._mask_loop_us(facts, mask, hot) / 1e6)
@@ -203,11 +215,23 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                diagonal_at=diagonal.line if diagonal else None,
                                rank_by_sort=searched.line if searched else None,
                                dense_embedding_rows=table[0] if table else None,
-                               embedding_at=table[1].line if table and table[1] else None)
+                               embedding_at=table[1].line if table and table[1] else None,
+                               mostly_zero_shape=zeros[0]["shape"] if zeros else None,
+                               nonzero_share=zeros[0]["nonzero_share"] if zeros else None,
+                               mostly_zero_at=zeros[2].line if zeros and zeros[2] else None)
         what = "" if avoidable else " (the model's compute: where the time goes, not a problem by itself)"
         if dense is not None:
             what = f" (an operand made dense from a sparse tensor at line {dense.line})"
             where = [dense, *(w for w in where if (w.file, w.line) != (dense.file, dense.line))]
+        if zeros is not None:
+            entry, call, made, _ = zeros
+            rows, cols = entry["shape"]
+            ev.time_lost_is = ("the products with the matrix, less what a sparse product of its non-zeros "
+                               f"costs (~{self.SPARSE_COST:g}x the dense one per stored value)")
+            what = (f": a {rows:,} x {cols:,} matrix that is {100 * (1 - entry['nonzero_share']):.1f}% zeros "
+                    f"(passed to the model at line {call.line}) is multiplied densely")
+            first = ([made] if made else []) + [call]
+            where = first + [w for w in where if (w.file, w.line) not in {(f.file, f.line) for f in first}]
         if paired is not None:
             forward, node, lines = paired
             what += f" in autograd's {node}: the backward of {forward} at line {lines[0].line}"
@@ -340,6 +364,30 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     MATMULS = ("aten::mm", "aten::addmm", "aten::matmul", "aten::bmm", "aten::baddbmm", "aten::linear")
     """Products whose work a sparse operand would shrink to its non-zeros."""
 
+    SPARSE_COST = 20.0
+    """A sparse (COO) product's cost per stored value, its backward included, against a dense
+    product's per element: measured ~21x (700 rows, 1.9 % non-zeros) and ~30x (2,000 rows, 0.65 %)
+    for three graph layers of 32 features with their backward, one thread (a CSR product alone is
+    ~3x, but its backward transposes it every time)."""
+
+    def _mostly_zero(self, facts: Facts, by_shape: list[OpRow]) -> tuple[dict, Where, Where | None, float] | None:
+        """(the capture's note of a mostly-zero model input, the line calling the model with it,
+        the line building it, the self time of the products taking it) for the input whose
+        products (by recorded input shapes, either orientation: the backward multiplies by its
+        transpose) take the most time; None when no such input was seen or no product takes it."""
+        best = None
+        for site in model_call_sites(facts):
+            for entry in site.get("mostly_zero") or []:
+                rows, cols = entry["shape"]
+                operand = re.compile(rf"\[({rows}, {cols}|{cols}, {rows})\]")
+                spent = sum(o.self_us for o in by_shape if o.name in self.MATMULS and operand.search(o.shapes or ""))
+                if spent > 0 and (best is None or spent > best[3]):
+                    call = Where(file=site["file"], line=site["line"], function=site.get("function") or "")
+                    at = argument_assigned_at(site["file"], site["line"], entry["argument"])
+                    made = Where(file=site["file"], line=at, function=function_at(site["file"], at)) if at else None
+                    best = (entry, call, made, spent)
+        return best
+
     def _densified(self, facts: Facts, where: list[Where]) -> Where | None:
         """The line that made an operand of the op dense from a sparse tensor (`.to_dense()`), read
         from the lines that run it and the lines up their sampled call paths; None when none did."""
@@ -396,6 +444,14 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                     "groups x rows. Group once: sort by the key and split (order = key.argsort(); "
                     "parts = x[order].split(torch.bincount(key).tolist())), or reduce every group in one op "
                     "(index_add_, scatter_reduce, torch.bincount(key, weights=x)).")
+        if evidence.mostly_zero_shape is not None:
+            rows, cols = evidence.mostly_zero_shape
+            at = f"built at line {evidence.mostly_zero_at}" if evidence.mostly_zero_at else "passed to the model"
+            zeros = 100 * (1 - (evidence.nonzero_share or 0.0))
+            return (f"The {rows:,} x {cols:,} matrix {at} is {zeros:.1f}% zeros, and every product with it "
+                    "multiplies each zero: store it sparse once, where it is built (m = m.to_sparse(); `m @ x` or "
+                    "torch.sparse.mm(m, x) then costs its non-zeros, backward included; m.to_sparse_csr() is "
+                    "faster still without a backward): a graph's adjacency, an interaction or a mask matrix.")
         if evidence.densified_at is not None:
             return (f"Keep the matrix made dense at line {evidence.densified_at} sparse and multiply with "
                     "torch.sparse.mm (or `@` on the sparse tensor): a dense product multiplies every zero, a "
