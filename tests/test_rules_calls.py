@@ -7,6 +7,7 @@ from conftest import SCRIPTS, planted_line, read_report, torchneck
 from rule_cases import analysis, facts, fires, silent
 
 from torchneck.capture.call_inputs import SiteInputs, content_fingerprint, padded_past_longest
+from torchneck.diagnose.idioms import fixed_length_lines
 from torchneck.diagnose.rules.calls import PaddingWaste, RepeatedCall, UnbatchedCalls, UncachedGeneration, sampled_under
 from torchneck.model.analysis import OpRow
 
@@ -236,6 +237,49 @@ def test_batches_padded_to_the_maximum_length_are_found(run_dir):
     top = read_report(run_dir)["findings"][0]
     assert top["kind"] == "padding_waste" and top["where"][0]["line"] == planted_line(script)
     assert top["evidence"]["padded_length"] == 128.0 and top["evidence"]["longest_length"] <= 30
+
+
+def test_a_server_s_worker_thread_is_profiled_and_its_padding_found(run_dir):
+    """The model runs only in a worker thread started before the profiled window (the profiler
+    records every thread's ops), and pads to a length given as the server's keyword setting
+    (`Server(..., max_len=384)`, then `width = self.max_len`): that line is named first."""
+    script = SCRIPTS / "threaded_server.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = read_report(run_dir)
+    top = report["findings"][0]
+    assert top["kind"] == "padding_waste" and [w["line"] for w in top["where"]][:2] == [planted_line(script), 17]
+    assert top["evidence"]["padded_length"] == 384.0 and report["ranks"][0]["ops"]["main_thread"]["ops"] > 50
+
+
+def test_the_padded_length_is_found_through_the_setting_that_gives_it(tmp_path):
+    """The length's value reaches the padding line as a keyword argument, a parameter's default
+    or a command-line option's default; `len(batch)` in the buffer's size is the batch, not a
+    length, and a line taking the longest row sets nothing."""
+    src = tmp_path / "serve.py"
+    src.write_text("""import torch
+class Enc:
+    def __init__(self, max_len):
+        self.max_len = max_len
+    def encode(self, batch):
+        seqs = [s[: self.max_len] for s in batch]
+        width = self.max_len
+        return torch.full((len(seqs), width), 0)
+def collate(batch, pad_to=96):
+    return torch.zeros(len(batch), pad_to)
+def longest(batch):
+    width = max(len(s) for s in batch)
+    return torch.zeros(len(batch), width)
+def main(ap):
+    ap.add_argument("--seq-len", type=int, default=160)
+    args = ap.parse_args()
+    enc = Enc(max_len=128)
+    return torch.zeros(4, args.seq_len), enc
+""")
+    assert fixed_length_lines(str(src), 128) == [7, 8]
+    assert fixed_length_lines(str(src), 96) == [10]
+    assert fixed_length_lines(str(src), 160) == [18]
+    assert fixed_length_lines(str(src), 64) == []
 
 
 def test_an_input_rebuilt_from_the_same_constant_counts_as_repeated():

@@ -38,6 +38,21 @@ def test_op_hotspot_names_a_top_k_done_by_sorting_everything(tmp_path):
     assert "sorts a whole tensor to keep its first elements" in f.title
 
 
+def test_a_top_k_by_a_full_sort_split_over_two_statements(tmp_path):
+    """`order = scores.argsort(...)` whose only uses keep a prefix (`order[:, :k]`); a sort also
+    used whole, or bound again, is not a top-k."""
+    from torchneck.diagnose.idioms import sorted_then_sliced
+
+    src = tmp_path / "recs.py"
+    src.write_text("import torch\ndef top(scores, k):\n    order = torch.argsort(scores, dim=1, descending=True)\n"
+                   "    idx = order[:, :k]\n    return idx, scores.gather(1, order[:, :k])\n"
+                   "def ranks(scores):\n    order = scores.argsort(1)\n    return order[:, :5], order\n"
+                   "def again(scores):\n    order = scores.argsort(1)\n    order = order.flip(1)\n"
+                   "    return order[:, :5]\n")
+    assert sorted_then_sliced(str(src), 3) and not sorted_then_sliced(str(src), 7)
+    assert not sorted_then_sliced(str(src), 10)
+
+
 @fires("op_hotspot")
 def test_op_hotspot_names_the_dense_gradient_of_a_large_embedding_table(tmp_path):
     """A 1,000,000-row EmbeddingBag's dense gradient is zero-filled every step inside its backward:

@@ -38,7 +38,26 @@ def sorted_then_sliced(file: str, line: int) -> bool:
             inner = inner.value  # through `[0]`, `.indices`, `.values`
         if isinstance(inner, ast.Call) and call_name(inner) in SORTS:
             return True
-    return False
+    return _sorted_into_a_name_then_sliced(file, path)
+
+
+def _sorted_into_a_name_then_sliced(file: str, path: list[ast.stmt]) -> bool:
+    """`order = scores.argsort(1, descending=True)` whose every later use in the same function
+    (or module) keeps a prefix of it (`order[:, :k]`): the same top-k by a full sort, split over
+    two statements."""
+    stmt = path[-1]
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.Call) and call_name(stmt.value) in SORTS):
+        return False
+    name, after = stmt.targets[0].id, stmt.end_lineno or stmt.lineno
+    scope = ast.Module(body=_scope_body(_tree(file) or ast.Module(body=[], type_ignores=[]), path), type_ignores=[])
+    nodes = [n for n in ast.walk(scope) if getattr(n, "lineno", 0) > after]
+    uses = [n for n in nodes if isinstance(n, ast.Name) and n.id == name]
+    if not uses or any(not isinstance(n.ctx, ast.Load) for n in uses):
+        return False  # never used, or bound again: unclear
+    sliced = [n for n in nodes if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
+              and n.value.id == name and _keeps_a_prefix(n.slice)]
+    return len(sliced) == len(uses)
 
 
 def sorted_then_searched(file: str, line: int) -> bool:
@@ -241,7 +260,9 @@ def padding_length_lines(file: str, line: int) -> list[int]:
         sizes = call.args[1:2] if name == "pad" else call.args[:1] if name == "full" or name.startswith("new_") \
             else call.args
         for size in sizes[:4]:
-            names |= {n.id for n in ast.walk(size) if isinstance(n, ast.Name)}
+            measured = {id(n) for c in ast.walk(size) if isinstance(c, ast.Call) and call_name(c) in NEEDED_LENGTH_CALLS
+                        for n in ast.walk(c)}  # `len(seqs)`: the batch measured, not a length chosen
+            names |= {n.id for n in ast.walk(size) if isinstance(n, ast.Name) and id(n) not in measured}
             if any(isinstance(n, ast.Name) and n.id.isupper() and len(n.id) > 1 for n in ast.walk(size)) \
                     and line not in out:
                 out.append(line)  # the fixed length named at the call (`torch.zeros(len(b), MAX_LEN)`)
@@ -272,11 +293,13 @@ def fixed_length_lines(file: str, length: int) -> list[int]:
                  and isinstance(stmt.value, ast.Constant) and stmt.value.value == length
                  and not isinstance(stmt.value.value, bool) for t in stmt.targets if isinstance(t, ast.Name)}
     statements = {n.lineno: n for n in ast.walk(tree) if isinstance(n, ast.stmt)}
+    settings = _settings_of_value(tree, length)
 
     def sets_length(line: int) -> bool:
         stmt = statements.get(line)
         return stmt is not None and any(
-            (isinstance(n, ast.Name) and n.id in constants)
+            (isinstance(n, ast.Name) and n.id in constants | settings)
+            or (isinstance(n, ast.Attribute) and n.attr in settings)
             or (isinstance(n, ast.Constant) and n.value == length and not isinstance(n.value, bool))
             for n in ast.walk(stmt))
 
@@ -289,6 +312,31 @@ def fixed_length_lines(file: str, length: int) -> list[int]:
         for ln in [*chosen, call.lineno] if chosen else []:
             if ln not in out:
                 out.append(ln)
+    return out
+
+
+def _settings_of_value(tree: ast.Module, value: int) -> set[str]:
+    """Names the program gives `value` as a setting: a keyword argument (`Server(max_len=256)`), a
+    parameter's default (`def __init__(self, max_len=256)`), a command-line option's default
+    (`add_argument("--max-len", default=256)`, read as `args.max_len`). A line using one of them
+    as a name or an attribute (`width = self.max_len`) sets that value."""
+    def is_value(node: ast.expr | None) -> bool:
+        return isinstance(node, ast.Constant) and node.value == value and not isinstance(node.value, bool)
+
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            default = next((k.value for k in node.keywords if k.arg == "default"), None)
+            if call_name(node) == "add_argument" and is_value(default):
+                out |= {a.value.lstrip("-").replace("-", "_") for a in node.args
+                        if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--")}
+            out |= {k.arg for k in node.keywords if k.arg and k.arg != "default" and is_value(k.value)}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            positional = [*args.posonlyargs, *args.args]
+            out |= {a.arg for a, d in zip(positional[len(positional) - len(args.defaults):], args.defaults)
+                    if is_value(d)}
+            out |= {a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if is_value(d)}
     return out
 
 

@@ -71,6 +71,23 @@ def sampled_under(facts: Facts, file: str, line: int) -> float:
     return min(spent / total, 1.0)
 
 
+def site_share(facts: Facts, site: dict[str, Any]) -> float:
+    """The share of the steady state spent calling the model at `site`: sampled under its line
+    (`sampled_under`); for a line only other threads ran (a server's worker; the sampler follows
+    the main thread), the capture's own timing of those threads' model calls over the run, split
+    between their lines by calls."""
+    share = sampled_under(facts, site["file"], site["line"])
+    clock = facts.clock or {}
+    threaded = clock.get("thread_module_sites") or []
+    at = (site["file"], site["line"])
+    if share > 0 or at not in {(s.get("file"), s.get("line")) for s in threaded} or facts.run_wall_s <= 0:
+        return share
+    threads = max(int(clock.get("thread_module_threads") or 1), 1)
+    calls = sum(s.get("calls") or 0 for s in threaded)
+    spent = float(clock.get("thread_module_s") or 0.0) / threads * (site.get("calls") or 0) / max(calls, 1)
+    return min(spent / facts.run_wall_s, 1.0)
+
+
 def in_ops_share_under(facts: Facts, file: str, line: int) -> float | None:
     """Of the sampled time at `file:line` and the lines below it (those naming it as a caller),
     the part inside torch ops; None when the samples were not aligned with the trace's ops. The
@@ -373,7 +390,7 @@ class PaddingWaste(_SiteRule):
             unneeded = 1.0 - needed / length
             if unneeded < self.MIN_UNNEEDED:
                 continue
-            share = sampled_under(facts, site["file"], site["line"])
+            share = site_share(facts, site)
             backward = self._backward_share(facts)
             work = arithmetic_share(facts)
             saving = min(share + backward, 1.0) * work * unneeded
