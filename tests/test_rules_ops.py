@@ -244,6 +244,35 @@ def test_dispatch_overhead_leads_with_the_comprehension_calling_a_per_row_helper
 
 
 @fires("dispatch_overhead")
+def test_dispatch_overhead_leads_with_the_line_issuing_most_ops_not_the_training_loop(tmp_path):
+    """An RL update loop: the model's forward (a few large calls, the most self time) runs under
+    `update()`, which calls backward, from the outer `for` loop; a per-element comprehension in
+    another helper issues thousands of the same ops. The comprehension leads, and the outer loop
+    (a training loop through the helper) is never named as the loop to change."""
+    src = tmp_path / "a2c.py"
+    src.write_text("import torch\n"
+                   "def forward(model, x):\n    return model(x) * 2\n"
+                   "def gae(d, n):\n    return torch.stack([d[i] * 0.9 for i in range(n)])\n"
+                   "def update(model, x, opt):\n    loss = forward(model, x).sum()\n    loss.backward()\n"
+                   "for upd in range(10):\n    a = gae(d, n)\n    update(model, x, opt)\n")
+    d = Dispatch(top_level_ops=12_000, ops_per_step=6000.0, tiny_ops=11_000, tiny_us=50_000.0, tiny_share=0.5,
+                 floor_op_us=2.0, tiny_run_us=80_000.0, tiny_run_ops=11_000, tiny_run_share=0.8)
+    by_line = [{"op": "aten::mul", "file": str(src), "line": 3, "function": "forward", "count": 40,
+                "self_us": 60_000.0},
+               {"op": "aten::mul", "file": str(src), "line": 5, "function": "gae.<locals>.<listcomp>", "count": 6000,
+                "self_us": 30_000.0}]
+    lines = [{"file": str(src), "line": 3, "function": "forward", "total_s": 1.5, "self_s": 0.1, "outside_ops_s": 0.1,
+              "callers": [{"file": str(src), "line": 7, "function": "update", "share": 1.0},
+                          {"file": str(src), "line": 11, "function": "<module>", "share": 1.0}]},
+             {"file": str(src), "line": 5, "function": "gae.<locals>.<listcomp>", "total_s": 1.2, "self_s": 0.5,
+              "outside_ops_s": 0.5, "callers": [{"file": str(src), "line": 10, "function": "<module>", "share": 1.0}]}]
+    f_ = facts(analysis=analysis(window_us=200_000.0, steps=2, dispatch=d, by_name=[_op("aten::mul", 90_000.0)]),
+               ops_by_line=by_line, python={"window": {"sampled_s": 4.0, "lines": lines}})
+    [f] = DispatchOverhead().check(f_)
+    assert f.where[0].line == 5 and 9 not in [w.line for w in f.where]
+
+
+@fires("dispatch_overhead")
 def test_dispatch_overhead_of_a_helper_called_with_the_same_arguments_every_pass(tmp_path):
     """A filterbank built element by element by a helper called with no argument for every clip
     in a comprehension: computing it once removes all of its time, not only the per-op overhead."""

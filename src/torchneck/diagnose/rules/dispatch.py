@@ -15,6 +15,8 @@ from ..rule import DOCS, Explanation, Rule, register
 from ..source import (
     COMPREHENSIONS,
     LOOPS,
+    _scope_body,
+    _tree,
     call_name,
     calls_of,
     enclosing,
@@ -115,7 +117,14 @@ class DispatchOverhead(Rule[TinyOpLoop]):
         steady = {(ln["file"], ln["line"]): ln for ln in ((facts.python or {}).get("window") or {}).get("lines", [])}
         backward = [w for w in issuing if _runs_backward(facts, steady.get((w.file, w.line))
                                                          or {"file": w.file, "line": w.line})]
-        issuing = [w for w in issuing if w not in backward] + backward
+        issued: dict[tuple[str, int], int] = {}
+        for e in facts.ops_by_line:
+            if e["op"] in names:
+                issued[(e["file"], e["line"])] = issued.get((e["file"], e["line"]), 0) + (e.get("count") or 0)
+        # the line issuing the most of them leads (a per-element comprehension: thousands of calls
+        # of a few µs), not the one spending most self time in them (a model's few larger calls)
+        issuing = sorted((w for w in issuing if w not in backward), key=lambda w: -issued.get((w.file, w.line), 0)) \
+            + backward
         where = facts.with_callers(issuing)
         if where == issuing:  # the helper's lines were not sampled: a sampled line calling it, if one does
             helpers = {w.function.rsplit(".", 1)[-1] for w in issuing}
@@ -262,7 +271,9 @@ def _loop_first(where: list[Where], paths: list[list[Where]]) -> list[Where]:
 
 def _own_loop(path: list[Where]) -> Where | None:
     """The innermost comprehension or loop header around the path's first frame that runs in one,
-    unless that loop is the training loop or a recursion."""
+    unless that loop is the training loop (it runs a backward pass, itself or in a function the
+    path came through: `for upd in ...: update(model, batch)`) or a recursion."""
+    trains = False
     for frame in path:
         stmts = enclosing(frame.file, frame.line)
         at = stmts[-1] if stmts else None
@@ -270,7 +281,11 @@ def _own_loop(path: list[Where]) -> Where | None:
             return Where(file=frame.file, line=at.lineno, function=frame.function)
         loop = next((st for st in reversed(stmts) if isinstance(st, LOOPS)), None)
         if loop is not None:
-            return None if _calls_backward(loop) else Where(file=frame.file, line=loop.lineno, function=frame.function)
+            return None if trains or _calls_backward(loop) else \
+                Where(file=frame.file, line=loop.lineno, function=frame.function)
+        tree = _tree(frame.file)
+        trains = trains or (tree is not None and bool(stmts) and frame.function != "<module>"
+                            and any(_calls_backward(s) for s in _scope_body(tree, stmts)))
         if _recursive(frame):
             return None  # the recursion is the loop: its leaf size decides, not a loop around it
     return None
