@@ -286,9 +286,9 @@ def test_a_step_of_many_torch_calls_is_cut_inside_the_step_and_its_line_named(ru
 
 
 def test_model_calls_in_worker_threads_are_counted_and_their_grad_mode_named(run_dir):
-    """A server whose worker threads run the model: the profiler and the sampler see only the main
-    thread (waiting for answers), but the module hooks run in the workers: their calls are
-    counted, timed and placed, and the `with` that leaves autograd on is the top finding."""
+    """A server whose worker threads run the model: the sampler sees only the main thread
+    (waiting for answers), but the module hooks run in the workers: their calls are counted,
+    timed and placed, and the `with` that leaves autograd on is the top finding."""
     script = SCRIPTS / "threaded_server.py"
     r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
     assert r.returncode == 0, r.stderr[-2000:]

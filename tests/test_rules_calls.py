@@ -243,7 +243,7 @@ def test_a_server_s_worker_thread_is_profiled_and_its_padding_found(run_dir):
     """The model runs only in a worker thread started before the profiled window (the profiler
     records every thread's ops), and pads to a length given as the server's keyword setting
     (`Server(..., max_len=384)`, then `width = self.max_len`): that line is named first."""
-    script = SCRIPTS / "threaded_server.py"
+    script = SCRIPTS / "padding_server.py"
     r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
     assert r.returncode == 0, r.stderr[-2000:]
     report = read_report(run_dir)

@@ -1,51 +1,33 @@
-"""An inference server: a worker thread, started before any request, batches requests off a queue
-and pads each batch to the server's `max_len` setting; the main thread only submits and waits."""
+"""A scoring service whose worker threads run the model; the main thread only queues requests and
+waits for the answers. The workers forget inference_mode: each call builds an autograd graph."""
 import queue
+import sys
 import threading
+from contextlib import nullcontext
 
 import torch
 
-torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 1024),
+                            torch.nn.GELU(), torch.nn.Linear(1024, 4)).eval()
+requests: queue.Queue = queue.Queue()
+answers: queue.Queue = queue.Queue()
 
 
-class Server:
-    def __init__(self, model, max_len):
-        self.model, self.max_len, self.inbox = model, max_len, queue.Queue()
-
-    def encode(self, batch):
-        width = self.max_len  # PLANTED
-        ids = torch.zeros(len(batch), width, dtype=torch.long)
-        for i, seq in enumerate(batch):
-            ids[i, :len(seq)] = torch.tensor(seq)
-        return ids
-
-    @torch.inference_mode()
-    def serve(self, replies):
-        while (batch := self.inbox.get()) is not None:
-            replies.put(self.model(self.encode(batch)).argmax(-1))
+def worker() -> None:
+    while (batch := requests.get()) is not None:
+        with torch.inference_mode() if "--fixed" in sys.argv else nullcontext():  # PLANTED
+            scores = model(batch)
+        answers.put(scores.argmax(1))
 
 
-class Tagger(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = torch.nn.Embedding(1000, 64)
-        self.layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
-        self.out = torch.nn.Linear(64, 8)
-
-    def forward(self, ids):
-        return self.out(self.layer(self.emb(ids)).mean(1))
-
-
-server = Server(Tagger().eval(), max_len=384)
-replies: queue.Queue = queue.Queue()
-worker = threading.Thread(target=server.serve, args=(replies,))
-worker.start()
-g = torch.Generator().manual_seed(1)
-batches = [[torch.randint(1, 1000, (int(n),), generator=g).tolist() for n in torch.randint(8, 40, (16,), generator=g)]
-           for _ in range(120)]
-for batch in batches:
-    server.inbox.put(batch)
-server.inbox.put(None)
-for _ in batches:
-    replies.get()
-worker.join()
+workers = [threading.Thread(target=worker) for _ in range(2)]
+for t in workers:
+    t.start()
+for _ in range(300):
+    requests.put(torch.randn(64, 256))
+labels = [answers.get() for _ in range(300)]
+for _ in workers:
+    requests.put(None)
+for t in workers:
+    t.join()
+print(sum(int(x.sum()) for x in labels))
