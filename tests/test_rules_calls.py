@@ -7,7 +7,7 @@ from conftest import SCRIPTS, planted_line, read_report, torchneck
 from rule_cases import analysis, facts, fires, silent
 
 from torchneck.capture.call_inputs import SiteInputs, content_fingerprint, padded_past_longest
-from torchneck.diagnose.idioms import fixed_length_lines
+from torchneck.diagnose.idioms import fixed_length_lines, pads_to_max_length
 from torchneck.diagnose.rules.calls import PaddingWaste, RepeatedCall, UnbatchedCalls, UncachedGeneration, sampled_under
 from torchneck.model.analysis import OpRow
 
@@ -34,6 +34,40 @@ def _ops(work_us, window_us=100_000.0):
                                                      total_us=work_us, mean_us=work_us / 100)])
     a.ops.dispatch.floor_op_us = 0.0
     return a
+
+
+@fires("unbatched_calls")
+def test_unbatched_calls_of_an_evaluation_loader_of_one_after_training(run_dir):
+    """Training ticks the step clock (the module hooks then go), then an evaluation sweep over
+    DataLoaders of batch_size=1 runs the model per sample: the loader's record and the sampled
+    loop name the batch size's line, the loader, the loop and the model call."""
+    script = SCRIPTS / "eval_batch_of_one.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    top = read_report(run_dir)["findings"][0]
+    assert top["kind"] == "unbatched_calls" and [w["line"] for w in top["where"]] == [planted_line(script), 32, 24, 25]
+    assert top["evidence"]["loader_at"] == 32 and "batch size (line 30" in top["fix"]
+
+
+def _loader_facts(src, batch_size, sample_elements=32):
+    loader = {"what": "dataloader", "file": str(src), "line": 5, "function": "<module>", "batch_size": batch_size,
+              "sample_elements": sample_elements}
+    lines = [{"file": str(src), "line": 2, "function": "evaluate", "total_s": 2.0, "self_s": 0.0,
+              "library": "_BaseDataLoaderIter.__next__ (dataloader.py)"},
+             {"file": str(src), "line": 3, "function": "evaluate", "total_s": 6.0, "self_s": 0.1,
+              "library": "Module._wrapped_call_impl (module.py)"}]
+    return facts(analysis=_ops(10_000.0), call_sites=[loader], python={"window": {"sampled_s": 10.0, "lines": lines}})
+
+
+@silent("unbatched_calls")
+def test_unbatched_calls_silent_for_a_loader_of_batches_or_of_large_samples(tmp_path):
+    src = tmp_path / "ev.py"
+    src.write_text("def evaluate(loader):\n    for xb in loader:\n        model(xb)\nbs = 1\n"
+                   "loader = DataLoader(ds, batch_size=bs)\n")
+    [f] = UnbatchedCalls().check(_loader_facts(src, 1))  # the loop: 80 % of the time, 10 % of it arithmetic
+    assert [w.line for w in f.where] == [4, 5, 2, 3] and abs(f.evidence["share_kept"] - 0.1) < 1e-9
+    assert UnbatchedCalls().check(_loader_facts(src, 32)) == []
+    assert UnbatchedCalls().check(_loader_facts(src, 1, sample_elements=3 * 512 * 512)) == []
 
 
 @fires("unbatched_calls")
@@ -280,6 +314,14 @@ def main(ap):
     assert fixed_length_lines(str(src), 96) == [10]
     assert fixed_length_lines(str(src), 160) == [18]
     assert fixed_length_lines(str(src), 64) == []
+
+
+def test_a_tokenizer_asked_to_pad_to_the_maximum_length_even_as_one_branch_of_a_choice(tmp_path):
+    src = tmp_path / "hf.py"
+    src.write_text("c1 = Collator(tok, padding='max_length')\n"
+                   "c2 = Collator(tok, padding='longest' if fast else 'max_length')\n"
+                   "c3 = Collator(tok, padding='longest')\nc4 = tok(texts, pad_to_max_length=False)\n")
+    assert pads_to_max_length(str(src)) == [1, 2]
 
 
 def test_an_input_rebuilt_from_the_same_constant_counts_as_repeated():

@@ -38,6 +38,59 @@ def test_op_hotspot_names_a_top_k_done_by_sorting_everything(tmp_path):
     assert "sorts a whole tensor to keep its first elements" in f.title
 
 
+SOLVER = """\
+import torch
+class Solver:
+    def __init__(self, a):
+        self.A = a
+        self.B = a.clone()
+    def step(self, u):
+        return torch.linalg.solve(self.A, u)
+    def relax(self, u):
+        self.B = self.B * 0.9
+        return torch.linalg.solve(self.B, u)
+def run(a, u):
+    m = a @ a.T
+    for _ in range(100):
+        u = torch.linalg.solve(m, u)
+        m = m + 1
+        u = torch.cholesky_solve(u, torch.linalg.cholesky(a))
+    return u
+"""
+
+
+@fires("op_hotspot")
+def test_op_hotspot_names_a_matrix_factorised_again_on_every_call(tmp_path):
+    """`torch.linalg.solve(self.A, rhs)` per time step, `self.A` set once in `__init__`: the LU
+    factorisation (the top op) is redone 141 times for the same matrix. Its whole time goes with
+    a factorisation done once, so the saving is measured; a float64 finding on the same op does
+    not fold it (its fix saves the time in either dtype)."""
+    src = tmp_path / "solver.py"
+    src.write_text(SOLVER)
+    by_line = [{"op": "aten::linalg_lu_factor_ex", "file": str(src), "line": 7, "function": "Solver.step",
+                "self_us": 80_000.0}]
+    f_ = facts(analysis=analysis(by_name=[_op("aten::linalg_lu_factor_ex", 80_000.0, count=141)],
+                                 float64=Float64Ops(recorded=True, self_us=95_000.0, ops=[
+                                     _op("aten::linalg_lu_factor_ex", 80_000.0, count=141)])),
+               ops_by_line=by_line)
+    [f] = OpHotspot().check(f_)
+    assert f.evidence["refactorised"] == "self.A" and f.evidence["refactorised_at"] == 7 and f.where[0].line == 7
+    assert f.confidence == "measured" and f.severity != "info" and "torch.linalg.lu_factor" in f.fix
+    [dtype] = DtypeFloat64().check(f_)
+    assert DtypeFloat64().explained(dtype, f, f_) is None
+
+
+def test_a_matrix_is_invariant_only_when_nothing_between_the_calls_changes_it(tmp_path):
+    from torchneck.diagnose.idioms import factorises_invariant_matrix
+
+    src = tmp_path / "solver.py"
+    src.write_text(SOLVER)
+    assert factorises_invariant_matrix(str(src), 7) == "self.A"
+    assert factorises_invariant_matrix(str(src), 10) is None  # relax() changes self.B
+    assert factorises_invariant_matrix(str(src), 14) is None  # m changes in the loop
+    assert factorises_invariant_matrix(str(src), 16) == "a"  # a is the loop's constant
+
+
 def test_a_top_k_by_a_full_sort_split_over_two_statements(tmp_path):
     """`order = scores.argsort(...)` whose only uses keep a prefix (`order[:, :k]`); a sort also
     used whole, or bound again, is not a top-k."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import types
+from typing import Any
 
 from ..sites import is_user_file
 
@@ -104,7 +105,8 @@ class CallSites:
                 sites.records.append({
                     "what": "dataloader", **where, "dataset": type(dataset).__name__,
                     "batch_size": loader.batch_size, "num_workers": loader.num_workers,
-                    "per_sample": loader._auto_collation and not hasattr(dataset, "__getitems__")})
+                    "per_sample": loader._auto_collation and not hasattr(dataset, "__getitems__"),
+                    "sample_elements": _sample_elements(dataset)})
             except Exception:
                 pass
 
@@ -159,3 +161,18 @@ class CallSites:
         for owner, name, original in reversed(self._restore):
             setattr(owner, name, original)
         self._restore = []
+
+
+def _sample_elements(dataset: Any) -> int | None:
+    """Elements of one sample's first tensor, where the dataset holds its tensors (a
+    TensorDataset: read from the shape, no torch op, no user code run); None otherwise."""
+    import math
+
+    import torch
+
+    tensors = getattr(dataset, "tensors", None)
+    try:
+        with torch._C.DisableTorchFunction():  # the line marker's mode must not see torchneck's reads
+            return math.prod(tuple(tensors[0].shape)[1:]) if isinstance(tensors, tuple) and tensors else None
+    except Exception:
+        return None

@@ -106,6 +106,38 @@ def tensor_from_lists(file: str, line: int) -> bool:
 
 INVERSES = frozenset({"inv", "inverse", "inv_ex"})
 """Calls that invert a matrix."""
+FACTORISING = frozenset({"solve", "solve_ex", "inv", "inverse", "inv_ex", "cholesky", "cholesky_ex", "lstsq",
+                         "lu_factor", "lu_factor_ex", "cholesky_solve", "eigh", "eig", "svd", "qr"})
+"""Calls that factorise their first argument (a linear solve factorises the matrix first)."""
+
+
+def factorises_invariant_matrix(file: str, line: int) -> str | None:
+    """The matrix the statement at `line` factorises (`torch.linalg.solve(self.A, rhs)`), as
+    written, when it cannot change between the calls: an attribute its function never assigns
+    (set once in `__init__`), or a name assigned before the loop holding the line and not in it.
+    The same factorisation is then redone every call. None when unclear or unreadable."""
+    path = enclosing(file, line)
+    if not path:
+        return None
+    tree = _tree(file)
+    if tree is None:
+        return None
+    loops = [s for s in path[:-1] if isinstance(s, LOOPS)]
+    for call in (n for n in walk_own(path[-1]) if isinstance(n, ast.Call) and call_name(n) in FACTORISING):
+        matrix = call.args[0] if call.args else None
+        if isinstance(matrix, ast.Attribute) and isinstance(matrix.value, ast.Name) and matrix.value.id == "self":
+            attr = matrix.attr
+            changed = [f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                       and f.name != "__init__" and any(isinstance(n, ast.Attribute) and n.attr == attr
+                                                        and isinstance(n.ctx, ast.Store) for n in ast.walk(f))]
+            if not changed:  # set in __init__ only
+                return ast.unparse(matrix)
+        elif isinstance(matrix, ast.Name) and loops:
+            loop = loops[-1]
+            if not any(isinstance(n, ast.Name) and n.id == matrix.id and isinstance(n.ctx, ast.Store)
+                       for n in ast.walk(loop)):
+                return matrix.id
+    return None
 
 
 def inverse_then_multiply(file: str, line: int) -> bool:
@@ -342,8 +374,8 @@ def _settings_of_value(tree: ast.Module, value: int) -> set[str]:
 
 def pads_to_max_length(file: str) -> list[int]:
     """Lines of `file` asking a tokenizer or collator to pad every batch to a fixed length:
-    `padding="max_length"`, `pad_to_max_length=True`, `PaddingStrategy.MAX_LENGTH`; [] when none
-    or unreadable."""
+    `padding="max_length"` (or a choice that may give it), `pad_to_max_length=True`,
+    `PaddingStrategy.MAX_LENGTH`; [] when none or unreadable."""
     tree = _tree(file)
     if tree is None:
         return []
@@ -351,7 +383,8 @@ def pads_to_max_length(file: str) -> list[int]:
     for node in ast.walk(tree):
         if isinstance(node, ast.keyword):
             value = node.value
-            if node.arg == "padding" and isinstance(value, ast.Constant) and value.value == "max_length":
+            if node.arg == "padding" and any(isinstance(n, ast.Constant) and n.value == "max_length"
+                                             for n in ast.walk(value)):  # a branch of a choice too
                 out.add(value.lineno)
             elif node.arg == "pad_to_max_length" and not (isinstance(value, ast.Constant) and not value.value):
                 out.add(value.lineno)

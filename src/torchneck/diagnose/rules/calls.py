@@ -6,6 +6,7 @@ tensor inputs of every top-level module call at the user's line that made it
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
 import msgspec
@@ -15,7 +16,7 @@ from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..idioms import fixed_length_lines, pads_to_max_length
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import calls_backward, function_at, repeats
+from ..source import argument_assigned_at, calls_backward, enclosing, function_at, repeats
 
 
 class ModelCallsEvidence(Record):
@@ -38,6 +39,10 @@ class ModelCallsEvidence(Record):
     backward_share: float = 0.0
     """The sampled share of the steady state under the lines calling `.backward()` (training:
     the padding's positions are paid again there)."""
+    loader_at: int | None = None
+    """The line making the DataLoader of batch_size=1 whose samples the model is called on."""
+    batch_size_at: int | None = None
+    """The line choosing that batch size (the variable passed as `batch_size=`), when not the loader's."""
 
 
 def model_call_sites(facts: Facts) -> list[dict[str, Any]]:
@@ -206,7 +211,57 @@ class UnbatchedCalls(_SiteRule):
             out.append(self.found(evidence, f"the model is called once per sample: {single:,} calls with a batch of "
                                             f"one at this line take {100 * share:.0f}% of the time",
                                   saving, facts, where))
-        return out[:1]
+        return (out or self._loader_of_one(facts))[:1]
+
+    LOADER_NEXT = "_BaseDataLoaderIter.__next__"
+    """The library frame of a line iterating a DataLoader (`for xb, yb in loader:`)."""
+    MODULE_CALLS = ("Module._wrapped_call_impl", "Module._call_impl", "OptimizedModule.__call__")
+    """The library frames of a line calling a module (eager, or compiled by torch.compile)."""
+
+    def _loader_of_one(self, facts: Facts) -> list[Finding]:
+        """A loop over a DataLoader of `batch_size=1` that calls a module: the capture's record of
+        the loader and the sampled loop. For what the module hooks do not see: a compiled model,
+        or calls after a better step clock took over (an evaluation sweep after training)."""
+        loaders = [s for s in facts.sites_of("dataloader") if s.get("batch_size") == 1
+                   and (s.get("sample_elements") or 0) <= self.MAX_SAMPLE_ELEMENTS]
+        window = (facts.python or {}).get("window") or {}
+        total, lines = window.get("sampled_s") or 0.0, window.get("lines") or []
+        inclusive = window.get("inclusive_lines") or lines
+        if not loaders or total <= 0:
+            return []
+        for header in lines:
+            if not (header.get("library") or "").startswith(self.LOADER_NEXT):
+                continue
+            stmts = enclosing(header["file"], header["line"])
+            loop = stmts[-1] if stmts else None
+            if not isinstance(loop, ast.For) or loop.lineno != header["line"]:
+                continue
+            frame, lo, hi = (header["file"], header.get("function")), loop.lineno, loop.end_lineno or loop.lineno
+            body = [ln for ln in inclusive if (ln.get("file"), ln.get("function")) == frame and lo <= ln["line"] <= hi]
+            call = next((ln for ln in lines if (ln.get("file"), ln.get("function")) == frame
+                         and lo <= ln["line"] <= hi and (ln.get("library") or "").startswith(self.MODULE_CALLS)), None)
+            if call is None:
+                continue
+            spent = sum(ln["total_s"] for ln in body)
+            if (call.get("library") or "").startswith("OptimizedModule"):  # compiled at its first call: stays
+                spent -= float((((facts.compile or {}).get("time_s") or {}).get("total")) or 0.0)
+            share = min(max(spent, 0.0) / total, 1.0)
+            work = arithmetic_share(facts)
+            in_ops = in_ops_share_under(facts, call["file"], call["line"])
+            kept = work if in_ops is None else in_ops * work
+            if share * (1.0 - kept) < self.MIN_SHARE:
+                continue
+            loader = loaders[0]
+            chosen = argument_assigned_at(loader["file"], loader["line"], "batch_size")
+            where = [Where(file=loader["file"], line=chosen, function=function_at(loader["file"], chosen))] \
+                if chosen else []
+            where += where_of([loader, header, call])
+            evidence = ModelCallsEvidence(calls=0, matching_calls=0, calls_share=share, work_share=work,
+                                          share_kept=kept, loader_at=loader["line"], batch_size_at=chosen)
+            title = (f"the model is called once per sample: a DataLoader with batch_size=1 (line {loader['line']}) "
+                     f"feeds the loop at line {header['line']}, {100 * share:.0f}% of the time")
+            return [self.found(evidence, title, share * (1.0 - kept), facts, where)]
+        return []
 
     @staticmethod
     def _loop_of(facts: Facts, site: dict[str, Any]) -> Where | None:
@@ -220,6 +275,12 @@ class UnbatchedCalls(_SiteRule):
         return None
 
     def fix(self, evidence: ModelCallsEvidence) -> str:
+        if evidence.loader_at is not None:
+            at = evidence.batch_size_at or evidence.loader_at
+            return (f"Give the DataLoader a real batch size (line {at}: e.g. 256) and keep per-sample records by "
+                    "splitting the batched outputs (torch.cat of the per-batch results, or .unbind()); at "
+                    "batch_size=1 every sample pays the loader's fetch and collate, and every module's Python and "
+                    "op dispatch (a compiled model's guards too).")
         return ("Call the model once on a batch: stack the samples (torch.stack, or pad them to one length) and "
                 "call it once, then split its output; called per sample, every module's Python and every op's "
                 "dispatch is paid once per row. Requests that arrive one by one can be collected for a few "

@@ -15,6 +15,7 @@ from ..idioms import (
     broadcast_product,
     diagonal_of_product,
     embedding_defined_at,
+    factorises_invariant_matrix,
     float64_dtype_constant,
     inverse_then_multiply,
     sorted_then_searched,
@@ -69,6 +70,9 @@ class OpHotspotEvidence(Record):
     """A line computing a whole matrix product to keep its diagonal."""
     rank_by_sort: int | None = None
     """A line sorting a whole tensor to find where given elements rank."""
+    refactorised: str | None = None
+    """The matrix (as written) a line factorises again on every call though it never changes."""
+    refactorised_at: int | None = None
     """The line that inverts a matrix to multiply by its inverse (`inv(A) @ b`): a solve."""
     top_k_by_sort: int | None = None
     """The line that sorts a whole tensor to keep its first elements (a top-k by a full sort)."""
@@ -76,6 +80,12 @@ class OpHotspotEvidence(Record):
     """The rows of an embedding table whose dense gradient this op fills or updates every step."""
     embedding_at: int | None = None
     """The line that makes that embedding module (where `sparse=True` goes)."""
+
+
+IDIOM_FIELDS = ("densified_at", "mostly_zero_shape", "grouped_by_mask", "broadcast_at", "inverse_at", "diagonal_at",
+                "rank_by_sort", "refactorised_at", "top_k_by_sort", "dense_embedding_rows")
+"""`OpHotspotEvidence` fields naming a slower way to the op's result than needed, read from the
+source or the capture: the op is then a cause, not the model's compute."""
 
 
 def is_backward_op(name: str) -> bool:
@@ -201,6 +211,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             if top.name in self.BROADCAST_OPS else None
         diagonal = next((w for w in where if diagonal_of_product(w.file, w.line)), None) \
             if top.name in self.MATMULS else None
+        factorised = next(((w, m) for w in where if (m := factorises_invariant_matrix(w.file, w.line))), None) \
+            if top.name in self.FACTOR_OPS and top.count >= self.MIN_FACTORISATIONS else None
         table = self._dense_embedding_grad(facts, top)
         paired = self._backward_of(facts, top, where) if grouped is None and dense is None and table is None else None
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
@@ -214,6 +226,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                broadcast_at=broadcast.line if broadcast else None,
                                diagonal_at=diagonal.line if diagonal else None,
                                rank_by_sort=searched.line if searched else None,
+                               refactorised=factorised[1] if factorised else None,
+                               refactorised_at=factorised[0].line if factorised else None,
                                dense_embedding_rows=table[0] if table else None,
                                embedding_at=table[1].line if table and table[1] else None,
                                mostly_zero_shape=zeros[0]["shape"] if zeros else None,
@@ -239,7 +253,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         for idiom, does in ((broadcast, "materialises every pairwise product to sum it (a matrix product)"),
                             (diagonal, "computes a whole matrix product to keep its diagonal"),
                             (inverse, "inverts a matrix to multiply by its inverse"),
-                            (searched, "sorts a whole tensor to find where given elements rank")):
+                            (searched, "sorts a whole tensor to find where given elements rank"),
+                            (factorised[0] if factorised else None,
+                             f"factorises {factorised[1] if factorised else ''}, which never changes, on every call")):
             if idiom is not None:  # a slow idiom on a line running the op: that line first
                 ev.avoidable = avoidable = True
                 what = f": line {idiom.line} {does}"
@@ -264,7 +280,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         return [self.finding(ev, title=f"{top.name} takes {100 * share:.0f}% of the profiled time "
                                        f"({top.count} calls){what}",
                              lost_s=lost, pct=facts.pct(lost), severity=None if avoidable else "info",
-                             where=where, ops=[top.name])]
+                             where=where, ops=[top.name],
+                             confidence="measured" if factorised else None)]  # the factorisations all go
 
     MASK_OPS = frozenset({
         "aten::nonzero", "aten::index", "aten::masked_select", "aten::argwhere", "aten::index_put_",
@@ -283,6 +300,14 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                 return tuple(Where(file=w.file, line=at, function=w.function) for at in found)  # type: ignore[return-value]
         return None
 
+    FACTOR_OPS = frozenset({"aten::linalg_lu_factor_ex", "aten::linalg_lu_factor", "aten::_linalg_solve_ex",
+                            "aten::linalg_solve", "aten::linalg_solve_ex", "aten::linalg_cholesky_ex",
+                            "aten::linalg_cholesky", "aten::linalg_inv_ex", "aten::linalg_inv", "aten::inverse",
+                            "aten::linalg_lstsq", "aten::linalg_eigh", "aten::_linalg_eigh", "aten::linalg_eig",
+                            "aten::_linalg_svd", "aten::linalg_svd", "aten::linalg_qr"})
+    """Ops that factorise a matrix (a solve's LU, a Cholesky, an inverse, a decomposition)."""
+    MIN_FACTORISATIONS = 10
+    """Fewer factorisations in the window are not a matrix factorised again and again."""
     INVERSE_OPS = frozenset({"aten::linalg_inv", "aten::linalg_inv_ex", "aten::inverse", "aten::linalg_lu_solve",
                              "aten::linalg_lu_factor_ex", "aten::linalg_solve_ex", "aten::bmm", "aten::matmul"})
     """Ops of an inversion (torch inverts by an LU factorisation and a solve against the identity)
@@ -419,6 +444,12 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                     "compute the diagonal alone, row by row, as an element-wise product summed: diag(a @ b) is "
                     "(a * b.T).sum(-1), diag(d @ P @ d.T) is ((d @ P) * d).sum(-1), trace(a @ b) is (a * b.T).sum() "
                     "(or torch.einsum('ij,ji->i', a, b)): N x D work instead of N x N x D, and no N x N matrix.")
+        if evidence.refactorised_at is not None:
+            return (f"Line {evidence.refactorised_at} factorises {evidence.refactorised} again on every call, and it "
+                    "never changes: factorise it once where it is built (lu, piv = torch.linalg.lu_factor(A); "
+                    "torch.linalg.cholesky(A) when it is symmetric positive definite) and solve each call with the "
+                    "factors (torch.linalg.lu_solve(lu, piv, b), torch.cholesky_solve(b, L)): a pair of "
+                    "triangular solves instead of a factorisation.")
         if evidence.inverse_at is not None:
             return (f"Line {evidence.inverse_at} inverts a matrix only to multiply by the inverse: solve instead, "
                     "torch.linalg.solve(A, b) (or torch.cholesky_solve for a symmetric positive definite A, "
@@ -612,8 +643,10 @@ class DtypeFloat64(Rule[Float64Evidence]):
                              lost_s=lost, pct=facts.pct(lost), where=where, ops=sorted(names))]
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
-        """A dominant op that runs on float64 data is slow because of its dtype."""
-        if not set(symptom.ops) & set(cause.ops):
+        """A dominant op that runs on float64 data is slow because of its dtype, unless the op
+        names a slow way of getting its result (`IDIOM_FIELDS`): a cause of its own, whose fix
+        saves its time in either dtype."""
+        if not set(symptom.ops) & set(cause.ops) or any(symptom.evidence.get(k) for k in IDIOM_FIELDS):
             return None
         return Explanation(min(symptom.time_lost_s, cause.evidence.get("float64_self_s", 0.0)))
 
