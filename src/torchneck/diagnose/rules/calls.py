@@ -162,7 +162,10 @@ class UnbatchedCalls(_SiteRule):
     """The model is called once per sample, in a loop (`[model(x[None]) for x in batch]`): every
     call pays the Python of every module and the dispatch of every op for one row, which a batched
     call pays once for all of them. Seen by the capture's module hooks: nearly every call made at
-    one line of the user's code takes a batch of one, many times, and the line repeats.
+    one line of the user's code takes a batch of one, many times, and the line repeats. Or, where
+    the hooks do not look (a compiled model; calls after training's step clock took over), by a
+    DataLoader made with `batch_size=1` and a sampled loop iterating a loader that calls a module:
+    the batch size's line is named first.
 
     Time lost: the sampled share of the steady state under that line (the calls and all below
     them), less what the batched call still does: the part of it inside torch ops (sampled, so
@@ -251,7 +254,7 @@ class UnbatchedCalls(_SiteRule):
             kept = work if in_ops is None else in_ops * work
             if share * (1.0 - kept) < self.MIN_SHARE:
                 continue
-            loader = loaders[0]
+            loader = next((ld for ld in loaders if ld["file"] == header["file"]), loaders[0])
             chosen = argument_assigned_at(loader["file"], loader["line"], "batch_size")
             where = [Where(file=loader["file"], line=chosen, function=function_at(loader["file"], chosen))] \
                 if chosen else []
