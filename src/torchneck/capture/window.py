@@ -141,7 +141,7 @@ class ProfiledWindow:
         try:
             with self._ours():
                 o = self.options
-                prof = Kineto(o.record_shapes, o.profile_memory, o.with_stack)
+                prof = Kineto(o.record_shapes, o.profile_memory, o.with_stack, self.log.thread_module_calls > 0)
                 prof.start()
         except Exception as exc:  # never let the profiler take the user's run down
             self.export_error = f"{type(exc).__name__}: {exc}"
