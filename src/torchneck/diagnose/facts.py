@@ -60,17 +60,19 @@ class Facts(msgspec.Struct, kw_only=True):
         return [Where(file=f, line=ln, function=fn) for (f, ln, fn), _ in best]
 
     def with_callers(self, where: list[Where], part: str = "window") -> list[Where]:
-        """`where`, then the user's lines up the one call path that carries its first line's sampled
-        time (`python.<part>.lines[].callers`, the steady state's or the DataLoader's `loading`):
-        work done inside a helper is changed where the helper is called (batch the calls, a larger
-        recursion leaf, tokenize once), which the ops or the helper's own lines cannot name."""
+        """`where`, then the user's lines up the one call path that carries the sampled time of its
+        first line the sampler saw called (`python.<part>.lines[].callers`, the steady state's or
+        the DataLoader's `loading`): work done inside a helper is changed where the helper is called
+        (batch the calls, a larger recursion leaf, tokenize once), which the ops or the helper's own
+        lines cannot name."""
         if not where or not self.python:
             return where
-        first = (where[0].file, where[0].line)
-        for line in (self.python.get(part) or {}).get("lines", []):
-            if (line.get("file"), line.get("line")) == first:
-                seen = {(w.file, w.line) for w in where}
-                return where + [c for c in where_of(line.get("callers") or []) if (c.file, c.line) not in seen]
+        sampled = {(ln.get("file"), ln.get("line")): ln for ln in (self.python.get(part) or {}).get("lines", [])}
+        seen = {(w.file, w.line) for w in where}
+        for w in where:
+            callers = (sampled.get((w.file, w.line)) or {}).get("callers")
+            if callers:
+                return where + [c for c in where_of(callers) if (c.file, c.line) not in seen]
         return where
 
 
