@@ -869,3 +869,15 @@ def test_a_method_called_per_item_building_a_constant_is_loop_invariant(tmp_path
     assert invariant_call(str(src), 4, {"table"}, called_repeatedly=True) == "table"
     assert invariant_call(str(src), 5, {"table"}, called_repeatedly=True) is None  # reads the item
     assert invariant_call(str(src), 4, {"table"}) is None  # not known to be called per item
+
+
+def test_with_callers_follows_the_first_line_the_sampler_saw_called():
+    """A recursion's slicing line issues most ops but was never sampled with a caller; the call
+    path of the next line (the leaf product) reaches the line choosing the leaf size."""
+    lines = [{"file": "s.py", "line": 16, "function": "strassen", "total_s": 1.0},
+             {"file": "s.py", "line": 14, "function": "strassen", "total_s": 2.0,
+              "callers": [{"file": "s.py", "line": 35, "function": "power"},
+                          {"file": "s.py", "line": 50, "function": "main"}]}]
+    f_ = facts(python={"window": {"sampled_s": 4.0, "lines": lines}})
+    where = [Where(file="s.py", line=16, function="strassen"), Where(file="s.py", line=14, function="strassen")]
+    assert [w.line for w in f_.with_callers(where)] == [16, 14, 35, 50]
