@@ -689,10 +689,14 @@ def test_op_hotspot_costs_the_products_with_the_mostly_zero_matrix_less_their_sp
 
 
 @silent("op_hotspot")
-def test_op_hotspot_a_mostly_zero_input_no_product_takes_stays_context(tmp_path):
+def test_op_hotspot_a_mostly_zero_input_no_product_takes_or_new_every_call_stays_context(tmp_path):
     script = tmp_path / "g.py"
     script.write_text("import torch\nadj = build()\nx = feats()\ny = model(x, adj)\n")
     [f] = OpHotspot().check(_zero_facts(script, (900, 900), ["[[512, 512], [512, 16]]"]))
+    assert f.severity == "info" and f.evidence["mostly_zero_shape"] is None
+    once = _zero_facts(script, (900, 900), ["[[900, 900], [900, 16]]"])  # a batch of sparse features
+    once.clock["top_module_sites"][0]["mostly_zero"][0]["calls"] = 1
+    [f] = OpHotspot().check(once)
     assert f.severity == "info" and f.evidence["mostly_zero_shape"] is None
 
 

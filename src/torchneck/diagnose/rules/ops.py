@@ -389,6 +389,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     MATMULS = ("aten::mm", "aten::addmm", "aten::matmul", "aten::bmm", "aten::baddbmm", "aten::linear")
     """Products whose work a sparse operand would shrink to its non-zeros."""
 
+    MIN_CALLS_WITH_MATRIX = 2
+    """The same mostly-zero matrix given to the model again (a graph's adjacency, built once): a
+    batch of sparse features, new every call, wants another fix (an EmbeddingBag)."""
     SPARSE_COST = 20.0
     """A sparse (COO) product's cost per stored value, its backward included, against a dense
     product's per element: measured ~21x (700 rows, 1.9 % non-zeros) and ~30x (2,000 rows, 0.65 %)
@@ -403,6 +406,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         best = None
         for site in model_call_sites(facts):
             for entry in site.get("mostly_zero") or []:
+                if (entry.get("calls") or 0) < self.MIN_CALLS_WITH_MATRIX:
+                    continue
                 rows, cols = entry["shape"]
                 operand = re.compile(rf"\[({rows}, {cols}|{cols}, {rows})\]")
                 spent = sum(o.self_us for o in by_shape if o.name in self.MATMULS and operand.search(o.shapes or ""))
