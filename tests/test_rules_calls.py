@@ -63,11 +63,16 @@ def _loader_facts(src, batch_size, sample_elements=32):
 def test_unbatched_calls_silent_for_a_loader_of_batches_or_of_large_samples(tmp_path):
     src = tmp_path / "ev.py"
     src.write_text("def evaluate(loader):\n    for xb in loader:\n        model(xb)\nbs = 1\n"
-                   "loader = DataLoader(ds, batch_size=bs)\n")
+                   "loader = DataLoader(ds, batch_size=bs)\nevaluate(loader)\n")
     [f] = UnbatchedCalls().check(_loader_facts(src, 1))  # the loop: 80 % of the time, 10 % of it arithmetic
     assert [w.line for w in f.where] == [4, 5, 2, 3] and abs(f.evidence["share_kept"] - 0.1) < 1e-9
     assert UnbatchedCalls().check(_loader_facts(src, 32)) == []
     assert UnbatchedCalls().check(_loader_facts(src, 1, sample_elements=3 * 512 * 512)) == []
+    # the loop iterates a loader of batches; the loader of one (line 5) is another, never iterated here
+    src = tmp_path / "train.py"  # (sources are read once per file)
+    src.write_text("def train(loader):\n    for xb in loader:\n        model(xb)\ntrain_loader = DataLoader(ds, 64)\n"
+                   "loader = DataLoader(ds, batch_size=1)\ntrain(train_loader)\n")
+    assert UnbatchedCalls().check(_loader_facts(src, 1)) == []
 
 
 @fires("unbatched_calls")

@@ -89,6 +89,14 @@ def test_a_matrix_is_invariant_only_when_nothing_between_the_calls_changes_it(tm
     assert factorises_invariant_matrix(str(src), 10) is None  # relax() changes self.B
     assert factorises_invariant_matrix(str(src), 14) is None  # m changes in the loop
     assert factorises_invariant_matrix(str(src), 16) == "a"  # a is the loop's constant
+    flow = tmp_path / "flow.py"
+    flow.write_text("import torch\nclass Flow(torch.nn.Module):\n    def __init__(self, c):\n"
+                    "        self.weight = torch.nn.Parameter(torch.eye(c))\n"
+                    "    def forward(self, x):\n        return x @ torch.inverse(self.weight)\n"
+                    "def loop(A, b):\n    for it in range(10):\n        A[0, 0] += 1.0\n"
+                    "        b = torch.linalg.solve(A, b)\n")
+    assert factorises_invariant_matrix(str(flow), 6) is None  # a trained parameter changes every step
+    assert factorises_invariant_matrix(str(flow), 10) is None  # changed in place in the loop
 
 
 def test_a_top_k_by_a_full_sort_split_over_two_statements(tmp_path):
@@ -706,8 +714,8 @@ def test_the_capture_reads_a_matrix_s_zeros_once_and_only_large_floating_ones():
     from torchneck.capture.call_inputs import SiteInputs, nonzero_share
 
     sparse = torch.zeros(400, 300)
-    sparse[::7, ::5] = 1.0
-    assert abs(nonzero_share(sparse) - 1 / 35) < 0.01 and nonzero_share(torch.randn(400, 300)) > 0.99
+    sparse[::7, ::10] = 1.0
+    assert abs(nonzero_share(sparse) - 1 / 70) < 0.01 and nonzero_share(torch.randn(400, 300)) > 0.99
     assert nonzero_share(torch.zeros(100, 300)) is None  # too small to matter
     assert nonzero_share(torch.zeros(400, 300, dtype=torch.long)) is None and nonzero_share(sparse.to_sparse()) is None
     tally = SiteInputs()
@@ -716,9 +724,18 @@ def test_the_capture_reads_a_matrix_s_zeros_once_and_only_large_floating_ones():
     tally.note_zeros(torch.randn(400, 300), "mask")
     [entry] = tally.to_json()["mostly_zero"]
     assert entry["shape"] == [400, 300] and entry["argument"] == 1 and entry["calls"] == 3
-    sparse[0, 0] = 5.0  # changed in place: looked at again, the same entry
+    sparse[0, 0] = 5.0  # changed in place: looked at again, a new matrix of the same entry
     tally.note_zeros(sparse, 1)
-    assert tally.to_json()["mostly_zero"][0]["calls"] == 4 and len(tally.zeros_looked) == 2
+    assert tally.to_json()["mostly_zero"][0]["calls"] == 3 and len(tally.zeros_looked) == 2
+    fresh = SiteInputs()  # a batch of sparse features, new at every call: never the same matrix twice
+    for _ in range(3):
+        fresh.note_zeros(sparse.clone(), 0)
+    assert fresh.to_json()["mostly_zero"][0]["calls"] == 1
+    fresh.note_zeros(torch.zeros(400, 300), 2)  # all zeros: a tensor to drop, not one to store sparse
+    assert len(fresh.to_json()["mostly_zero"]) == 1
+    view = sparse[1:]
+    sparse.untyped_storage().resize_(0)  # a view of freed memory is not read
+    assert nonzero_share(view) is None
 
 
 GROUP_BY_SCRIPT = """\

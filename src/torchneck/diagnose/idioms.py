@@ -11,6 +11,7 @@ from .source import (
     COMPREHENSIONS,
     FACTORY_CALLS,
     LOOPS,
+    _assigned_before,
     _own_nodes,
     _scope_body,
     _tree,
@@ -107,7 +108,7 @@ def tensor_from_lists(file: str, line: int) -> bool:
 INVERSES = frozenset({"inv", "inverse", "inv_ex"})
 """Calls that invert a matrix."""
 FACTORISING = frozenset({"solve", "solve_ex", "inv", "inverse", "inv_ex", "cholesky", "cholesky_ex", "lstsq",
-                         "lu_factor", "lu_factor_ex", "cholesky_solve", "eigh", "eig", "svd", "qr"})
+                         "lu_factor", "lu_factor_ex", "eigh", "eig", "svd", "qr"})
 """Calls that factorise their first argument (a linear solve factorises the matrix first)."""
 
 
@@ -115,7 +116,9 @@ def factorises_invariant_matrix(file: str, line: int) -> str | None:
     """The matrix the statement at `line` factorises (`torch.linalg.solve(self.A, rhs)`), as
     written, when it cannot change between the calls: an attribute its function never assigns
     (set once in `__init__`), or a name assigned before the loop holding the line and not in it.
-    The same factorisation is then redone every call. None when unclear or unreadable."""
+    The same factorisation is then redone every call. A trained parameter (`nn.Parameter`), or
+    a matrix changed in place (`A[i, j] = ...`, `A += ...`, `A.add_(...)`), changes. None when
+    unclear or unreadable."""
     path = enclosing(file, line)
     if not path:
         return None
@@ -127,17 +130,37 @@ def factorises_invariant_matrix(file: str, line: int) -> str | None:
         matrix = call.args[0] if call.args else None
         if isinstance(matrix, ast.Attribute) and isinstance(matrix.value, ast.Name) and matrix.value.id == "self":
             attr = matrix.attr
-            changed = [f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                       and f.name != "__init__" and any(isinstance(n, ast.Attribute) and n.attr == attr
-                                                        and isinstance(n.ctx, ast.Store) for n in ast.walk(f))]
-            if not changed:  # set in __init__ only
+            outside_init = [n for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                            and f.name != "__init__" for n in ast.walk(f)]
+            trained = any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == attr
+                                                            for t in n.targets)
+                          and "Parameter" in {call_name(c) for c in ast.walk(n.value) if isinstance(c, ast.Call)}
+                          for n in ast.walk(tree))
+            if not trained and not any(_changes(n, lambda e, a=attr: isinstance(e, ast.Attribute) and e.attr == a)
+                                       for n in outside_init):  # set in __init__ only
                 return ast.unparse(matrix)
         elif isinstance(matrix, ast.Name) and loops:
-            loop = loops[-1]
-            if not any(isinstance(n, ast.Name) and n.id == matrix.id and isinstance(n.ctx, ast.Store)
-                       for n in ast.walk(loop)):
-                return matrix.id
+            name = matrix.id
+            if not any(_changes(n, lambda e, v=name: isinstance(e, ast.Name) and e.id == v)
+                       for n in ast.walk(loops[-1])):
+                return name
     return None
+
+
+def _changes(node: ast.AST, is_it) -> bool:
+    """`node` binds or changes in place the expression `is_it` recognises: an assignment to it or
+    to an element of it, an augmented assignment, an in-place method call (`x.add_(...)`)."""
+    if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Store):
+        return bool(is_it(node))
+    if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+        return bool(is_it(node.value))
+    if isinstance(node, ast.AugAssign):
+        target = node.target.value if isinstance(node.target, ast.Subscript) else node.target
+        return bool(is_it(target))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.endswith("_") \
+            and not node.func.attr.startswith("_"):
+        return bool(is_it(node.func.value))
+    return False
 
 
 def inverse_then_multiply(file: str, line: int) -> bool:
@@ -487,4 +510,57 @@ def _invariant_in_function(file: str, line: int, stmt: ast.stmt, functions: set[
             continue
         if not {n.id for a in arguments for n in ast.walk(a) if isinstance(n, ast.Name)} & params:
             return call_name(call)
+    return None
+
+
+LOADER_WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip", "islice"})
+"""Calls wrapping the iterable a loop takes its batches from (`enumerate(loader)`)."""
+
+
+def loader_lines_of_loop(file: str, line: int) -> set[int]:
+    """The lines of `file` that may construct the DataLoader the `for` loop at `line` iterates:
+    the `DataLoader(...)` assigned to the iterated name in the loop's function, or, when that name
+    is a parameter, passed to the function at its calls in the file. Empty when unclear."""
+    tree = _tree(file)
+    path = enclosing(file, line)
+    if tree is None or not path or not isinstance(path[-1], ast.For) or path[-1].lineno != line:
+        return set()
+    iterable = path[-1].iter
+    while isinstance(iterable, ast.Call) and call_name(iterable) in LOADER_WRAPPERS and iterable.args:
+        iterable = iterable.args[0]
+    if isinstance(iterable, ast.Call):
+        return {iterable.lineno} if call_name(iterable) == "DataLoader" else set()
+    if not isinstance(iterable, ast.Name):
+        return set()
+    made = _made_as_loader(tree, file, line, iterable.id)
+    if made is not None:
+        return {made}
+    function = next((f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and f.lineno < line <= (f.end_lineno or f.lineno) and f.body is not None
+                     and any(s is path[0] for s in f.body)), None)
+    if function is None:
+        return set()
+    params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    if iterable.id not in params:
+        return set()
+    position = params.index(iterable.id) - (1 if params and params[0] == "self" else 0)
+    out = set()
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and call_name(n) == function.name):
+        passed = call.args[position] if 0 <= position < len(call.args) else \
+            next((k.value for k in call.keywords if k.arg == iterable.id), None)
+        if isinstance(passed, ast.Call) and call_name(passed) == "DataLoader":
+            out.add(passed.lineno)
+        elif isinstance(passed, ast.Name):
+            made = _made_as_loader(tree, file, call.lineno, passed.id)
+            if made is not None:
+                out.add(made)
+    return out
+
+
+def _made_as_loader(tree: ast.Module, file: str, line: int, name: str) -> int | None:
+    """The line of the last assignment of `name` before `line` when it makes a DataLoader."""
+    found = _assigned_before(tree, file, line, name)
+    if found is not None and found.value is not None and any(
+            isinstance(n, ast.Call) and call_name(n) == "DataLoader" for n in ast.walk(found.value)):
+        return found.lineno
     return None

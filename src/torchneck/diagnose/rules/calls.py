@@ -14,7 +14,7 @@ import msgspec
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
-from ..idioms import fixed_length_lines, pads_to_max_length
+from ..idioms import fixed_length_lines, loader_lines_of_loop, pads_to_max_length
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import argument_assigned_at, calls_backward, enclosing, function_at, repeats
 
@@ -164,8 +164,9 @@ class UnbatchedCalls(_SiteRule):
     call pays once for all of them. Seen by the capture's module hooks: nearly every call made at
     one line of the user's code takes a batch of one, many times, and the line repeats. Or, where
     the hooks do not look (a compiled model; calls after training's step clock took over), by a
-    DataLoader made with `batch_size=1` and a sampled loop iterating a loader that calls a module:
-    the batch size's line is named first.
+    DataLoader made with `batch_size=1` and a sampled loop iterating that loader (read from the
+    source: the name it iterates, assigned or passed to its function) that calls a module: the
+    batch size's line is named first.
 
     Time lost: the sampled share of the steady state under that line (the calls and all below
     them), less what the batched call still does: the part of it inside torch ops (sampled, so
@@ -245,16 +246,16 @@ class UnbatchedCalls(_SiteRule):
                          and lo <= ln["line"] <= hi and (ln.get("library") or "").startswith(self.MODULE_CALLS)), None)
             if call is None:
                 continue
-            spent = sum(ln["total_s"] for ln in body)
-            if (call.get("library") or "").startswith("OptimizedModule"):  # compiled at its first call: stays
-                spent -= float((((facts.compile or {}).get("time_s") or {}).get("total")) or 0.0)
-            share = min(max(spent, 0.0) / total, 1.0)
+            share = min(sum(ln["total_s"] for ln in body) / total, 1.0)  # compiling's samples are left out
             work = arithmetic_share(facts)
             in_ops = in_ops_share_under(facts, call["file"], call["line"])
             kept = work if in_ops is None else in_ops * work
             if share * (1.0 - kept) < self.MIN_SHARE:
                 continue
-            loader = next((ld for ld in loaders if ld["file"] == header["file"]), loaders[0])
+            made = loader_lines_of_loop(header["file"], header["line"])  # the loader this loop iterates
+            loader = next((ld for ld in loaders if ld["file"] == header["file"] and ld["line"] in made), None)
+            if loader is None:
+                continue
             chosen = argument_assigned_at(loader["file"], loader["line"], "batch_size")
             where = [Where(file=loader["file"], line=chosen, function=function_at(loader["file"], chosen))] \
                 if chosen else []
