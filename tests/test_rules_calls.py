@@ -319,6 +319,11 @@ def main(ap):
     assert fixed_length_lines(str(src), 96) == [10]
     assert fixed_length_lines(str(src), 160) == [18]
     assert fixed_length_lines(str(src), 64) == []
+    other = tmp_path / "loader.py"  # a setting of another kind with the same value sets no length
+    other.write_text("import torch\nloader = DataLoader(ds, batch_size=64)\n"
+                     "def collate(batch, batch_size):\n    longest = max(len(s) for s in batch)\n"
+                     "    return torch.zeros(batch_size, longest)\n")
+    assert fixed_length_lines(str(other), 64) == []
 
 
 def test_a_tokenizer_asked_to_pad_to_the_maximum_length_even_as_one_branch_of_a_choice(tmp_path):

@@ -39,3 +39,26 @@ def test_gzip_file_renames_the_whole_file_into_place(tmp_path):
     gzip_file(src, dst)
     assert gzip.decompress(dst.read_bytes()) == b'{"traceEvents": []}' * 1000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json.gz"]
+
+
+def test_a_second_ctrl_c_is_delivered_at_once_and_both_signals_are_delivered():
+    """Asked twice, the user means it now (a stop or an export that hangs); a SIGINT and a
+    SIGTERM held together are both delivered, even though the first handler raises."""
+    seen = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+    try:
+        reached = []
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts_held_back():
+                signal.raise_signal(signal.SIGINT)
+                reached.append(1)
+                signal.raise_signal(signal.SIGINT)  # raises here, inside the block
+                reached.append(2)
+        assert reached == [1] and seen == []
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts_held_back():
+                signal.raise_signal(signal.SIGINT)
+                signal.raise_signal(signal.SIGTERM)
+        assert seen == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -169,8 +169,11 @@ def _sample_elements(dataset: Any) -> int | None:
     import math
 
     import torch
+    from torch.utils.data import TensorDataset
 
-    tensors = getattr(dataset, "tensors", None)
+    if not isinstance(dataset, TensorDataset):  # a user's property or __getattr__ is not run
+        return None
+    tensors = dataset.tensors
     try:
         with torch._C.DisableTorchFunction():  # the line marker's mode must not see torchneck's reads
             return math.prod(tuple(tensors[0].shape)[1:]) if isinstance(tensors, tuple) and tensors else None

@@ -15,13 +15,17 @@ def gzip_file(src: Path, dst: Path) -> None:
     except ImportError:  # pragma: no cover
         import gzip as gz
     part = dst.with_name(dst.name + ".part")  # `dst` appears whole or not at all
-    with open(src, "rb") as fin, gz.open(part, "wb", compresslevel=1) as fout:
-        while True:
-            block = fin.read(8 << 20)
-            if not block:
-                break
-            fout.write(block)
-    os.replace(part, dst)
+    try:
+        with open(src, "rb") as fin, gz.open(part, "wb", compresslevel=1) as fout:
+            while True:
+                block = fin.read(8 << 20)
+                if not block:
+                    break
+                fout.write(block)
+        os.replace(part, dst)
+    except BaseException:  # a full disk, an interrupt: no half-written file is left; `src` stays
+        part.unlink(missing_ok=True)
+        raise
     src.unlink()
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -30,6 +31,7 @@ from typing import IO, TYPE_CHECKING
 
 from ..errors import TorchneckError
 from .runner import Outcome, Target, check_target, run_target, sigterm_held_back
+from .signals import held_back
 from .window import ProfiledWindow, WindowOptions
 
 if TYPE_CHECKING:
@@ -367,5 +369,6 @@ def capture_run(target: Target, options: WindowOptions, out: str | None, timeout
         try:
             outcome = run_target(target, code, timeout)
         finally:
-            result = session.end(outcome, target)
+            with held_back(signal.SIGINT):  # a Ctrl-C while the evidence is written: once it is
+                result = session.end(outcome, target)
     return result

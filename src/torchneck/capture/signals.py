@@ -11,25 +11,43 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 @contextmanager
 def held_back(*signums: int) -> Iterator[None]:
     """Hold back `signums` until the block is done, then deliver them to the handlers from
-    before (by default: the process ends; Python's SIGINT handler: KeyboardInterrupt). Blocks
-    nest. Outside the main thread signals cannot be handled: nothing changes there."""
+    before (by default: the process ends; Python's SIGINT handler: KeyboardInterrupt); a second
+    arrival of the same signal is delivered at once. Blocks nest. Outside the main thread signals
+    cannot be handled: nothing changes there."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     arrived: list[int] = []
-    before = {s: signal.signal(s, lambda signum, frame: arrived.append(signum)) for s in signums}
+    before: dict[int, Any] = {}
+
+    def restore() -> None:
+        for s, handler in before.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+
+    def hold(signum: int, frame: Any) -> None:
+        if signum in arrived:  # asked twice: the user means it, now (a stop or an export that hangs)
+            restore()
+            signal.raise_signal(signum)
+        arrived.append(signum)
+
+    before.update({s: signal.signal(s, hold) for s in signums})
     try:
         yield
     finally:
-        for s, handler in before.items():
-            signal.signal(s, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
-        for s in dict.fromkeys(arrived):
-            signal.raise_signal(s)
+        restore()
+        pending = list(dict.fromkeys(arrived))
+        try:
+            while pending:
+                signal.raise_signal(pending.pop(0))  # each one, even when the first one's handler raises
+        finally:
+            for s in pending:
+                signal.raise_signal(s)
 
 
 def interrupts_held_back():

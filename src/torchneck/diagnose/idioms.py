@@ -6,6 +6,7 @@ answers for one statement, and False (or None) when the source is unreadable or 
 from __future__ import annotations
 
 import ast
+import re
 
 from .source import (
     COMPREHENSIONS,
@@ -392,7 +393,12 @@ def _settings_of_value(tree: ast.Module, value: int) -> set[str]:
             out |= {a.arg for a, d in zip(positional[len(positional) - len(args.defaults):], args.defaults)
                     if is_value(d)}
             out |= {a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if is_value(d)}
-    return out
+    return {name for name in out if LENGTH_SETTING.search(name) and "batch" not in name}
+
+
+LENGTH_SETTING = re.compile(r"len|length|pad|seq|block|width|tokens|context|positions", re.IGNORECASE)
+"""Names of settings that are lengths (`max_len`, `seq_length`, `pad_to`, `block_size`): a setting
+of another kind that happens to have the same value (`batch_size=64`) sets no padded length."""
 
 
 def pads_to_max_length(file: str) -> list[int]:

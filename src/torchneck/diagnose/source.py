@@ -140,7 +140,8 @@ def argument_assigned_at(file: str, line: int, argument: int | str) -> int | Non
     tree = _tree(file)
     if tree is None:
         return None
-    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno == line):
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno == line]
+    for call in sorted(calls, key=lambda c: len(ast.unparse(c))):  # innermost first: `loss(model(x, adj), y)`
         if isinstance(argument, int):
             value = call.args[argument] if argument < len(call.args) else None
         else:

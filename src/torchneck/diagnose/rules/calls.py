@@ -79,8 +79,9 @@ def sampled_under(facts: Facts, file: str, line: int) -> float:
 def site_share(facts: Facts, site: dict[str, Any]) -> float:
     """The share of the steady state spent calling the model at `site`: sampled under its line
     (`sampled_under`); for a line only other threads ran (a server's worker; the sampler follows
-    the main thread), the capture's own timing of those threads' model calls over the run, split
-    between their lines by calls."""
+    the main thread), the capture's own timing of those threads' model calls as a share of the
+    whole run (their steady state is not known: a long model load makes it an underestimate),
+    split between their lines by calls."""
     share = sampled_under(facts, site["file"], site["line"])
     clock = facts.clock or {}
     threaded = clock.get("thread_module_sites") or []
