@@ -198,7 +198,10 @@ def _halves_by_width(columns: list[np.ndarray]) -> list[list[np.ndarray]]:
 
 OPEN_AT_STOP_TOLERANCE_US = 1.0
 """How close to the profiler's stop an event's end must be to have been ended by the stop: the
-trace's times have 3 decimals, durations are float32 (0.02 µs at 3 minutes)."""
+trace's times have 3 decimals; durations are float32, whose spacing grows with the duration (2 µs
+at 20 s, 16 µs at 3 minutes), so a long event gets `FLOAT32_SPACING` of its duration more."""
+FLOAT32_SPACING = 2.0 ** -22
+"""Twice float32's relative spacing: a duration stored in float32 is within this share of its value."""
 
 
 _DEVICE_CATS = np.array([Cat.KERNEL, Cat.GPU_MEMCPY, Cat.GPU_MEMSET, Cat.GPU_USER_ANNOTATION], dtype=np.int8)
@@ -211,14 +214,16 @@ def close_open_events(ts: np.ndarray, dur: np.ndarray, cat: np.ndarray, window_e
     comes after its own processing (measured: a backward node cut by a window's memory bound
     lasted 173 ms, 85 % of a 204 ms window, all of it the profiler's stop; a ProfilerStep left
     open ran 13 s past it), so they would claim that time as theirs. A GPU activity keeps its
-    end: the device's clock, not the stop, ended it. Read a block at a time: the columns may be
-    spill files."""
+    end: the device's clock, not the stop, ended it. Python-only work between the last op and the
+    stop (a window cut by its bound while the script ran no op) is cut with them: the trace holds
+    no mark of when the stop was asked. Read a block at a time: the columns may be spill files."""
     n = len(ts)
     last, open_rows = -np.inf, []
     for lo in range(0, n, block):
         end = ts[lo:lo + block] + dur[lo:lo + block]
         host = ~np.isin(cat[lo:lo + block], _DEVICE_CATS)
-        cut = (end >= window_end - OPEN_AT_STOP_TOLERANCE_US) & host
+        tolerance = np.maximum(OPEN_AT_STOP_TOLERANCE_US, dur[lo:lo + block] * FLOAT32_SPACING)
+        cut = (end >= window_end - tolerance) & host
         if cut.any():
             open_rows.append(lo + np.flatnonzero(cut))
         end = end[host & ~cut]
