@@ -440,3 +440,27 @@ def test_input_pipeline_of_a_dataset_indexing_its_own_tensors_row_by_row(tmp_pat
     f = InputPipeline().check(facts(analysis=a, python={"window": {"lines": []}, "loading": loading},
                                     call_sites=sites))[0]
     assert f.evidence["per_sample_from"] is None
+
+
+@fires("input_pipeline")
+def test_input_pipeline_names_statistics_recomputed_for_every_sample(tmp_path):
+    """The Dataset scales each window by statistics of the whole training span, recomputed per
+    sample (`robust_stats(self.values[: self.fit_end])` in a method `__getitem__` calls): the
+    loader's time is that helper's, and computing it once is the fix, not fetching batches."""
+    src = tmp_path / "windows.py"
+    src.write_text("import numpy as np\ndef robust_stats(x):\n    return np.percentile(x, [25, 50, 75], axis=0)\n"
+                   "class Windows:\n    def scale(self, window):\n"
+                   "        q = robust_stats(self.values[: self.fit_end])\n"
+                   "        return (window - q[1]) / (q[2] - q[0])\n"
+                   "    def __getitem__(self, i):\n        return self.scale(self.values[i : i + 48])\n")
+    a = analysis(annotations=[])
+    a.steps.breakdown_total_us = {"dataloader": 80_000.0, "cpu_exec": 20_000.0}
+    loading = {"lines": [{"file": str(src), "line": 3, "function": "robust_stats", "total_s": 0.07,
+                          "callers": [{"file": str(src), "line": 6, "function": "Windows.scale"},
+                                      {"file": str(src), "line": 9, "function": "Windows.__getitem__"}]}]}
+    sites = [{"what": "dataloader", "file": "/x/run.py", "line": 30, "function": "main", "dataset": "Windows",
+              "batch_size": 32, "num_workers": 0, "per_sample": True}]
+    [f] = InputPipeline().check(facts(analysis=a, python={"window": {"lines": []}, "loading": loading},
+                                      call_sites=sites))
+    assert f.where[0].line == 6 and f.evidence["invariant_call"] == "robust_stats"
+    assert "compute it once" in f.fix and f.evidence["per_sample_from"] is None

@@ -11,7 +11,7 @@ from ...model.analysis import Annotation, OpRow, SpanOps
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
-from ..idioms import indexes_own_tensors
+from ..idioms import indexes_own_tensors, invariant_call
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import LOOPS, call_name, enclosing, walk_own
 from .ops import is_backward_op
@@ -33,6 +33,10 @@ class InputPipelineEvidence(Record):
     """The in-memory dataset class (`TensorDataset`) a DataLoader indexes one sample at a time and
     collates again, batch by batch (capture/callsites.py's DataLoader record)."""
     batch_size: int | None = None
+    invariant_call: str | None = None
+    """A helper the Dataset's code calls for every sample with the same arguments (statistics of
+    the whole training span recomputed per window): computed once, its time goes."""
+    invariant_at: int | None = None
 
 
 @register
@@ -90,9 +94,16 @@ class InputPipeline(Rule[InputPipelineEvidence]):
         rows = any(indexes_own_tensors(w.file, w.line) for w in where)  # a __getitem__ indexing its tensors
         per_sample = next((s for s in loaders if s.get("per_sample")
                            and (s.get("dataset") in self.IN_MEMORY_DATASETS or rows)), None)
+        helpers = {w.function.rsplit(".", 1)[-1] for w in where if w.function}
+        hoisted = next(((w, name) for w in where  # the Dataset's code runs once per sample
+                        if (name := invariant_call(w.file, w.line, helpers, called_repeatedly=True))), None)
         if made is not None:  # a loader (and its workers) made every epoch: that line is the fix
             ev.made_in_loop = made.line
             where = [made, *(w for w in where if w is not made)]
+        elif hoisted is not None:  # the same result computed for every sample: compute it once
+            at, ev.invariant_call = hoisted
+            ev.invariant_at = at.line
+            where = [at, *(w for w in where if w is not at)]
         elif per_sample is not None:  # rows indexed one by one, then stacked again: fetch batches
             ev.per_sample_from, ev.batch_size = per_sample["dataset"], per_sample.get("batch_size")
             where = [*where_of([per_sample]), *where]
@@ -120,6 +131,10 @@ class InputPipeline(Rule[InputPipelineEvidence]):
     loader's time runs there) is one too."""
 
     def fix(self, evidence: InputPipelineEvidence) -> str:
+        if evidence.invariant_call is not None and evidence.made_in_loop is None:
+            return (f"Line {evidence.invariant_at} computes {evidence.invariant_call}() with the same arguments for "
+                    "every sample the DataLoader fetches: compute it once (in the Dataset's __init__, or before "
+                    "building it) and reuse the result; only the per-sample work stays in __getitem__.")
         if evidence.per_sample_from is not None and evidence.made_in_loop is None:
             size = evidence.batch_size or "B"
             own = "" if evidence.per_sample_from in self.IN_MEMORY_DATASETS else (
