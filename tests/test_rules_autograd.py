@@ -56,6 +56,40 @@ def test_repeated_backward_names_the_backward_that_retains_its_graph(tmp_path):
     assert "call backward once" in f.fix
 
 
+ROLLOUT = """\
+def fit(model, opt, ref, state, windows, fixed=False):
+    for w in range(windows):
+        pred, state_end = model.rollout(state, 20)
+        loss = (pred - ref[w]).pow(2).mean()
+        loss.backward(retain_graph=True)
+        total = loss.item()
+        state = state_end
+        if fixed:
+            state = state.detach()
+    opt.step()
+def fit_detached(model, ref, state, windows):
+    for w in range(windows):
+        pred, state_end = model.rollout(state, 20)
+        pred.sum().backward(retain_graph=True)
+        state = state_end.detach()
+"""
+
+
+@fires("repeated_backward")
+def test_repeated_backward_of_a_state_carried_between_windows_names_the_hand_over(tmp_path):
+    """A rollout fitted window by window, each window's final state handed to the next without
+    `.detach()` (`state = state_end`): each backward runs through every earlier window again, and
+    `retain_graph=True` only stops it failing. The hand-over is the line to change; a conditional
+    detach (the fixed branch) does not count, an unconditional one does."""
+    src = tmp_path / "fit.py"
+    src.write_text(ROLLOUT)
+    [f] = RepeatedBackward().check(_facts(src, 5))
+    assert [w.line for w in f.where] == [7, 5, 2] and f.evidence["carried"] == ["state"]
+    assert "Line 7 hands this pass's state" in f.fix and ".detach()" in f.fix
+    [f] = RepeatedBackward().check(_facts(src, 14))
+    assert f.evidence["carried_at"] is None and "call backward once" in f.fix
+
+
 @silent("repeated_backward")
 def test_repeated_backward_silent_without_retain_graph_or_repeats(tmp_path):
     """A backward that keeps no graph (a gradient penalty differentiates twice on purpose), nodes

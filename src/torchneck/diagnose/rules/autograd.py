@@ -29,6 +29,11 @@ class RepeatedBackwardEvidence(Record):
     """All backward nodes' time in the window."""
     in_loop: bool = False
     """The `.backward(retain_graph=True)` call is inside a loop (a backward per loss)."""
+    carried_at: int | None = None
+    """The line handing a pass's outputs to the next pass without `.detach()` (a state carried
+    from window to window): every backward then runs through all the earlier passes again."""
+    carried: list[str] = []
+    """The names carried that way (`pos`, `vel`)."""
 
 
 def retains_graph(file: str, line: int) -> bool:
@@ -42,6 +47,34 @@ def retains_graph(file: str, line: int) -> bool:
             if kw.arg == "retain_graph" and not (isinstance(kw.value, ast.Constant) and not kw.value.value):
                 return True
     return False
+
+
+def carried_graph(file: str, line: int) -> tuple[int, list[str]] | None:
+    """(line, names) of an unconditional statement of the loop holding the backward at `line`,
+    after it, that rebinds names the loop reads before the backward to values made in the loop
+    (`pos, vel = pos_end, vel_end`, from `pred, pos_end, vel_end = rollout(pos, vel)`), with no
+    `.detach()`: the next pass's graph hangs on this one's. None when there is none or unclear."""
+    path = enclosing(file, line)
+    loop = next((s for s in reversed(path[:-1]) if isinstance(s, (ast.For, ast.While))), None) if path else None
+    if loop is None:
+        return None
+    body = loop.body
+    at = next((i for i, st in enumerate(body) if st.lineno <= line <= (st.end_lineno or st.lineno)), None)
+    if at is None:
+        return None
+    names = [(n, i) for i, st in enumerate(body[:at + 1]) for n in ast.walk(st) if isinstance(n, ast.Name)]
+    made = {n.id for n, i in names if i < at and isinstance(n.ctx, ast.Store)}
+    read = {n.id for n, _ in names if isinstance(n.ctx, ast.Load)}
+    for st in body[at + 1:]:
+        if not isinstance(st, ast.Assign) or any(call_name(c) == "detach" for c in ast.walk(st.value)
+                                                 if isinstance(c, ast.Call)):
+            continue
+        targets = [n.id for t in st.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        sources = {n.id for n in ast.walk(st.value) if isinstance(n, ast.Name)}
+        carried = [t for t in targets if t in read]
+        if carried and sources and sources <= made:
+            return st.lineno, carried
+    return None
 
 
 @register
@@ -87,6 +120,10 @@ class RepeatedBackward(Rule[RepeatedBackwardEvidence]):
             repeated_nodes=[n.node for n in repeated], node_runs=sum(n.count for n in repeated),
             forward_calls=sum(n.forward_count for n in repeated), repeated_us=again_us,
             backward_us=sum(n.total_us for n in a.ops.backward_nodes), in_loop=in_loop(at.file, at.line))
+        carried = carried_graph(at.file, at.line)
+        if carried is not None:  # the state handed on keeps its graph: that line is the one to change
+            evidence.carried_at, evidence.carried = carried
+            where = [Where(file=at.file, line=carried[0], function=at.function), *where]
         runs = evidence.node_runs / max(evidence.forward_calls, 1)
         title = (f"backward runs the shared graph {runs:.1f} times per forward pass (retain_graph=True): "
                  f"{', '.join(evidence.repeated_nodes[:3])} run again")
@@ -107,6 +144,13 @@ class RepeatedBackward(Rule[RepeatedBackwardEvidence]):
         return None
 
     def fix(self, evidence: RepeatedBackwardEvidence) -> str:
+        if evidence.carried_at is not None:
+            names = ", ".join(evidence.carried)
+            return (f"Line {evidence.carried_at} hands this pass's {names} to the next pass with their graph, so "
+                    "every backward runs through all the earlier passes again (retain_graph=True only keeps "
+                    f"that from failing): detach them there ({names} = ... .detach(), truncated "
+                    "backpropagation) and drop retain_graph=True; to learn across passes on purpose, sum the "
+                    "passes' losses and call backward once.")
         return ("Add the losses up and call backward once (`sum(losses.values()).backward()`, or "
                 "torch.autograd.backward(list_of_losses)): the gradients are the same sums, the shared part of the "
                 "graph is differentiated once instead of once per loss, and retain_graph=True (which keeps every "
