@@ -349,6 +349,12 @@ def test_events_still_running_at_the_profilers_stop_end_at_the_last_finished_one
     ends = dict(zip(names, (trace.events.ts + trace.events.dur).tolist()))
     assert ends["line 90"] == ends["autograd::engine::evaluate_function: DivBackward0"] == 1650.0
     assert ends["aten::mm"] == 1310.0 and ends["kernel"] == 10620.0 and trace.meta.open_at_stop == 2
+    late = [dict(e, ts=e["ts"] + 1.2e12) for e in events]  # a clock of 1e12 µs (float32 cannot hold it)
+    late.insert(0, op("earlier", 1.2e12 + 500.0, 10.0))
+    p.write_text(json.dumps({"traceEvents": late}))
+    trace = load_trace(p)
+    durs = dict(zip([trace.events.strings[i] for i in trace.events.name], trace.events.dur.tolist()))
+    assert trace.meta.open_at_stop == 2 and durs["line 90"] == 150.0 and durs["earlier"] == 10.0
     events[-1]["name"] = "Something Else"  # no stop recorded: nothing changes
     p.write_text(json.dumps({"traceEvents": events}))
     trace = load_trace(p)

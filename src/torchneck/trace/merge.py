@@ -222,7 +222,9 @@ def close_open_events(ts: np.ndarray, dur: np.ndarray, cat: np.ndarray, window_e
     for lo in range(0, n, block):
         end = ts[lo:lo + block] + dur[lo:lo + block]
         host = ~np.isin(cat[lo:lo + block], _DEVICE_CATS)
-        tolerance = np.maximum(OPEN_AT_STOP_TOLERANCE_US, dur[lo:lo + block] * FLOAT32_SPACING)
+        # in float64: `window_end - tolerance` in float32 (numpy keeps the array's type) rounds a
+        # trace's 1e12 µs clock by 0.1 s, and every event of the last tenth of a second was cut
+        tolerance = np.maximum(OPEN_AT_STOP_TOLERANCE_US, dur[lo:lo + block].astype(np.float64) * FLOAT32_SPACING)
         cut = (end >= window_end - tolerance) & host
         if cut.any():
             open_rows.append(lo + np.flatnonzero(cut))
