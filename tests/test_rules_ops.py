@@ -4,9 +4,9 @@ from conftest import SCRIPTS, planted_line, read_report, torchneck
 from rule_cases import analysis, facts, fires, silent
 
 from torchneck.diagnose.rules.dispatch import DispatchOverhead
+from torchneck.diagnose.rules.dtype import DtypeFloat64
 from torchneck.diagnose.rules.ops import (
     ConvBiasBeforeBatchNorm,
-    DtypeFloat64,
     OpHotspot,
     RebuiltTensor,
 )
@@ -902,3 +902,18 @@ def test_with_callers_follows_the_first_line_the_sampler_saw_called():
     f_ = facts(python={"window": {"sampled_s": 4.0, "lines": lines}})
     where = [Where(file="s.py", line=16, function="strassen"), Where(file="s.py", line=14, function="strassen")]
     assert [w.line for w in f_.with_callers(where)] == [16, 14, 35, 50]
+
+
+@fires("op_hotspot")
+def test_op_hotspot_names_an_embedding_lookup_done_as_a_one_hot_product(tmp_path):
+    src = tmp_path / "score.py"
+    src.write_text("import torch.nn.functional as F\ndef embed(ids, table):\n"
+                   "    return F.one_hot(ids, table.shape[0]).float() @ table\n"
+                   "def dense(x, w):\n    return x @ w\n")
+    by_line = [{"op": "aten::mm", "file": str(src), "line": 3, "function": "embed", "self_us": 80_000.0}]
+    [f] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::mm", 80_000.0)]), ops_by_line=by_line))
+    assert f.evidence["one_hot_at"] == 3 and f.where[0].line == 3 and f.severity != "info"
+    assert "table[ids]" in f.fix and "one-hot matrix by a table" in f.title
+    by_line[0]["line"] = 5  # a plain product: the model's compute
+    [f] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::mm", 80_000.0)]), ops_by_line=by_line))
+    assert f.evidence["one_hot_at"] is None and f.severity == "info"

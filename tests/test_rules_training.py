@@ -2,7 +2,12 @@
 
 from rule_cases import analysis, facts, fires, silent
 
-from torchneck.diagnose.rules.training import InputPipeline, SingleTensorOptimizer, ZeroGradKernels
+from torchneck.diagnose.rules.training import (
+    InputPipeline,
+    InputPipelineEvidence,
+    SingleTensorOptimizer,
+    ZeroGradKernels,
+)
 from torchneck.model.analysis import Annotation, OpRow, OptimizerWork, SpanOps
 
 
@@ -464,3 +469,24 @@ def test_input_pipeline_names_statistics_recomputed_for_every_sample(tmp_path):
                                       call_sites=sites))
     assert f.where[0].line == 6 and f.evidence["invariant_call"] == "robust_stats"
     assert "compute it once" in f.fix and f.evidence["per_sample_from"] is None
+
+
+@fires("input_pipeline")
+def test_input_pipeline_names_a_lazy_npz_archive_read_per_sample(tmp_path):
+    """`self.archive = np.load("data.npz")` kept lazy: each `self.archive["images"][idx]` in
+    `__getitem__` reads and decompresses the whole array for one sample; an archive read into a
+    dict first is not lazy."""
+    src = tmp_path / "shapes.py"
+    src.write_text("import numpy as np\nclass Shapes:\n    def __init__(self, path):\n"
+                   "        self.archive = np.load(path)\n    def __getitem__(self, idx):\n"
+                   "        return self.archive['images'][idx]\n"
+                   "class Eager:\n    def __init__(self, path):\n        self.arrays = dict(np.load(path))\n"
+                   "    def __getitem__(self, idx):\n        return self.arrays['images'][idx]\n")
+    a = analysis(annotations=[])
+    a.steps.breakdown_total_us = {"dataloader": 80_000.0, "cpu_exec": 20_000.0}
+    for line, expected in ((6, 4), (11, None)):
+        loading = {"lines": [{"file": str(src), "line": line, "function": "__getitem__", "total_s": 0.08}]}
+        [f] = InputPipeline().check(facts(analysis=a, python={"window": {"lines": []}, "loading": loading}))
+        assert f.evidence["archive_at"] == expected
+    assert "dict(np.load(path))" in InputPipeline().fix(InputPipelineEvidence(dataloader_s=1.0, window_s=1.0,
+                                                                              archive_at=4))

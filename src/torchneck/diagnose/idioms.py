@@ -570,3 +570,47 @@ def _made_as_loader(tree: ast.Module, file: str, line: int, name: str) -> int | 
             isinstance(n, ast.Call) and call_name(n) == "DataLoader" for n in ast.walk(found.value)):
         return found.lineno
     return None
+
+
+def one_hot_product(file: str, line: int) -> bool:
+    """The statement at `line` multiplies a one-hot matrix it builds by a table
+    (`F.one_hot(ids, n).float() @ table`, `torch.mm(one_hot(...), W)`): an embedding lookup done as
+    a dense product of a batch x n matrix of zeros. False when unclear or unreadable."""
+    path = enclosing(file, line)
+    if not path:
+        return False
+
+    def one_hot(node: ast.AST) -> bool:
+        return any(isinstance(c, ast.Call) and call_name(c) == "one_hot" for c in ast.walk(node))
+
+    for node in walk_own(path[-1]):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult) and one_hot(node.left):
+            return True
+        if isinstance(node, ast.Call) and call_name(node) in ("mm", "matmul") and node.args and one_hot(node.args[0]):
+            return True
+    return False
+
+
+ARCHIVE_LOADS = frozenset({"load"})
+"""`np.load` of an `.npz` archive: a lazy NpzFile that reads and decompresses a whole array at
+every `archive["key"]`."""
+
+
+def lazy_archive_at(file: str, line: int) -> int | None:
+    """The line keeping `self.X = np.load(...)` when the statement at `line` reads an array of it
+    by key (`self.X["images"][idx]`): each read loads the whole array from the file again, for one
+    sample. None otherwise, when the archive is read into memory first, or unreadable."""
+    path = enclosing(file, line)
+    tree = _tree(file)
+    if not path or tree is None:
+        return None
+    keyed = {n.value.attr for n in walk_own(path[-1]) if isinstance(n, ast.Subscript)
+             and isinstance(n.value, ast.Attribute) and isinstance(n.value.value, ast.Name)
+             and n.value.value.id == "self" and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str)}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            continue
+        loads = call_name(node.value) in ARCHIVE_LOADS and ast.unparse(node.value.func).startswith(("np.", "numpy."))
+        if loads and any(isinstance(t, ast.Attribute) and t.attr in keyed for t in node.targets):
+            return node.lineno
+    return None

@@ -1,12 +1,11 @@
-"""Rules on the host ops of the steps: one dominant op, a tensor rebuilt every step, float64
-data, a convolution bias that BatchNorm cancels (thousands of tiny ops: dispatch.py)."""
+"""Rules on the host ops of the steps: one dominant op, a tensor rebuilt every step, a
+convolution bias that BatchNorm cancels (thousands of tiny ops: dispatch.py; float64 data:
+dtype.py)."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from ...model.analysis import CodeSite as CodeSiteRecord
 from ...model.analysis import ConvBiasBn, OpRow
 from ...model.base import Record
 from ...model.findings import Finding, Where
@@ -16,8 +15,8 @@ from ..idioms import (
     diagonal_of_product,
     embedding_defined_at,
     factorises_invariant_matrix,
-    float64_dtype_constant,
     inverse_then_multiply,
+    one_hot_product,
     sorted_then_searched,
     sorted_then_sliced,
 )
@@ -25,7 +24,6 @@ from ..masks import mask_group_by
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import (
     argument_assigned_at,
-    argument_origin,
     densified_at,
     function_at,
     in_loop,
@@ -70,6 +68,8 @@ class OpHotspotEvidence(Record):
     """A line computing a whole matrix product to keep its diagonal."""
     rank_by_sort: int | None = None
     """A line sorting a whole tensor to find where given elements rank."""
+    one_hot_at: int | None = None
+    """A line multiplying a one-hot matrix it builds by a table: an embedding lookup done densely."""
     refactorised: str | None = None
     """The matrix (as written) a line factorises again on every call though it never changes."""
     refactorised_at: int | None = None
@@ -82,8 +82,8 @@ class OpHotspotEvidence(Record):
     """The line that makes that embedding module (where `sparse=True` goes)."""
 
 
-IDIOM_FIELDS = ("densified_at", "mostly_zero_shape", "grouped_by_mask", "broadcast_at", "inverse_at", "diagonal_at",
-                "rank_by_sort", "refactorised_at", "top_k_by_sort", "dense_embedding_rows")
+IDIOM_FIELDS = ("densified_at", "mostly_zero_shape", "one_hot_at", "grouped_by_mask", "broadcast_at", "inverse_at",
+                "diagonal_at", "rank_by_sort", "refactorised_at", "top_k_by_sort", "dense_embedding_rows")
 """`OpHotspotEvidence` fields naming a slower way to the op's result than needed, read from the
 source or the capture: the op is then a cause, not the model's compute."""
 
@@ -211,6 +211,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             if top.name in self.BROADCAST_OPS else None
         diagonal = next((w for w in where if diagonal_of_product(w.file, w.line)), None) \
             if top.name in self.MATMULS else None
+        one_hot = next((w for w in where if one_hot_product(w.file, w.line)), None) \
+            if top.name in self.MATMULS else None
         factorised = next(((w, m) for w in where if (m := factorises_invariant_matrix(w.file, w.line))), None) \
             if top.name in self.FACTOR_OPS and top.count >= self.MIN_FACTORISATIONS else None
         table = self._dense_embedding_grad(facts, top)
@@ -226,6 +228,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                broadcast_at=broadcast.line if broadcast else None,
                                diagonal_at=diagonal.line if diagonal else None,
                                rank_by_sort=searched.line if searched else None,
+                               one_hot_at=one_hot.line if one_hot else None,
                                refactorised=factorised[1] if factorised else None,
                                refactorised_at=factorised[0].line if factorised else None,
                                dense_embedding_rows=table[0] if table else None,
@@ -254,6 +257,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                             (diagonal, "computes a whole matrix product to keep its diagonal"),
                             (inverse, "inverts a matrix to multiply by its inverse"),
                             (searched, "sorts a whole tensor to find where given elements rank"),
+                            (one_hot, "multiplies a one-hot matrix by a table (an embedding lookup)"),
                             (factorised[0] if factorised else None,
                              f"factorises {factorised[1] if factorised else ''}, which never changes, on every call")):
             if idiom is not None:  # a slow idiom on a line running the op: that line first
@@ -449,6 +453,11 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                     "compute the diagonal alone, row by row, as an element-wise product summed: diag(a @ b) is "
                     "(a * b.T).sum(-1), diag(d @ P @ d.T) is ((d @ P) * d).sum(-1), trace(a @ b) is (a * b.T).sum() "
                     "(or torch.einsum('ij,ji->i', a, b)): N x D work instead of N x N x D, and no N x N matrix.")
+        if evidence.one_hot_at is not None:
+            return (f"Line {evidence.one_hot_at} builds a one-hot matrix (batch x categories, all zeros but one per "
+                    "row) to multiply it by a table: index the table instead, `table[ids]` (or F.embedding(ids, "
+                    "table), an nn.Embedding): the same rows, with no product over the zeros and no one-hot "
+                    "matrix, backward included.")
         if evidence.refactorised_at is not None:
             return (f"Line {evidence.refactorised_at} factorises {evidence.refactorised} again on every call, and it "
                     "never changes: factorise it once where it is built (lu, piv = torch.linalg.lu_factor(A); "
@@ -583,84 +592,6 @@ class RebuiltTensor(Rule[RebuiltTensorEvidence]):
         return ("Allocate the buffer once (outside the loop, or in __init__) and reuse it, resetting only the "
                 "part each call uses (buf[:, :n].zero_(), or overwrite it): a new tensor per call pays the "
                 "allocation and the fill of all of it every time, however little is used.")
-
-
-class Float64Evidence(Record):
-    float64_self_s: float
-    """Self time of the ops with a float64 tensor input."""
-    ops: list[OpRow] = []
-    where: list[CodeSiteRecord] = []
-    """The user's lines that ran those very ops, when the trace places them."""
-    sources: list[dict[str, Any]] = []
-    """Where float64 entered torch (capture/callsites.py): `torch.set_default_dtype(torch.float64)`,
-    `torch.from_numpy` of a float64 array; the lines to change."""
-
-
-@register
-class DtypeFloat64(Rule[Float64Evidence]):
-    """Ops run on float64 (double) tensors, mostly by accident: NumPy arrays default to float64,
-    and torch.from_numpy keeps it. float64 halves the throughput of CPU vector units (and is
-    many times slower on GPUs), doubles memory and bandwidth.
-
-    Time lost: half the float64 ops' self time (what float32 would take on a CPU)."""
-
-    kind = "dtype_float64"
-    summary = "Ops run on float64 tensors (often NumPy's default dtype carried into torch)."
-    docs = DOCS["tuning"]
-    evidence_type = Float64Evidence
-    saving_basis = "half the self time of the ops with float64 tensor inputs (float32 runs twice as fast)"
-    explains = ("op_hotspot",)
-    MIN_SHARE = 0.05
-    """float64 work costs 2x float32 (and much more on GPUs); 5 % of the window is worth a cast."""
-    SOURCES_SHOWN = 2
-    """The places float64 entered torch named first: more are listed in the evidence's order."""
-
-    def check(self, facts: Facts) -> list[Finding]:
-        a = facts.analysis
-        if not a or not a.ops.float64.recorded:
-            return []
-        f = a.ops.float64
-        s = f.self_us / 1e6
-        if facts.window_s <= 0 or s / facts.window_s < self.MIN_SHARE:
-            return []
-        names = {o.name for o in f.ops}
-        lost = s / 2
-        # Where float64 entered torch (the default dtype first: it makes every tensor float64),
-        # then the lines that ran these very ops when the trace places them; else every line
-        # running ops of these names (live runs' samples), float64 or not.
-        sources = sorted(facts.sites_of("float64_source"), key=lambda c: c.get("how") != "set_default_dtype")
-        sources = sources[: self.SOURCES_SHOWN]
-        ran = where_of(f.where) or facts.lines_for_ops(names)
-        entered = []
-        for w in where_of(sources):  # the NumPy array made float64 before torch.from_numpy took it
-            made = argument_origin(w.file, w.line, "from_numpy")
-            entered += [Where(file=w.file, line=made, function=w.function)] if made else []
-            entered.append(w)
-        for file in dict.fromkeys(w.file for w in ran):  # `DTYPE = torch.float64` passed as dtype=DTYPE
-            chosen = float64_dtype_constant(file)
-            if chosen is not None and all((w.file, w.line) != (file, chosen) for w in entered):
-                entered.insert(0, Where(file=file, line=chosen, function="<module>"))
-        at = {(w.file, w.line) for w in entered}
-        where = entered + [w for w in ran if (w.file, w.line) not in at]
-        return [self.finding(Float64Evidence(float64_self_s=s, ops=f.ops[:5], where=f.where, sources=sources),
-                             title=f"float64 (double) tensors in {len(names)} op(s): "
-                                   f"{100 * s / facts.window_s:.0f}% of the time",
-                             lost_s=lost, pct=facts.pct(lost), where=where, ops=sorted(names))]
-
-    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
-        """A dominant op that runs on float64 data is slow because of its dtype, unless the op
-        names a slow way of getting its result (`IDIOM_FIELDS`): a cause of its own, whose fix
-        saves its time in either dtype."""
-        if not set(symptom.ops) & set(cause.ops) or any(symptom.evidence.get(k) for k in IDIOM_FIELDS):
-            return None
-        return Explanation(min(symptom.time_lost_s, cause.evidence.get("float64_self_s", 0.0)))
-
-    def fix(self, evidence: Float64Evidence) -> str:
-        if any(c.get("how") == "set_default_dtype" for c in evidence.sources):
-            return ("Remove torch.set_default_dtype(torch.float64) (every new tensor and parameter becomes "
-                    "float64): keep float32, and use float64 only where the precision is needed.")
-        return ("Create these tensors as float32 (NumPy arrays default to float64: "
-                "torch.from_numpy(x).float(), or dtype=torch.float32).")
 
 
 @register

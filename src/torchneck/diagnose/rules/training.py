@@ -11,7 +11,7 @@ from ...model.analysis import Annotation, OpRow, SpanOps
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
-from ..idioms import indexes_own_tensors, invariant_call
+from ..idioms import indexes_own_tensors, invariant_call, lazy_archive_at
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import LOOPS, call_name, enclosing, walk_own
 from .ops import is_backward_op
@@ -37,6 +37,9 @@ class InputPipelineEvidence(Record):
     """A helper the Dataset's code calls for every sample with the same arguments (statistics of
     the whole training span recomputed per window): computed once, its time goes."""
     invariant_at: int | None = None
+    archive_at: int | None = None
+    """The line keeping a lazy `np.load` archive whose arrays the Dataset reads by key per sample:
+    every read loads and decompresses a whole array from the file for one sample."""
 
 
 @register
@@ -97,9 +100,14 @@ class InputPipeline(Rule[InputPipelineEvidence]):
         helpers = {w.function.rsplit(".", 1)[-1] for w in where if w.function}
         hoisted = next(((w, name) for w in where  # the Dataset's code runs once per sample
                         if (name := invariant_call(w.file, w.line, helpers, called_repeatedly=True))), None)
+        archive = next((Where(file=w.file, line=kept, function="") for w in where
+                        if (kept := lazy_archive_at(w.file, w.line)) is not None), None)
         if made is not None:  # a loader (and its workers) made every epoch: that line is the fix
             ev.made_in_loop = made.line
             where = [made, *(w for w in where if w is not made)]
+        elif archive is not None:  # a whole array read from the file for each sample
+            ev.archive_at = archive.line
+            where = [archive, *where]
         elif hoisted is not None:  # the same result computed for every sample: compute it once
             at, ev.invariant_call = hoisted
             ev.invariant_at = at.line
@@ -131,6 +139,11 @@ class InputPipeline(Rule[InputPipelineEvidence]):
     loader's time runs there) is one too."""
 
     def fix(self, evidence: InputPipelineEvidence) -> str:
+        if evidence.archive_at is not None and evidence.made_in_loop is None:
+            return (f"Line {evidence.archive_at} keeps np.load's lazy .npz archive, and every `archive[key]` reads "
+                    "and decompresses that whole array from the file again, for one sample: load the arrays once "
+                    "(`dict(np.load(path))`, or `np.load(path)['images']` in __init__; mmap_mode='r' on a .npy "
+                    "for data larger than memory).")
         if evidence.invariant_call is not None and evidence.made_in_loop is None:
             return (f"Line {evidence.invariant_at} computes {evidence.invariant_call}() with the same arguments for "
                     "every sample the DataLoader fetches: compute it once (in the Dataset's __init__, or before "
