@@ -18,7 +18,7 @@ from typing import Any
 def held_back(*signums: int) -> Iterator[None]:
     """Hold back `signums` until the block is done, then deliver them to the handlers from
     before (by default: the process ends; Python's SIGINT handler: KeyboardInterrupt); a second
-    arrival of the same signal is delivered at once. Blocks nest. Outside the main thread signals
+    Ctrl-C is delivered at once. Blocks nest. Outside the main thread signals
     cannot be handled: nothing changes there."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -31,8 +31,8 @@ def held_back(*signums: int) -> Iterator[None]:
             signal.signal(s, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
 
     def hold(signum: int, frame: Any) -> None:
-        if signum in arrived:  # asked twice: the user means it, now (a stop or an export that hangs)
-            restore()
+        if signum == signal.SIGINT and signum in arrived:  # Ctrl-C twice: the user means it, now (a
+            restore()  # stop or an export that hangs); a SIGTERM may come again from a script's own handling
             signal.raise_signal(signum)
         arrived.append(signum)
 
