@@ -213,6 +213,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             if top.name in self.MATMULS else None
         one_hot = next((w for w in where if one_hot_product(w.file, w.line)), None) \
             if top.name in self.MATMULS else None
+        if one_hot is not None:  # the one-hot matrix's own ops at its line go too (its product's are the top op's)
+            lost = max(lost, sum(e["self_us"] for e in facts.ops_by_line
+                                 if (e.get("file"), e.get("line")) == (one_hot.file, one_hot.line)) / 1e6)
         factorised = next(((w, m) for w in where if (m := factorises_invariant_matrix(w.file, w.line))), None) \
             if top.name in self.FACTOR_OPS and top.count >= self.MIN_FACTORISATIONS else None
         table = self._dense_embedding_grad(facts, top)
