@@ -242,6 +242,35 @@ def test_single_tensor_optimizer_with_many_parameters():
 
 
 @fires("optimizer")
+def test_optimizer_updating_a_parameter_the_program_writes_itself(tmp_path):
+    """A MoCo queue kept as an `nn.Parameter` and overwritten by the enqueue: the optimizer's
+    step is that tensor's update (and its moments); a buffer is the fix, the whole step the saving.
+    A parameter made with requires_grad=False, or never written by the program, is a weight."""
+    src = tmp_path / "moco.py"
+    src.write_text("import torch\nfrom torch import nn\nclass MoCo(nn.Module):\n    def __init__(self):\n"
+                   "        self.queue = nn.Parameter(torch.randn(128, 65536))\n"
+                   "        self.frozen = nn.Parameter(torch.randn(8, 8), requires_grad=False)\n"
+                   "        self.w = nn.Parameter(torch.randn(8, 8))\n"
+                   "    def enqueue(self, k, idx):\n        self.queue[:, idx] = k.T\n"
+                   "        self.frozen.copy_(k[:8, :8])\n"
+                   "def train(m):\n    opt = torch.optim.AdamW(m.parameters())\n")
+    sites = [{"what": "optimizer", "optimizer": "AdamW", "params": 3, "foreach": None, "fused": None,
+              "file": str(src), "line": 13, "function": "train"}]
+    ops = [_op("aten::sqrt", 35_000.0, count=15), _op("aten::addcdiv_", 8_000.0, count=15)]
+    [f] = SingleTensorOptimizer().check(facts(analysis=_optimizer_steps(50_000.0, ops, floor_us=3.0),
+                                              call_sites=sites))
+    assert [w.line for w in f.where] == [5, 9, 13] and f.evidence["state_parameter"] == "queue"
+    assert abs(f.time_lost_s - 0.050) < 1e-12 and "register_buffer" in f.fix
+    src.write_text(src.read_text().replace("self.queue[:, idx] = k.T", "pass"))
+    other = tmp_path / "moco2.py"
+    other.write_text(src.read_text())
+    sites[0]["file"] = str(other)
+    [f] = SingleTensorOptimizer().check(facts(analysis=_optimizer_steps(50_000.0, ops, floor_us=3.0),
+                                              call_sites=sites))
+    assert f.evidence["state_parameter"] is None and "fused=True" in f.fix
+
+
+@fires("optimizer")
 def test_single_tensor_optimizer_over_a_few_large_tensors():
     """Four embedding tables: a short loop, but each out-of-place op allocates and fills a
     temporary as big as a table; fused keeps at most the in-place passes over the state."""

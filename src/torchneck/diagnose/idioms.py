@@ -614,3 +614,48 @@ def lazy_archive_at(file: str, line: int) -> int | None:
         if loads and any(isinstance(t, ast.Attribute) and t.attr in keyed for t in node.targets):
             return node.lineno
     return None
+
+
+def written_parameter(file: str) -> tuple[str, int, int] | None:
+    """(attribute, line making it, line writing it) of an `nn.Parameter` kept on `self` that the
+    program also writes itself outside `__init__` (`self.queue[:, idx] = keys`, `.copy_(...)`,
+    `.data[...] = ...`): state (a queue, a memory bank), not a weight to learn, which the optimizer
+    nonetheless updates and backward differentiates. One made with `requires_grad=False` is not
+    one. None when there is none or unreadable."""
+    tree = _tree(file)
+    if tree is None:
+        return None
+    made: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and call_name(node.value) == "Parameter":
+            frozen = any(k.arg == "requires_grad" and isinstance(k.value, ast.Constant) and k.value.value is False
+                         for k in node.value.keywords)
+            for t in node.targets:
+                if not frozen and isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) \
+                        and t.value.id == "self":
+                    made.setdefault(t.attr, node.lineno)
+    if not made:
+        return None
+
+    def own(expr: ast.AST) -> str | None:
+        """The parameter an expression names: `self.X`, `self.X.data`."""
+        if isinstance(expr, ast.Attribute) and expr.attr == "data":
+            expr = expr.value
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self" \
+                and expr.attr in made:
+            return expr.attr
+        return None
+
+    for f in ast.walk(tree):
+        if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) or f.name == "__init__":
+            continue
+        for node in ast.walk(f):
+            name = None
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+                name = own(node.value)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("copy_", "fill_", "zero_", "index_copy_", "scatter_"):
+                name = own(node.func.value)
+            if name is not None:
+                return name, made[name], getattr(node, "lineno", f.lineno)
+    return None

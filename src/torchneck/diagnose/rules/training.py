@@ -11,7 +11,7 @@ from ...model.analysis import Annotation, OpRow, SpanOps
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
-from ..idioms import indexes_own_tensors, invariant_call, lazy_archive_at
+from ..idioms import indexes_own_tensors, invariant_call, lazy_archive_at, written_parameter
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import LOOPS, call_name, enclosing, walk_own
 from .ops import is_backward_op
@@ -205,6 +205,11 @@ class OptimizerEvidence(Record):
     ops (a fused step) or of every op (foreach)."""
     fix_kind: str = "fused"
     """`fused` when the optimizer class has a fused implementation, else `foreach`."""
+    state_parameter: str | None = None
+    """An `nn.Parameter` the program writes itself (a queue, a memory bank): the optimizer updates
+    it every step, its moments as large as it, and backward computes its gradient."""
+    state_made_at: int | None = None
+    state_written_at: int | None = None
 
 
 def _steps_optimizer(callee: str) -> bool:
@@ -306,11 +311,20 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
         lost = step_s * saving
         evidence = OptimizerEvidence(optimizer_step_s=step_s, optimizers=sites[:3], expected_saving=saving,
                                      step_span_us=span_us, kept_us=kept_us, fix_kind="fused" if fused else "foreach")
-        return [self.finding(
-            evidence,
-            title=f"{', '.join(names)} steps take {100 * step_s / facts.window_s:.0f}% of the time, one "
-                  "parameter tensor at a time (single-tensor implementation)",
-            lost_s=lost, pct=facts.pct(lost), where=where_of(sites[:3]), ops=[n.name for n in steps])]
+        where = where_of(sites[:3])
+        title = (f"{', '.join(names)} steps take {100 * step_s / facts.window_s:.0f}% of the time, one parameter "
+                 "tensor at a time (single-tensor implementation)")
+        state = next((found for file in dict.fromkeys(w.file for w in where) if (found := written_parameter(file))),
+                     None)
+        if state is not None:  # state kept as a parameter: the optimizer should not see it at all
+            evidence.state_parameter, evidence.state_made_at, evidence.state_written_at = state
+            where = [Where(file=where[0].file, line=state[1], function=""),
+                     Where(file=where[0].file, line=state[2], function=""), *where]
+            title = (f"{', '.join(names)} steps take {100 * step_s / facts.window_s:.0f}% of the time, updating "
+                     f"self.{state[0]}, a parameter the program writes itself (line {state[2]})")
+            lost = step_s  # the step is that parameter's update, and its gradient is not needed either
+        return [self.finding(evidence, title=title, lost_s=lost, pct=facts.pct(lost), where=where,
+                             ops=[n.name for n in steps])]
 
     @staticmethod
     def _kept(facts: Facts, in_place_only: bool) -> tuple[float, float]:
@@ -325,6 +339,12 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
         return sum(s.total_us for s in spans), kept
 
     def fix(self, evidence: OptimizerEvidence) -> str:
+        if evidence.state_parameter is not None:
+            return (f"self.{evidence.state_parameter} (line {evidence.state_made_at}) is an nn.Parameter the "
+                    f"program overwrites itself (line {evidence.state_written_at}): state, not a weight, yet the "
+                    "optimizer updates it and keeps moments as large as it, and backward computes its gradient, "
+                    "every step. Make it a buffer (self.register_buffer(name, tensor)) or create it with "
+                    "requires_grad=False, and leave it out of the optimizer.")
         if evidence.fix_kind == "foreach":
             return ("Pass foreach=True to the optimizer (one multi-tensor op per step of the update for all "
                     "parameters; this optimizer has no fused implementation).")
