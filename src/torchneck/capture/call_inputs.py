@@ -192,9 +192,10 @@ class SiteInputs:
 
 
 def nonzero_share(tensor: Any) -> float | None:
-    """The share of non-zeros in `ZEROS_ROWS_READ` evenly spaced rows of a 2-D floating host
-    tensor whose sides are both at least `ZEROS_MIN_SIDE` (read through its data pointer: no torch
-    op); None for other tensors."""
+    """The share of non-zeros in `ZEROS_ROWS_READ` evenly spaced rows (at most
+    `ZEROS_COLUMNS_READ` evenly spaced columns of each) of a 2-D floating host tensor whose sides
+    are both at least `ZEROS_MIN_SIDE` (read through its data pointer: no torch op); None for
+    other tensors."""
     import numpy as np
 
     try:

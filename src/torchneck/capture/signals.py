@@ -33,6 +33,7 @@ def held_back(*signums: int) -> Iterator[None]:
     def hold(signum: int, frame: Any) -> None:
         if signum == signal.SIGINT and signum in arrived:  # Ctrl-C twice: the user means it, now (a
             restore()  # stop or an export that hangs); a SIGTERM may come again from a script's own handling
+            arrived.remove(signum)  # delivered here, not once more when the block unwinds
             signal.raise_signal(signum)
         arrived.append(signum)
 
