@@ -1,6 +1,8 @@
 """Does torchneck's GPU idle breakdown agree with Holistic Trace Analysis on the same traces?
 
-    python benchmarks/hta_agreement.py [--write] [TRACE ...]   (default: tests/data/gpu_h100__*.json.gz)
+    python benchmarks/hta_agreement.py [--write] [TRACE ...]
+
+(default: tests/data/gpu_h100__*.json.gz and the GPU zoo's kept runs, gpu_h100_zoo__*/)
 
 torchneck reports GPU time over the CPU step window; HTA over its own window: the GPU events
 launched before the last ProfilerStep starts (the last step is dropped), from the first such
@@ -42,9 +44,13 @@ try:
     out["span_us"] = float(tb["kernel_time(us)"]); out["idle_us"] = float(tb["idle_time(us)"])
 except Exception as exc:
     out["temporal_error"] = f"{type(exc).__name__}: {exc}"
-idle = ta.get_idle_time_breakdown(visualize=False)
+# the trace's own rank (a job's rank-1 trace is rank 1 to HTA); idle time summed over streams
+idle = ta.get_idle_time_breakdown(ranks=sorted(ta.t.traces)[:1], visualize=False)
 idle = idle[0] if isinstance(idle, tuple) else idle
-out["categories_us"] = {r["idle_category"]: float(r["idle_time"]) for _, r in idle.iterrows()}
+out["categories_us"] = {}
+for _, r in idle.iterrows():
+    out["categories_us"][r["idle_category"]] = out["categories_us"].get(r["idle_category"], 0.0) + float(r["idle_time"])
+out["streams"] = int(idle["stream"].nunique())
 print(json.dumps(out))
 """
 
@@ -74,7 +80,7 @@ def torchneck_over_hta_window(path: Path, rounded: bool = False) -> dict:
 
 
 def hta(path: Path, py: Path) -> dict:
-    trace_dir = OUT / "hta-agreement" / path.name.split(".")[0]
+    trace_dir = OUT / "hta-agreement" / trace_key(path).split(".")[0].replace("/", "__")
     shutil.rmtree(trace_dir, ignore_errors=True)
     trace_dir.mkdir(parents=True)
     (trace_dir / "rank-0.json").write_bytes(gzip.decompress(path.read_bytes()))
@@ -84,31 +90,44 @@ def hta(path: Path, py: Path) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-REFERENCE = HERE.parent / "tests" / "data" / "gpu_h100__hta_reference.json"
+DATA = HERE.parent / "tests" / "data"
+REFERENCE = DATA / "gpu_h100__hta_reference.json"
 """HTA's numbers for the bundled H100 traces (`--write`), which tests/test_gpu_traces.py checks
 torchneck against without HTA installed."""
+
+
+def bundled_traces() -> list[Path]:
+    """The H100 traces in tests/data: the recorded workloads and the GPU zoo's runs (each rank's)."""
+    return sorted(DATA.glob("gpu_h100__*.json.gz")) + sorted(DATA.glob("gpu_h100_zoo__*/**/trace.json.gz"))
+
+
+def trace_key(path: Path) -> str:
+    """A bundled trace's name in the reference: its path under tests/data (a run's trace files
+    are all called trace.json.gz)."""
+    path = path.resolve()
+    return str(path.relative_to(DATA)) if path.is_relative_to(DATA) else path.name
 
 
 def main() -> None:
     write = "--write" in sys.argv
     args = [a for a in sys.argv[1:] if a != "--write"]
-    paths = [Path(p) for p in args] or sorted((HERE.parent / "tests" / "data").glob("gpu_h100__*.json.gz"))
+    paths = [Path(p) for p in args] or bundled_traces()
     py = hta_python()
     reference = {}
-    print(f"{'trace':28s} {'':9s} {'span µs':>9s} {'idle µs':>9s} {'host_wait':>10s} "
+    print(f"{'trace (under tests/data)':28s} {'':9s} {'span µs':>9s} {'idle µs':>9s} {'host_wait':>10s} "
           f"{'kernel_wait':>12s} {'other':>8s}")
     for path in paths:
         rows = (("torchneck", torchneck_over_hta_window(path)),
                 ("  µs-cut", torchneck_over_hta_window(path, rounded=True)), ("HTA", hta(path, py)))
-        reference[path.name] = rows[2][1]
+        reference[trace_key(path)] = rows[2][1]
         for who, r in rows:
             if "error" in r:
-                print(f"{path.name[:28]:28s} {who:9s} failed: {r['error'][:80]}")
+                print(f"{trace_key(path)[-28:]:28s} {who:9s} failed: {r['error'][:80]}")
                 continue
             c = r.get("categories_us", {})
             span = f"{r['span_us']:9.0f}" if "span_us" in r else f"{'-':>9s}"
             idle = f"{r['idle_us']:9.0f}" if "idle_us" in r else f"{'-':>9s}"
-            print(f"{path.name[:28]:28s} {who:9s} {span} {idle} {c.get('host_wait', 0):10.0f} "
+            print(f"{trace_key(path)[-28:]:28s} {who:9s} {span} {idle} {c.get('host_wait', 0):10.0f} "
                   f"{c.get('kernel_wait', 0):12.0f} {c.get('other', 0):8.0f}"
                   + (f"  ({r['temporal_error'][:60]})" if "temporal_error" in r else ""))
     if write:

@@ -11,6 +11,9 @@ so groups written apart never edit the same file). An entry:
      "planted": "pipe/loader.py",         # the file holding the `# PLANTED` line (default: script)
      "shape": "Trainer class",            # how the program is written (free text)
      "fix_mentions": ["iterator once"],   # for "expect": "new:...": words a fitting fix contains
+     "requires": "cuda",                  # runs only where torch sees a GPU (skipped elsewhere, unless
+                                          # ZOO_IGNORE_REQUIRES=1: the GPU programs fall back to the CPU)
+     "nproc_per_node": 2,                 # a multi-process job: run under torchrun with N ranks
      "measured": {...}}                   # written by zoo_verify.py --write
 
 The planted line is the line of `planted` (or `script`) that carries the comment `# PLANTED`.
@@ -21,6 +24,7 @@ the planted line and its fix says what to do: its text contains one of `fix_ment
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +42,10 @@ class ZooProgram:
     shape: str = ""
     measured: dict | None = None
     fix_mentions: list[str] = field(default_factory=list)
+    requires: str | None = None
+    """"cuda": the program needs a GPU; where torch sees none it is skipped, not scored."""
+    nproc_per_node: int | None = None
+    """A multi-process job: run under torchrun (`torchneck run --nproc-per-node N`)."""
     also: list[dict] = field(default_factory=list)
     """Other real causes found in the program besides its plant, each measured by removing it
     (`kind`, `about`, `measured`): a high finding of such a kind is not a false one."""
@@ -53,6 +61,26 @@ class ZooProgram:
     @property
     def planted_file(self) -> Path:
         return ZOO / (self.planted or self.script)
+
+    def command(self, python: str, fixed: bool = False) -> list[str]:
+        """How to run the program by itself (as planted or fixed), from the zoo folder."""
+        argv = [self.script, *self.args, *((self.fixed_args or []) if fixed else [])]
+        if self.nproc_per_node:
+            return [python, "-m", "torch.distributed.run", f"--nproc-per-node={self.nproc_per_node}", *argv]
+        return [python, *argv]
+
+    def torchneck_run_args(self) -> list[str]:
+        """`torchneck run`'s options for this program (ranks for a multi-process job)."""
+        return ["--nproc-per-node", str(self.nproc_per_node)] if self.nproc_per_node else []
+
+    def unavailable(self) -> str | None:
+        """Why this machine cannot run the program (None: it can)."""
+        if self.requires == "cuda" and not os.environ.get("ZOO_IGNORE_REQUIRES"):
+            import torch
+
+            if not torch.cuda.is_available():
+                return "needs a CUDA GPU"
+        return None
 
     def planted_line(self) -> int | None:
         for i, line in enumerate(self.planted_file.read_text().splitlines(), 1):
@@ -71,7 +99,8 @@ def load_programs(only: list[str] | None = None) -> list[ZooProgram]:
                               args=list(entry.get("args") or []), fixed_args=fixed,
                               planted=entry.get("planted"), shape=entry.get("shape", ""),
                               measured=entry.get("measured"), fix_mentions=list(entry.get("fix_mentions") or []),
-                              also=list(entry.get("also") or []))
+                              also=list(entry.get("also") or []), requires=entry.get("requires"),
+                              nproc_per_node=entry.get("nproc_per_node"))
             if not only or prog.name in only or Path(prog.script).stem in only:
                 out.append(prog)
     return out

@@ -45,7 +45,8 @@ def run_one(prog: ZooProgram, out: Path, rediagnose: Path | None = None) -> tupl
     if rediagnose is not None:
         cmd = ["report", "--quiet", "--json", str(report), str(rediagnose / prog.name)]
     else:
-        cmd = ["run", "--quiet", "--json", str(report), "--out", str(out / prog.name), prog.script, *prog.args]
+        cmd = ["run", "--quiet", "--json", str(report), "--out", str(out / prog.name), *prog.torchneck_run_args(),
+               prog.script, *prog.args]
     proc = subprocess.run([sys.executable, "-m", "torchneck", *cmd],
                           capture_output=True, text=True, cwd=ZOO, env=dict(os.environ, OMP_NUM_THREADS="1"))
     wall = time.perf_counter() - t0
@@ -68,7 +69,12 @@ def main() -> int:
                     help="do not run the programs: re-analyse the run directories a --keep DIR run left there "
                          "with the current rules (fast, for work on the rules; the runs' timings are kept)")
     ns = ap.parse_args()
-    programs = load_programs(ns.only)
+    programs = []
+    for prog in load_programs(ns.only):
+        if (why := prog.unavailable()) and not ns.rediagnose:
+            print(f"{prog.name}: skipped ({why})")
+        else:
+            programs.append(prog)
     again = Path(ns.rediagnose) if ns.rediagnose else None
     out = Path(ns.keep) if ns.keep else Path(tempfile.mkdtemp(prefix="torchneck-zoo-"))
     if again is not None and out.resolve() == again.resolve():

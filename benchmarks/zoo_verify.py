@@ -46,14 +46,23 @@ def measure(prog: ZooProgram, repeat: int, env: dict, timeout: float) -> dict:
     base, planted, fixed = [], [], []
     for _ in range(repeat):
         base.append(wall([sys.executable, "-c", "import torch"], env, timeout))
-        planted.append(wall([sys.executable, prog.script, *prog.args], env, timeout))
-        fixed.append(wall([sys.executable, prog.script, *prog.args, *(prog.fixed_args or [])], env, timeout))
+        planted.append(wall(prog.command(sys.executable), env, timeout))
+        fixed.append(wall(prog.command(sys.executable, fixed=True), env, timeout))
     b, p, f = (statistics.median(x) for x in (base, planted, fixed))
     work_p, work_f = max(p - b, 1e-3), max(f - b, 1e-3)
     return {"planted_s": round(p, 3), "fixed_s": round(f, 3), "startup_s": round(b, 3),
             "speedup": round(work_p / work_f, 2), "saving_share_of_work": round((p - f) / work_p, 3),
             "saving_share_of_run": round((p - f) / p, 3), "repeat": repeat,
-            "date": time.strftime("%Y-%m-%d")}
+            "date": time.strftime("%Y-%m-%d"), **device_of_run()}
+
+
+def device_of_run() -> dict:
+    """The GPU the figures were measured on, when there is one (they hold for that card only)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    return {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
 
 
 def main() -> int:
@@ -69,6 +78,9 @@ def main() -> int:
           f"{'saves (work)':>12s}")
     for prog in load_programs(ns.only):
         if not prog.expect:
+            continue
+        if why := prog.unavailable():
+            print(f"{prog.name:34s} skipped: {why}")
             continue
         try:
             m = measure(prog, ns.repeat, env, ns.timeout)

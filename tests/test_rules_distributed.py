@@ -45,3 +45,25 @@ def test_collective_types_from_real_names():
     assert collective_type("gloo:all_gather") == "all_gather"
     assert collective_type("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t") == "send_recv"
     assert collective_type("c10d::broadcast_") == "broadcast"
+
+
+def test_other_ranks_idle_gpu_folds_under_the_straggler_as_far_as_its_wait_explains_it():
+    """Rank 0 and 2 wait 29 ms of a 40 ms step for rank 1: an idle GPU of theirs within that share
+    is the straggler's (listed under it); one idle far longer keeps the unexplained part."""
+    from torchneck.diagnose.distributed_rules import fold_waits
+    from torchneck.model.findings import Finding
+
+    dist = compare_ranks([rank(0, 35_000.0), rank(1, 5_000.0), rank(2, 33_000.0)])
+    [s] = Straggler().check(dist, steps=5)
+
+    def idle(r, pct):
+        f = Finding(kind="launch_bound", title="idle", time_lost_s=pct / 100 * 0.2, time_lost_pct=pct, fix="f",
+                    severity="high", rank=r)
+        f.saving_s, f.saving_pct = f.time_lost_s, pct
+        return f
+
+    explained, own, too_long = idle(0, 80.0), idle(1, 80.0), idle(2, 95.0)
+    too_long.time_lost_pct = 2.5 * s.time_lost_pct  # the wait explains 40 % of it: below FOLD_SHARE
+    out = fold_waits([s, explained, own, too_long])
+    assert s.symptoms == [explained] and own in out and too_long in out
+    assert too_long.saving_pct == 95.0 * 0.6  # what the straggler does not explain

@@ -16,7 +16,7 @@ from .analysis.distributed import compare_ranks, rank_summary
 from .capture.recover import is_job_dir  # noqa: F401  (the API's name for it)
 from .cluster.reduce import straggler_sentence
 from .diagnose.causes import rank_findings
-from .diagnose.distributed_rules import diagnose_job
+from .diagnose.distributed_rules import diagnose_job, fold_waits
 from .diagnose.facts import Facts
 from .errors import TorchneckError
 from .model.base import Record, to_builtins
@@ -105,8 +105,8 @@ def report_from_job_dir(run_dir: Path, workers: int | None = None) -> Report:
     main_rank = min(reports)
     main = reports[main_rank]
     main_steps = main.ranks[0].steps.count if main.ranks else 1
-    findings = rank_findings(diagnose_job(dist, main_steps, _run_facts(main))
-                             + merge_rank_findings({r: rep.findings for r, rep in reports.items()}))
+    findings = rank_findings(fold_waits(diagnose_job(dist, main_steps, _run_facts(main))
+                                        + merge_rank_findings({r: rep.findings for r, rep in reports.items()})))
     run = main.run or RunSection(target=Target(), exit_code=0, status="unknown", wall_s=0.0)
     if job.get("target"):
         t = job["target"]

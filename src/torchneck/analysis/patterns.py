@@ -5,10 +5,11 @@ tensor cores cannot tile, and CPU tensors filled and then copied to the GPU."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import numpy as np
 
-from ..model.analysis import FilledThenCopied, HalfMatmulUnaligned, ShapeExample
+from ..model.analysis import CodeSite, FilledThenCopied, HalfMatmulUnaligned, ShapeExample
 from ..trace.table import Cat, EventTable, search_sorted
 from .groups import positions_in
 from .intervals import ascending
@@ -53,10 +54,15 @@ def _launched_kernel_us(table: EventTable, ops: np.ndarray) -> float:
     return total
 
 
-def unaligned_half_matmuls(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int = 5) -> HalfMatmulUnaligned:
-    """`aten::mm`/`bmm`/`addmm` with float16/bfloat16 inputs whose last two dimensions are not all
-    multiples of 8 (torch's `MatMulDimInFP16Pattern`; needs record_shapes). `kernel_us`: the
-    GPU time of their kernels; `shapes`: the most frequent input shapes."""
+def unaligned_half_matmuls(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int = 5,
+                           place: Callable[[np.ndarray], list[CodeSite]] | None = None) -> HalfMatmulUnaligned:
+    """`aten::mm`/`bmm`/`addmm` with float16/bfloat16 inputs whose leading dimensions (each input
+    matrix's last: K and N of [M, K] @ [K, N]) are not multiples of 8 (torch's
+    `MatMulDimInFP16Pattern`, less M: an odd M costs nothing, measured on an H100 by
+    benchmarks/gemm_alignment.py, while an odd K or N costs 5-6x; needs record_shapes).
+    `kernel_us`: the GPU time of their kernels (`odd_kernel_us` of those with an odd leading
+    dimension); `shapes`: the most frequent input shapes; with `place`, `where`: the user's code
+    that ran them."""
     names = table.names_matching(lambda s: s in HALF_MATMUL_OPS)
     half = table.names_matching(lambda s: any(t in s for t in _HALF_TYPES))
     shaped = table.arg_pairs_matching(lambda shapes, types: shapes >= 0 and types >= 0)
@@ -66,18 +72,24 @@ def unaligned_half_matmuls(table: EventTable, nesting: Nesting, rows: np.ndarray
         return HalfMatmulUnaligned(recorded=recorded)
     cache: dict = {}
     hits: list[int] = []
+    odd: list[int] = []
     by_shape: dict[tuple[str, str], int] = {}
     for r in ops.tolist():
         shapes = _json(table, int(table.shapes[r]), cache) or []
         matrices = [s for s in shapes if isinstance(s, list) and len(s) >= 2]
-        if matrices and any(d % TENSOR_CORE_MULTIPLE for s in matrices for d in s[-2:]):
+        leading = [s[-1] for s in matrices if isinstance(s[-1], int)]
+        if any(d % TENSOR_CORE_MULTIPLE for d in leading):
             hits.append(r)
+            if any(d % 2 for d in leading):
+                odd.append(r)
             key = (table.strings[table.name[r]], json.dumps(matrices))
             by_shape[key] = by_shape.get(key, 0) + 1
-    rows = np.asarray(hits, dtype=np.int64)
-    return HalfMatmulUnaligned(recorded=True, count=int(len(rows)), kernel_us=_launched_kernel_us(table, rows),
+    found = np.asarray(hits, dtype=np.int64)
+    return HalfMatmulUnaligned(recorded=True, count=int(len(found)), kernel_us=_launched_kernel_us(table, found),
+                               odd_kernel_us=_launched_kernel_us(table, np.asarray(odd, dtype=np.int64)),
                                shapes=[ShapeExample(op=op, shapes=json.loads(s), count=n)
-                                       for (op, s), n in sorted(by_shape.items(), key=lambda kv: -kv[1])[:top]])
+                                       for (op, s), n in sorted(by_shape.items(), key=lambda kv: -kv[1])[:top]],
+                               where=place(found) if place is not None and len(found) else [])
 
 
 def filled_then_copied_to_gpu(table: EventTable, nesting: Nesting, rows: np.ndarray) -> FilledThenCopied:

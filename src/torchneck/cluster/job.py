@@ -83,7 +83,7 @@ def _one_rank(summaries: list[RankSummary], failures: list[RankFailure], rank: i
 
 def _report(summaries: list[RankSummary], failures: list[RankFailure], files: int) -> Report:
     from ..diagnose.causes import rank_findings
-    from ..diagnose.distributed_rules import diagnose_job
+    from ..diagnose.distributed_rules import diagnose_job, fold_waits
     from ..pipeline import verdict
 
     full = sorted((s for s in summaries if s.full), key=lambda s: s.rank or 0)
@@ -94,7 +94,7 @@ def _report(summaries: list[RankSummary], failures: list[RankFailure], files: in
     per_rank: dict[int, list[Finding]] = defaultdict(list)
     for s in summaries:
         per_rank[s.rank if s.rank is not None else -1] += s.findings
-    findings = rank_findings(diagnose_job(dist, analyses[0].steps.count) + merge_rank_findings(per_rank))
+    findings = rank_findings(fold_waits(diagnose_job(dist, analyses[0].steps.count) + merge_rank_findings(per_rank)))
     main_verdict = verdict(analyses[0], None, []).replace(" No significant problem found.", "")
     top = [f for f in findings if f.severity != "info"]
     text = " ".join(filter(None, [

@@ -85,6 +85,7 @@ def fold_symptoms(findings: list[Finding], facts: Facts) -> list[Finding]:
             if why is not None and why.seconds > 0:
                 causes_of.setdefault(id(symptom), []).append((cause, why))
     folded: set[int] = set()
+    beyond: dict[int, tuple[Finding, float]] = {}  # per cause, the largest overlapping symptom's excess
     # Symptoms whose causes are symptoms themselves go under them first (a recompile under the
     # graph break that caused it, then compile time under that break).
     for symptom in sorted(findings, key=lambda f: len(causes_of.get(id(f), []))):
@@ -99,9 +100,11 @@ def fold_symptoms(findings: list[Finding], facts: Facts) -> list[Finding]:
         share = total / lost if lost > 0 else 1.0
         for cause, w in explained:
             if w.adds:
-                gain = w.seconds / lost * symptom.saving_s if lost > 0 else 0.0
-                cause.saving_s += gain
-                cause.saving_pct += gain / facts.run_wall_s * 100 if facts.run_wall_s > 0 else 0.0
+                _add_saving(cause, w.seconds / lost * symptom.saving_s if lost > 0 else 0.0, facts)
+            elif w.beyond_s > 0 and lost > 0:
+                gain = min(w.beyond_s, lost) / lost * symptom.saving_s
+                if gain > beyond.get(id(cause), (cause, 0.0))[1]:
+                    beyond[id(cause)] = (cause, gain)
         if share >= FOLD_SHARE:
             symptom.explained_s = total
             main.symptoms.append(symptom)
@@ -113,7 +116,15 @@ def fold_symptoms(findings: list[Finding], facts: Facts) -> list[Finding]:
             symptom.evidence = dict(symptom.evidence, partly_explained_by=[
                 {"kind": c.kind, "title": c.title, "seconds": w.seconds} for c, w in explained])
             _set_severity(symptom, symptom.time_lost_pct / 100 * unexplained)
+    for cause, gain in beyond.values():
+        _add_saving(cause, gain, facts)
     return [f for f in findings if id(f) not in folded]
+
+
+def _add_saving(cause: Finding, gain_s: float, facts: Facts) -> None:
+    """Time a cause explains beyond its own cost is saved by its fix too."""
+    cause.saving_s += gain_s
+    cause.saving_pct += gain_s / facts.run_wall_s * 100 if facts.run_wall_s > 0 else 0.0
 
 
 def _is_below(symptom: Finding, cause: Finding, findings: list[Finding]) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..cluster.reduce import rank_ranges
 from ..model.findings import Finding
-from .causes import estimate_savings
+from .causes import FOLD_SHARE, estimate_savings
 from .facts import Facts, where_of
 from .rule import make_finding
 
@@ -127,6 +127,39 @@ class Communication:
 
 
 JOB_RULES = (Straggler(), Communication())
+WAITING_SYMPTOMS = ("gpu_idle", "launch_bound")
+"""Another rank's idle GPU while it waits in a collective for the straggler: the straggler's time."""
+
+
+def fold_waits(findings: list[Finding]) -> list[Finding]:
+    """The job's findings, with the other ranks' GPU idle folded under the straggler that explains
+    it: a rank that reaches the all-reduce first idles until the straggler arrives, so its idle
+    share is (up to) the straggler's wait share of a step. Explained at least `FOLD_SHARE`, the
+    idle finding is listed under the straggler; less, it keeps the unexplained part as its saving.
+    The straggler's own finding that makes it late (`evidence.cause`) goes under it too."""
+    straggler = next((f for f in findings if f.kind == "straggler" and f.rank is not None), None)
+    if straggler is None:
+        return findings
+    cause = straggler.evidence.get("cause") or {}
+    places = [(w.get("file"), w.get("line")) for w in cause.get("where") or []]
+    out = []
+    for f in findings:
+        if f.rank == straggler.rank and f.kind == cause.get("kind") and [(w.file, w.line) for w in f.where] == places:
+            # what makes the straggler late: the straggler's finding names it, with its lines, and
+            # says what it costs the job (the others' wait), which is what fixing it saves
+            f.explained_s = f.time_lost_s
+            straggler.symptoms.append(f)
+            continue
+        if f.kind in WAITING_SYMPTOMS and f.rank is not None and f.rank != straggler.rank and f.time_lost_pct > 0:
+            share = min(straggler.time_lost_pct / f.time_lost_pct, 1.0)
+            if share >= FOLD_SHARE:
+                f.explained_s = share * f.time_lost_s
+                straggler.symptoms.append(f)
+                continue
+            f.saving_s *= 1 - share
+            f.saving_pct *= 1 - share
+        out.append(f)
+    return out
 
 
 def diagnose_job(dist: dict, steps: int, facts: Facts | None = None) -> list[Finding]:

@@ -133,6 +133,10 @@ class Explanation(msgspec.Struct, frozen=True):
 
     seconds: float
     adds: bool = False
+    beyond_s: float = 0.0
+    """Of `seconds`, the part beyond the cause's own cost, where the two overlap (a loop reading
+    elements one by one is both the syncs and the tiny ops it issues): added to the cause's
+    saving; of several such symptoms of one cause only the largest (they are the same loop)."""
 
 
 def cap(severity: Severity, worst: Severity) -> Severity:

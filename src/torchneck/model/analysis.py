@@ -185,7 +185,11 @@ class HalfMatmulUnaligned(Record):
     recorded: bool
     count: int = 0
     kernel_us: float = 0.0
+    odd_kernel_us: float = 0.0
+    """Of `kernel_us`, the kernels of products with an odd leading dimension (no 4-byte alignment:
+    the slowest fallback)."""
     shapes: list[ShapeExample] = []
+    where: list[CodeSite] = []
 
 
 class FilledThenCopied(Record):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import msgspec
+
 from ...analysis.run import PROFILING_SLOWDOWN_WARN
 from ...model.analysis import (
     Allocator,
@@ -20,27 +22,41 @@ from ...model.analysis import (
 )
 from ...model.base import Record
 from ...model.findings import Finding
-from ..facts import Facts, where_of
+from ..facts import Facts, Where, where_of
 from ..rule import DOCS, Explanation, Rule, register
+from .python import reads_elements
+
+
+class HostSyncEvidence(Syncs):
+    element_reads_per_step: float = 0.0
+    """Scalar reads per step at the lines that sync most, when those lines are a loop reading a
+    tensor element by element (`t[i].item()`): the loop is what to remove, not one sync."""
+    loop_s: float = 0.0
+    """That loop's time in the window (its lines' sampled time, at least its ops' wall time)."""
 
 
 @register
-class HostSync(Rule[Syncs]):
+class HostSync(Rule[HostSyncEvidence]):
     """The CPU stops and waits for the GPU: `.item()`, `.cpu()`, `.numpy()`, printing a tensor,
     data-dependent shapes (nonzero, masked_select). The GPU then runs dry until the CPU has
     launched new work.
 
-    Time lost: the sync calls' wall time in the window (what the CPU spent blocked)."""
+    Time lost: the sync calls' wall time in the window (what the CPU spent blocked); for a loop
+    reading elements one by one (`pred[i].item()` per example), the whole loop's time: each read
+    is a tiny op, a copy and a sync, and reading the values at once removes all of them."""
 
     kind = "host_sync"
     summary = "The CPU blocks on the GPU inside the step (.item(), .cpu(), printing tensors)."
     docs = DOCS["tuning"]
-    evidence_type = Syncs
+    evidence_type = HostSyncEvidence
     confidence = "measured"
-    saving_basis = "the sync calls' wall time (the CPU blocked, launching nothing)"
-    explains = ("gpu_idle", "launch_bound")
+    saving_basis = ("the sync calls' wall time (the CPU blocked, launching nothing); for element-by-element reads, "
+                    "the reading loop's sampled time")
+    explains = ("gpu_idle", "launch_bound", "dispatch_overhead", "python_hotspot")
     MIN_SHARE = 0.05
     """Syncs that block the CPU 5 % of the window keep the GPU starved."""
+    ELEMENT_READS_PER_STEP = 16
+    """Scalar reads a step at one place that make a loop over elements, not a loss or two logged."""
 
     def check(self, facts: Facts) -> list[Finding]:
         a = facts.analysis
@@ -53,18 +69,47 @@ class HostSync(Rule[Syncs]):
         causes = [c.op for c in s.by_cause[:3]]
         # The code that waited, when the trace places the syncs' ops; else the lines running
         # ops of those names.
-        return [self.finding(s, title=f"{s.sync_calls} host syncs block the CPU for "
-                                      f"{100 * wait / facts.window_s:.0f}% of the time",
-                             lost_s=wait, pct=facts.pct(wait), ops=causes,
-                             where=where_of(s.where) or facts.lines_for_ops(set(causes)))]
+        where = where_of(s.where) or facts.lines_for_ops(set(causes))
+        ev = HostSyncEvidence(**msgspec.structs.asdict(s))
+        reads_per_step = max((site.count for site in s.where), default=0) / max(facts.steps, 1)
+        lost, title = wait, (f"{s.sync_calls} host syncs block the CPU for "
+                             f"{100 * wait / facts.window_s:.0f}% of the time")
+        if reads_per_step >= self.ELEMENT_READS_PER_STEP and reads_elements(facts, where[:1]):
+            ev.element_reads_per_step = reads_per_step
+            ev.loop_s = max(_sampled_s(facts, where[:1]), sum(o.time_us for o in s.scalar_ops) / 1e6, wait)
+            lost = min(ev.loop_s, facts.window_s)
+            title = (f"{reads_per_step:.0f} tensor elements read one by one per step at line {where[0].line}: "
+                     "each read is a tiny op, a copy to the host and a sync")
+        return [self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost), ops=causes, where=where)]
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
-        """After each sync the queue is empty and the GPU idles until the CPU launches again."""
+        """After each sync the queue is empty and the GPU idles until the CPU launches again. A
+        loop reading elements one by one is also the tiny ops it issues and the Python it runs."""
+        if symptom.kind in ("dispatch_overhead", "python_hotspot"):
+            reading = {(w.file, w.line) for w in cause.where[:1]}
+            if not cause.evidence.get("element_reads_per_step") \
+                    or not any((w.file, w.line) in reading for w in symptom.where[:3]):
+                return None
+            # the same loop: its tiny ops' overhead or its Python, seen by another rule
+            return Explanation(symptom.time_lost_s, beyond_s=max(symptom.time_lost_s - cause.time_lost_s, 0.0))
         return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
-    def fix(self, evidence: Syncs) -> str:
+    def fix(self, evidence: HostSyncEvidence) -> str:
+        if evidence.element_reads_per_step:
+            return ("Do not read the tensor element by element: each .item() is a device-to-host copy and a sync. "
+                    "Keep the computation on the device (compare or reduce whole tensors, accumulate in a GPU "
+                    "tensor) and read one number at the end, or copy the values at once (.tolist(), one .cpu()).")
         return ("Avoid .item(), .cpu(), .numpy() and printing tensors inside the step; keep values "
                 "on the device (e.g. torch.nonzero instead of a NumPy round trip), log every N steps.")
+
+
+def _sampled_s(facts: Facts, lines: list[Where]) -> float:
+    """The window's seconds the Python samples spent on `lines` (their ops included)."""
+    win = (facts.python or {}).get("window") or {}
+    total = win.get("sampled_s") or 0.0
+    at = {(w.file, w.line) for w in lines}
+    line_s = sum(ln["total_s"] for ln in win.get("lines") or [] if (ln["file"], ln["line"]) in at)
+    return line_s / total * facts.window_s if total > 0 else 0.0
 
 
 class GpuIdleEvidence(Record):
@@ -299,18 +344,26 @@ class TensorCoresEvidence(Record):
 class TensorCores(Rule[TensorCoresEvidence]):
     """Matrix products run as plain FP32 kernels (`sgemm`), not on the tensor cores.
 
-    Time lost: half of those kernels' time, a conservative estimate: TF32 runs matrix products
-    several times faster on Ampere and later GPUs, bf16 autocast more."""
+    Time lost: three quarters of those kernels' time, a floor: TF32 runs matrix products about
+    7x faster than FP32 at peak on an A100 or H100, bf16 about 15x; on an H100, a step of FP32
+    products went from 130 ms to 16 ms under bf16 autocast (benchmarks/zoo/g_fp32_hf_loop.py).
+    `where`: the lines calling the model (where autocast goes), then the lines running the
+    products and their callers."""
 
     kind = "tensor_cores"
     summary = "FP32 matrix products run without the tensor cores (no TF32, no autocast)."
     docs = DOCS["tf32"]
     evidence_type = TensorCoresEvidence
-    saving_basis = "half of the FP32 GEMM kernels' time (TF32 is several times faster: half is a floor)"
+    saving_basis = "three quarters of the FP32 GEMM kernels' time (TF32 is ~7x faster, bf16 ~15x: a floor)"
     MIN_SHARE = 0.15
     """FP32 GEMMs worth a sixth of the window are worth a one-line precision setting."""
-    SAVING = 0.5
-    """Of those kernels' time: TF32 is several times faster, so half is a floor."""
+    SAVING = 0.75
+    """Of those kernels' time: a 4x speed-up, under TF32's and bf16's (7x and 15x at peak)."""
+    MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::matmul",
+                            "aten::linear"})
+    """Host ops whose kernels are the matrix products (their lines are where the work is issued)."""
+    MODEL_CALLS_SHOWN = 2
+    """Model call sites named first (a training and an evaluation call, say)."""
     KERNELS_KEPT = 10
     """FP32 kernels listed in the evidence (the costliest; the rest add little)."""
 
@@ -330,7 +383,18 @@ class TensorCores(Rule[TensorCoresEvidence]):
                                  pre_ampere_kernels=any(k.name.startswith(_PRE_AMPERE) for k in fp32))
         return [self.finding(ev, title=f"FP32 matrix products without tensor cores take {100 * share:.0f}% "
                                        "of the profiled time",
-                             lost_s=lost, pct=100 * lost / facts.window_s, ops=[k.name for k in fp32[:5]])]
+                             lost_s=lost, pct=100 * lost / facts.window_s, ops=[k.name for k in fp32[:5]],
+                             where=self._where(facts))]
+
+    def _where(self, facts: Facts) -> list[Where]:
+        """The lines calling the model (the capture's module sites: where autocast goes), then
+        the lines running the products and their callers."""
+        from .calls import model_call_sites  # a sibling rule module: imported where used
+
+        calls = where_of(model_call_sites(facts))[: self.MODEL_CALLS_SHOWN]
+        seen = {(w.file, w.line) for w in calls}
+        products = facts.with_callers(facts.lines_for_ops(set(self.MATMUL_OPS)))
+        return calls + [w for w in products if (w.file, w.line) not in seen]
 
     def fix(self, evidence: TensorCoresEvidence) -> str:
         if evidence.pre_ampere_kernels:  # no TF32 and no fast bf16 before Ampere: fp16 is the tensor-core type
@@ -348,36 +412,50 @@ class UnalignedMatmulEvidence(Record):
     kernel_us: float
     shapes: list[ShapeExample]
     kernel_share: float
+    odd_kernel_us: float = 0.0
 
 
 @register
 class UnalignedHalfMatmul(Rule[UnalignedMatmulEvidence]):
-    """fp16/bf16 matrix products whose dimensions are not multiples of 8 (torch's
-    `MatMulDimInFP16Pattern`): tensor cores tile by 8, so such shapes pad internally or fall back
-    to slower kernels. Time lost: not measured (it depends on the shape and the GPU); `low`, or
-    `medium` when those kernels take MIN_SHARE of the window."""
+    """fp16/bf16 matrix products whose leading dimensions (K, N) are not multiples of 8 (torch's
+    `MatMulDimInFP16Pattern`): the rows are not 16-byte aligned, so cuBLAS falls back to kernels
+    with narrow loads (`align1`, `align2`).
+
+    Time lost: of those products' kernel time, the part padding would save. On an H100
+    (benchmarks/gemm_alignment.py) an odd K or N alone ran 4.8-6.3x slower than the padded
+    product, a K of 4 mod 8 2.8x; in a whole training step (benchmarks/zoo/g_bow_half.py) padding
+    saved about half of the unaligned kernels' time. The rule counts 2x and 1.6x."""
 
     kind = "unaligned_matmul"
     summary = "Half-precision matmuls with dimensions that are not multiples of 8."
     docs = DOCS["amp"]
     evidence_type = UnalignedMatmulEvidence
-    confidence = "unmeasured"
-    saving_basis = "not measured (it depends on the shape and the GPU)"
-    MIN_SHARE = 0.10
-    """Their kernels taking a tenth of the window make padding the shapes worth it (`medium`)."""
+    confidence = "estimated"
+    saving_basis = ("the unaligned products' kernel time less what padded ones take (2x faster with an odd "
+                    "dimension, 1.6x otherwise: the whole-step gain measured on an H100, under the isolated "
+                    "products' 5x and 2.8x)")
+    ODD_SLOWDOWN = 2.0
+    """An odd K or N: 4.8-6.3x slower than padded alone, about 2x across a training step's products."""
+    EVEN_SLOWDOWN = 1.6
+    """K or N even but not a multiple of 8: 2.8x slower alone; scaled as the odd case is."""
 
     def check(self, facts: Facts) -> list[Finding]:
         a = facts.analysis
         hits = a.ops.half_matmul_unaligned if a else None
         if not a or not hits or not hits.count or not a.gpu.present:
             return []
-        share = hits.kernel_us / 1e6 / facts.window_s if facts.window_s > 0 else 0.0
+        window = facts.window_s
+        share = hits.kernel_us / 1e6 / window if window > 0 else 0.0
+        odd_s, even_s = hits.odd_kernel_us / 1e6, max(hits.kernel_us - hits.odd_kernel_us, 0.0) / 1e6
+        lost = odd_s * (1 - 1 / self.ODD_SLOWDOWN) + even_s * (1 - 1 / self.EVEN_SLOWDOWN)
+        lost = min(lost, window) if window > 0 else lost
         ev = UnalignedMatmulEvidence(recorded=hits.recorded, count=hits.count, kernel_us=hits.kernel_us,
-                                     shapes=hits.shapes, kernel_share=share)
+                                     shapes=hits.shapes, kernel_share=share, odd_kernel_us=hits.odd_kernel_us)
         in_kernels = f" ({100 * share:.0f}% of the profiled time in their kernels)" if share else ""
+        where = where_of(hits.where) or facts.lines_for_ops({x.op for x in hits.shapes})
         return [self.finding(ev, title=f"{hits.count} half-precision matmul(s) with dimensions that are not "
                                        f"multiples of 8{in_kernels}",
-                             lost_s=0.0, pct=0.0, severity="medium" if share >= self.MIN_SHARE else "low",
+                             lost_s=lost, pct=facts.pct(lost), where=facts.with_callers(where),
                              ops=sorted({x.op for x in hits.shapes}))]
 
     def fix(self, evidence: UnalignedMatmulEvidence) -> str:

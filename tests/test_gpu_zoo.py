@@ -1,0 +1,119 @@
+"""The GPU half of the zoo (benchmarks/zoo/manifest-gpu.json), re-diagnosed from the runs that
+`torchneck run` left on an H100 (tests/data/gpu_h100_zoo__*; see tests/data/README.md): each
+program's top finding is its plant, at the planted line, with the cost the fix removed.
+
+The runs were kept without their Python samples (samples.json), so findings that follow a helper
+to the line calling it (the straggler's percentile helper) name the helper's lines here."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import DATA, torchneck
+
+ZOO = Path(__file__).resolve().parent.parent / "benchmarks" / "zoo"
+MANIFEST = json.loads((ZOO / "manifest-gpu.json").read_text())["scripts"]
+
+
+def planted_line(script: str) -> int:
+    lines = (ZOO / script).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if "# PLANTED" in line)
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    out = {}
+    for entry in MANIFEST:
+        name = entry["script"].removesuffix(".py")
+        run_dir = tmp_path_factory.mktemp(name) / "run"
+        shutil.copytree(DATA / f"gpu_h100_zoo__{name}", run_dir)
+        r = torchneck("report", str(run_dir), "--json", "-")
+        assert r.returncode == 0, r.stderr
+        out[name] = json.loads(r.stdout)
+    return out
+
+
+def test_every_gpu_program_has_its_kept_run_and_a_measured_plant():
+    for entry in MANIFEST:
+        assert (DATA / f"gpu_h100_zoo__{entry['script'].removesuffix('.py')}").is_dir()
+        assert entry["requires"] == "cuda" and entry["measured"]["device"].startswith("NVIDIA H100")
+
+
+@pytest.mark.parametrize("entry", MANIFEST, ids=[e["script"] for e in MANIFEST])
+def test_the_top_finding_is_the_plant(entry, reports):
+    report = reports[entry["script"].removesuffix(".py")]
+    top = report["findings"][0]
+    assert top["kind"] == entry["expect"], [(f["kind"], f["title"]) for f in report["findings"][:3]]
+    lines = [w["line"] for w in top["where"] if w["file"].endswith(entry["script"])]
+    if entry["expect"] == "straggler":  # the helper rank 0 calls at the planted line (no samples kept)
+        assert top["rank"] == 0 and top["where"][0]["function"] == "grad_percentiles"
+    else:
+        assert planted_line(entry["script"]) in lines
+
+
+def test_element_reads_are_one_host_sync_cause_with_their_tiny_ops_under_it(reports):
+    """`pred[i].item() == labels[i].item()` per example: the loop's syncs and its tiny ops are
+    one problem; the fix (compare on the GPU, read once) saved 86 % of the program's work."""
+    top = reports["g_metrics_item"]["findings"][0]
+    assert top["evidence"]["element_reads_per_step"] == 1024  # two reads per example, 512 examples
+    line = planted_line("g_metrics_item.py")
+    assert f"read one by one per step at line {line}" in top["title"] and ".tolist()" in top["fix"]
+    assert [s["kind"] for s in top["symptoms"]] == ["dispatch_overhead"]
+    assert 70 <= top["saving_pct"] <= 100
+
+
+def test_fp32_products_point_at_the_model_call_to_wrap_in_autocast(reports):
+    top = reports["g_fp32_hf_loop"]["findings"][0]
+    assert top["where"][0]["line"] == planted_line("g_fp32_hf_loop.py")  # outputs = model(**batch)
+    assert top["evidence"]["share"] > 0.9 and "autocast" in top["fix"]
+
+
+def test_unaligned_half_products_cost_their_kernels_beyond_padded_ones(reports):
+    top = reports["g_bow_half"]["findings"][0]
+    ev = top["evidence"]
+    # nearly all in the products over K = 50,257 (odd); the 20-class head (N = 20) is the rest
+    assert 0.99 * ev["kernel_us"] < ev["odd_kernel_us"] < ev["kernel_us"]
+    assert top["confidence"] == "estimated" and top["time_lost_s"] > 0
+    assert "[4096, 50257]" in top["fix"] and "multiples of 8" in top["fix"]
+
+
+def test_the_waiting_ranks_idle_gpu_is_folded_under_the_straggler(reports):
+    """Rank 1's GPU idles in the all-reduce waiting for rank 0: that idle time is rank 0's
+    problem, listed under the straggler, not a launch-bound finding of rank 1's."""
+    report = reports["g_slow_rank"]
+    top = report["findings"][0]
+    assert {(s["kind"], s["rank"]) for s in top["symptoms"]} == {("launch_bound", 1), ("launch_bound", 0)}
+    assert not [f for f in report["findings"] if f["kind"] == "launch_bound"]
+
+
+def _hta_agreement():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hta_agreement", ZOO.parent / "hta_agreement.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ZOO_TRACES = sorted(DATA.glob("gpu_h100_zoo__*/**/trace.json.gz"))
+
+
+@pytest.mark.parametrize("path", ZOO_TRACES, ids=[str(p.relative_to(DATA)) for p in ZOO_TRACES])
+def test_gpu_busy_and_idle_agree_with_holistic_trace_analysis(path):
+    """HTA 0.5's temporal breakdown of each zoo trace (stored by `benchmarks/hta_agreement.py
+    --write`) equals torchneck's over HTA's window once events are cut to whole µs as HTA's parser
+    does (a few µs apart on the ranks' multi-stream traces). The idle causes agree on the
+    single-stream traces; HTA sums each stream's own gaps, so on the ranks' traces (DDP's copies
+    on streams of their own) its total is the larger."""
+    hta = _hta_agreement()
+    reference = json.loads((DATA / "gpu_h100__hta_reference.json").read_text())["traces"][hta.trace_key(path)]
+    ours = hta.torchneck_over_hta_window(path, rounded=True)
+    assert ours["span_us"] == pytest.approx(reference["span_us"], abs=2.0)
+    assert ours["idle_us"] == pytest.approx(reference["idle_us"], abs=5.0)
+    assert abs(ours["idle_us"] - reference["idle_us"]) / reference["span_us"] < 0.01  # within a point
+    if reference["streams"] > 1:
+        assert sum(reference["categories_us"].values()) >= sum(ours["categories_us"].values())
+        return
+    for category, hta_us in reference["categories_us"].items():
+        assert ours["categories_us"][category] == pytest.approx(hta_us, rel=0.01, abs=10.0), category
