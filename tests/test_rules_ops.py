@@ -5,11 +5,8 @@ from rule_cases import analysis, facts, fires, silent
 
 from torchneck.diagnose.rules.dispatch import DispatchOverhead
 from torchneck.diagnose.rules.dtype import DtypeFloat64
-from torchneck.diagnose.rules.ops import (
-    ConvBiasBeforeBatchNorm,
-    OpHotspot,
-    RebuiltTensor,
-)
+from torchneck.diagnose.rules.ops import ConvBiasBeforeBatchNorm, OpHotspot
+from torchneck.diagnose.rules.rebuilt import RebuiltTensor
 from torchneck.model.analysis import CodeSite, ConvBiasBn, Dispatch, Float64Ops, OpRow
 from torchneck.model.findings import Where
 
@@ -847,7 +844,7 @@ def test_op_hotspot_stays_at_its_line_when_no_backward_holds_it():
 def test_rebuilt_tensor_explains_the_loop_around_it_but_the_header():
     """A Python hotspot of the loop holding the growing torch.cat (its body line) is the cat's
     time but for the loop header's own (a generator of documents)."""
-    from torchneck.diagnose.rules.ops import RebuiltTensor
+    from torchneck.diagnose.rules.rebuilt import RebuiltTensor
     from torchneck.model.findings import Finding, Where
 
     def at(*lines):

@@ -122,9 +122,11 @@ def fold_symptoms(findings: list[Finding], facts: Facts) -> list[Finding]:
 
 
 def _add_saving(cause: Finding, gain_s: float, facts: Facts) -> None:
-    """Time a cause explains beyond its own cost is saved by its fix too."""
+    """Time a cause explains beyond its own cost is saved by its fix too (never more than the run)."""
     cause.saving_s += gain_s
     cause.saving_pct += gain_s / facts.run_wall_s * 100 if facts.run_wall_s > 0 else 0.0
+    if facts.run_wall_s > 0:
+        cause.saving_s, cause.saving_pct = min(cause.saving_s, facts.run_wall_s), min(cause.saving_pct, 100.0)
 
 
 def _is_below(symptom: Finding, cause: Finding, findings: list[Finding]) -> bool:

@@ -59,6 +59,18 @@ class Facts(msgspec.Struct, kw_only=True):
         best = sorted(acc.items(), key=lambda kv: -kv[1])[:limit]
         return [Where(file=f, line=ln, function=fn) for (f, ln, fn), _ in best]
 
+    def sampled_line_in_ops(self, min_share: float) -> list[Where]:
+        """The steady state's sampled line spending the most time inside torch ops, if that is
+        `min_share` of it: where an op runs when the trace places none (a window cut short
+        before its line marks)."""
+        steady = (self.python or {}).get("window") or {}
+        total = steady.get("sampled_s") or 0.0
+        lines = [ln for ln in steady.get("lines", []) if "outside_ops_s" in ln]
+        best = max(lines, key=lambda ln: ln["total_s"] - ln["outside_ops_s"], default=None)
+        if best is None or total <= 0 or (best["total_s"] - best["outside_ops_s"]) / total < min_share:
+            return []
+        return where_of([best])
+
     def with_callers(self, where: list[Where], part: str = "window") -> list[Where]:
         """`where`, then the user's lines up the one call path that carries the sampled time of its
         first line the sampler saw called (`python.<part>.lines[].callers`, the steady state's or

@@ -1,6 +1,6 @@
-"""Rules on the host ops of the steps: one dominant op, a tensor rebuilt every step, a
-convolution bias that BatchNorm cancels (thousands of tiny ops: dispatch.py; float64 data:
-dtype.py)."""
+"""Rules on the host ops of the steps: one dominant op, a convolution bias that BatchNorm
+cancels (a tensor rebuilt every step: rebuilt.py; thousands of tiny ops: dispatch.py; float64
+data: dtype.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import re
 from ...model.analysis import ConvBiasBn, OpRow
 from ...model.base import Record
 from ...model.findings import Finding, Where
+from ..chains import GRADIENT_FILL_OPS, INDEXING_OPS, chain_ends_in_vector, gradient_asked_for
 from ..facts import Facts, where_of
 from ..idioms import (
     broadcast_product,
@@ -17,17 +18,17 @@ from ..idioms import (
     factorises_invariant_matrix,
     inverse_then_multiply,
     one_hot_product,
+    pairwise_difference,
     sorted_then_searched,
     sorted_then_sliced,
 )
+from ..loop_invariants import invariant_statement, reads_recomputed
 from ..masks import mask_group_by
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import (
     argument_assigned_at,
     densified_at,
     function_at,
-    in_loop,
-    rebuilt_tensor,
 )
 from .calls import model_call_sites
 
@@ -63,6 +64,15 @@ class OpHotspotEvidence(Record):
     (self_us is that time; the trace cannot say which op)."""
     broadcast_at: int | None = None
     """The line that reduces a broadcast product (`(a[:, None] * b[None]).sum(-1)`): a matmul."""
+    gradient_asked_at: int | None = None
+    """The line asking a gradient of data the op's backward indexes (`X.requires_grad_(True)`)."""
+    chain_at: int | None = None
+    """A line multiplying a matrix chain left to right that ends in a vector (`X.T @ D @ v`)."""
+    recomputed_at: int | None = None
+    """A line in a loop computing the same value on every pass (its inputs never change there)."""
+    pairwise_at: int | None = None
+    """The line that squares and reduces a broadcast difference (`((a[:, None] - b[None]) ** 2).sum(-1)`):
+    pairwise distances, a `torch.cdist` or one matmul."""
     inverse_at: int | None = None
     diagonal_at: int | None = None
     """A line computing a whole matrix product to keep its diagonal."""
@@ -82,8 +92,9 @@ class OpHotspotEvidence(Record):
     """The line that makes that embedding module (where `sparse=True` goes)."""
 
 
-IDIOM_FIELDS = ("densified_at", "mostly_zero_shape", "one_hot_at", "grouped_by_mask", "broadcast_at", "inverse_at",
-                "diagonal_at", "rank_by_sort", "refactorised_at", "top_k_by_sort", "dense_embedding_rows")
+IDIOM_FIELDS = ("densified_at", "mostly_zero_shape", "one_hot_at", "grouped_by_mask", "broadcast_at", "pairwise_at",
+                "recomputed_at", "chain_at", "gradient_asked_at", "inverse_at", "diagonal_at", "rank_by_sort",
+                "refactorised_at", "top_k_by_sort", "dense_embedding_rows")
 """`OpHotspotEvidence` fields naming a slower way to the op's result than needed, read from the
 source or the capture: the op is then a cause, not the model's compute."""
 
@@ -135,6 +146,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     confidence = "upper_bound"
     saving_basis = "the op's whole self time (the most removing or shrinking it could save)"
     max_severity = "medium"
+    explains = ("python_hotspot",)
     MIN_SHARE = 0.20
     """One operator taking a fifth of the steady state is the place to look first."""
 
@@ -146,6 +158,16 @@ class OpHotspot(Rule[OpHotspotEvidence]):
 
     def check(self, facts: Facts) -> list[Finding]:
         return self._missed_lines(facts) + self._top_op(facts)
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """A value recomputed on every pass: the loop's lines using it spend, outside torch ops,
+        the release of the previous pass's copy (a python_hotspot there) - time its ops do not count."""
+        at = cause.evidence.get("recomputed_at")
+        hot = symptom.where[0] if symptom.where else None
+        if at is None or hot is None or not cause.where or hot.file != cause.where[0].file \
+                or not reads_recomputed(hot.file, at, hot.line):
+            return None
+        return Explanation(symptom.time_lost_s, adds=True)
 
     def _missed_lines(self, facts: Facts) -> list[Finding]:
         """Lines inside torch ops for `MIN_SHARE` of the sampled steady state that the profiled
@@ -170,11 +192,12 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             # the trace cannot name its ops, the source may name a costlier way to get the result
             file, at = line["file"], line["line"]
             ev.broadcast_at = at if broadcast_product(file, at) else None
+            ev.pairwise_at = at if ev.broadcast_at is None and pairwise_difference(file, at) else None
             ev.top_k_by_sort = at if ev.broadcast_at is None and sorted_then_sliced(file, at) else None
             ev.inverse_at = at if inverse_then_multiply(file, at) else None
             ev.diagonal_at = at if diagonal_of_product(file, at) else None
             ev.rank_by_sort = at if sorted_then_searched(file, at) else None
-            ev.avoidable = bool(ev.broadcast_at or ev.top_k_by_sort or ev.inverse_at or ev.diagonal_at
+            ev.avoidable = bool(ev.broadcast_at or ev.pairwise_at or ev.top_k_by_sort or ev.inverse_at or ev.diagonal_at
                                 or ev.rank_by_sort)
             out.append(self.finding(ev, title=f"{line['function']}() spends {100 * share:.0f}% of the steady state "
                                               f"inside torch ops at line {at}, outside the profiled window",
@@ -191,7 +214,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         if share < self.MIN_SHARE:
             return []
         lost = top.self_us / 1e6
-        where = facts.lines_for_ops({top.name})
+        where = facts.lines_for_ops({top.name}) or facts.sampled_line_in_ops(self.MIN_SHARE)
         dense = self._densified(facts, where) if top.name in self.MATMULS else None
         zeros = self._mostly_zero(facts, a.ops.by_shape) if top.name in self.MATMULS and dense is None else None
         if zeros is not None:  # what a sparse product of the zero-heavy operand would not spend
@@ -220,6 +243,21 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             if top.name in self.FACTOR_OPS and top.count >= self.MIN_FACTORISATIONS else None
         table = self._dense_embedding_grad(facts, top)
         paired = self._backward_of(facts, top, where) if grouped is None and dense is None and table is None else None
+        # a squared broadcast difference: at a line running the op, or whose forward the op is the backward of
+        pairwise = next((w for w in [*where, *(paired[2] if paired else [])] if pairwise_difference(w.file, w.line)),
+                        None) if top.name in self.PAIRWISE_OPS and broadcast is None else None
+        chain = next((w for w in where if chain_ends_in_vector(w.file, w.line, {
+            e["op"] for e in facts.ops_by_line if (e.get("file"), e.get("line")) == (w.file, w.line)})), None) \
+            if top.name in self.MATMULS else None
+        recomputed = next((w for w in where if invariant_statement(w.file, w.line)), None) \
+            if pairwise is None and broadcast is None else None
+        if recomputed is not None:  # every pass after the first redoes all of that line's ops
+            lost = max(lost, sum(e["self_us"] for e in facts.ops_by_line
+                                 if (e.get("file"), e.get("line")) == (recomputed.file, recomputed.line)) / 1e6)
+        if pairwise is not None:  # the difference, its square and its sum at that line all go, and their backward
+            at_line = [e for e in facts.ops_by_line if (e.get("file"), e.get("line")) == (pairwise.file, pairwise.line)]
+            line_s = sum(e["self_us"] for e in at_line) / 1e6
+            lost = lost + line_s if all(e["op"] != top.name for e in at_line) else max(lost, line_s)
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
                                time_lost_is="upper bound (the op's whole self time)", avoidable=avoidable,
                                backward_of=paired[0] if paired else None,
@@ -229,6 +267,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                top_k_by_sort=sliced.line if sliced else None,
                                inverse_at=inverse.line if inverse else None,
                                broadcast_at=broadcast.line if broadcast else None,
+                               pairwise_at=pairwise.line if pairwise else None,
+                               recomputed_at=recomputed.line if recomputed else None,
+                               chain_at=chain.line if chain else None,
                                diagonal_at=diagonal.line if diagonal else None,
                                rank_by_sort=searched.line if searched else None,
                                one_hot_at=one_hot.line if one_hot else None,
@@ -256,7 +297,11 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             forward, node, lines = paired
             what += f" in autograd's {node}: the backward of {forward} at line {lines[0].line}"
             where = lines + [w for w in where if (w.file, w.line) not in {(f.file, f.line) for f in lines}]
+
         for idiom, does in ((broadcast, "materialises every pairwise product to sum it (a matrix product)"),
+                            (pairwise, "materialises every pairwise difference to sum its squares (a distance matrix)"),
+                            (recomputed, "computes the same value on every pass of its loop (its inputs never change)"),
+                            (chain, "multiplies a matrix chain left to right, building a whole matrix for a vector"),
                             (diagonal, "computes a whole matrix product to keep its diagonal"),
                             (inverse, "inverts a matrix to multiply by its inverse"),
                             (searched, "sorts a whole tensor to find where given elements rank"),
@@ -267,6 +312,17 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                 ev.avoidable = avoidable = True
                 what = f": line {idiom.line} {does}"
                 where = [idiom, *(w for w in where if (w.file, w.line) != (idiom.file, idiom.line))]
+        indexing = ([*paired[2]] if paired else []) + facts.lines_for_ops(set(INDEXING_OPS))
+        asked = next(((w, at) for w in indexing if (at := gradient_asked_for(w.file, w.line))), None) \
+            if paired or top.name in GRADIENT_FILL_OPS else None
+        if asked is not None:  # data asked for a gradient: the backward's fill and accumulation of it go
+            ev.avoidable = avoidable = True
+            ev.gradient_asked_at = asked[1]
+            node_name = self.BACKWARD_NODE + paired[1] if paired else None
+            lost = max(lost, sum(o.total_us for o in a.ops.by_name if o.name == node_name) / 1e6)
+            what += f", for a gradient of data asked at line {asked[1]} (indexed at line {asked[0].line})"
+            first = [Where(file=asked[0].file, line=asked[1], function=function_at(asked[0].file, asked[1])), asked[0]]
+            where = first + [w for w in where if (w.file, w.line) not in {(f.file, f.line) for f in first}]
         if sliced is not None:
             what = f": line {sliced.line} sorts a whole tensor to keep its first elements"
             where = [sliced, *(w for w in where if (w.file, w.line) != (sliced.file, sliced.line))]
@@ -290,6 +346,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                              where=where, ops=[top.name],
                              confidence="measured" if factorised else None)]  # the factorisations all go
 
+    PAIRWISE_OPS = frozenset({"aten::sub", "aten::pow", "aten::square", "aten::abs", "aten::mul", "aten::sum",
+                              "aten::mean", "aten::norm", "aten::linalg_vector_norm"})
+    """Ops of a squared broadcast difference reduced, and of its backward (the square's is a mul)."""
     MASK_OPS = frozenset({
         "aten::nonzero", "aten::index", "aten::masked_select", "aten::argwhere", "aten::index_put_",
         "aten::_index_put_impl_", "aten::eq", "aten::ne", "aten::lt", "aten::le", "aten::gt", "aten::ge",
@@ -447,6 +506,24 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             return (f"Line {evidence.broadcast_at} builds every pairwise product of two broadcast tensors and then "
                     "sums it: that is a matrix product, a @ b.T (or torch.einsum('id,jd->ij', a, b), torch.bmm): "
                     "no pairwise tensor in memory, and a BLAS kernel instead of two element-wise passes.")
+        if evidence.gradient_asked_at is not None:
+            return (f"Line {evidence.gradient_asked_at} makes data require a gradient: every backward then fills and "
+                    "accumulates a gradient as large as the whole tensor, which no optimizer uses. Leave data "
+                    "without requires_grad (ask for input gradients only on the batch you attribute, "
+                    "`xb.requires_grad_()`, when you need them).")
+        if evidence.chain_at is not None:
+            return (f"Line {evidence.chain_at} evaluates its chain of products left to right: `A @ B @ v` first "
+                    "builds the whole matrix A @ B, then multiplies it by the vector v. Multiply right to left, "
+                    "A @ (B @ v) (an element-wise scale as s * (X @ v)): matrix-vector products only.")
+        if evidence.recomputed_at is not None:
+            return (f"Line {evidence.recomputed_at} recomputes, on every pass of its loop, a value whose inputs the "
+                    "loop never changes: compute it once before the loop and reuse it (slice or index the result "
+                    "inside the loop).")
+        if evidence.pairwise_at is not None:
+            return (f"Line {evidence.pairwise_at} builds every pairwise difference of two broadcast tensors (an "
+                    "N x M x D tensor) to square and sum it: use torch.cdist(a, b) (squared: cdist(a, b) ** 2), or the "
+                    "expansion (a * a).sum(1)[:, None] + (b * b).sum(1)[None] - 2 * a @ b.T: one matrix product, "
+                    "no pairwise tensor in memory (forward or backward).")
         if evidence.rank_by_sort is not None:
             return (f"Line {evidence.rank_by_sort} sorts the whole tensor only to find where given elements land: "
                     "count the elements ranked above each instead, one pass and no sort: rank = (scores > "
@@ -510,91 +587,6 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                     "conversions inside the step.")
         return ("If this op is needed at this size and precision, it is the model's work; otherwise reduce its "
                 "input, batch its calls, or use a cheaper equivalent (the lines shown run it).")
-
-
-class RebuiltTensorEvidence(Record):
-    pattern: str
-    """"grows" (a concatenation fed its own result) or "allocates" (a torch.zeros/ones/empty/full)."""
-    line_total_s: float
-    """Sampled seconds on the line over the steady state, its torch ops included."""
-    sampled_s: float
-    """All sampled seconds of the steady state."""
-
-
-@register
-class RebuiltTensor(Rule[RebuiltTensorEvidence]):
-    """A line that runs again and again (in a loop, or in a function called from one) rebuilds a
-    tensor it could keep: `x = torch.cat([x, y])` copies everything gathered so far on every pass
-    (quadratic), `buf = torch.zeros(...)` allocates and fills a buffer on every call. Read from
-    the sampled steady state, not the trace: a profiled window of a few early steps sees the
-    concatenation while it is still small, or a window inside one request misses the allocation.
-
-    Time lost: the line's sampled share of the steady state (its ops included) applied to the
-    window: what keeping the tensor saves at most (one final concatenation, or one fill of the
-    part used, remains)."""
-
-    kind = "rebuilt_tensor"
-    explains = ("python_hotspot", "op_hotspot", "dispatch_overhead")
-    summary = "A loop rebuilds a tensor every pass: torch.cat onto a growing tensor, a buffer allocated per call."
-    docs = DOCS["tuning"]
-    evidence_type = RebuiltTensorEvidence
-    confidence = "upper_bound"
-    saving_basis = "the line's sampled time over the steady state, its ops included (keeping the tensor saves most)"
-    MIN_SHARE = 0.10
-    """As python_hotspot's: a line taking a tenth of the steady state is worth changing."""
-    MIN_SAMPLED_S = 0.01
-    """As python_hotspot's: ten samples of the 1 ms sampler, fewer do not tell a line from its neighbours."""
-    LINES_CONSIDERED = 5
-    """Only the top sampled lines: below them no line reaches MIN_SHARE."""
-
-    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
-        """Another finding on the rebuilding line itself (its Python, its copy ops) is part of the
-        line's time, which this cost already counts; a Python hotspot of the loop around it (the
-        loop's header, its body lines) holds it too, all but the header's own time."""
-        at = (cause.where[0].file, cause.where[0].line) if cause.where else None
-        if not symptom.where or at is None:
-            return None
-        if (symptom.where[0].file, symptom.where[0].line) == at:
-            return Explanation(min(symptom.time_lost_s, cause.time_lost_s))
-        if symptom.kind == "python_hotspot" and at in {(w.file, w.line) for w in symptom.where[1:]}:
-            sampled = symptom.evidence.get("sampled_s") or 0.0
-            header = (symptom.evidence.get("line_total_s") or 0.0) / sampled * facts.window_s if sampled > 0 else 0.0
-            return Explanation(max(0.0, min(symptom.time_lost_s - header, cause.time_lost_s)))
-        return None
-
-    def check(self, facts: Facts) -> list[Finding]:
-        win = (facts.python or {}).get("window") or {}
-        total = win.get("sampled_s") or 0.0
-        if total <= 0 or facts.window_s <= 0:
-            return []
-        out = []
-        for line in win.get("lines", [])[: self.LINES_CONSIDERED]:
-            seconds = line.get("total_s") or 0.0
-            if seconds < self.MIN_SHARE * total or seconds < self.MIN_SAMPLED_S:
-                continue
-            pattern = rebuilt_tensor(line["file"], line["line"])
-            callers = line.get("callers") or []
-            if pattern is None or not (in_loop(line["file"], line["line"])
-                                       or any(in_loop(c["file"], c["line"]) for c in callers)):
-                continue  # runs once: nothing to keep between passes
-            share = seconds / total
-            lost = share * facts.window_s
-            what = ("concatenates onto a growing tensor on every pass" if pattern == "grows"
-                    else "allocates a new tensor on every call")
-            out.append(self.finding(
-                RebuiltTensorEvidence(pattern=pattern, line_total_s=seconds, sampled_s=total),
-                title=f"{line['function']}() {what}: {100 * share:.0f}% of the steady state at line {line['line']}",
-                lost_s=lost, pct=facts.pct(lost), where=where_of([line, *callers])))
-        return out
-
-    def fix(self, evidence: RebuiltTensorEvidence) -> str:
-        if evidence.pattern == "grows":
-            return ("Collect the pieces in a list and call torch.cat once after the loop, or preallocate the "
-                    "full tensor and write each piece into its slice (out[i:i + n] = piece): torch.cat in a loop "
-                    "copies everything gathered so far on every pass, quadratic in the result's size.")
-        return ("Allocate the buffer once (outside the loop, or in __init__) and reuse it, resetting only the "
-                "part each call uses (buf[:, :n].zero_(), or overwrite it): a new tensor per call pays the "
-                "allocation and the fill of all of it every time, however little is used.")
 
 
 @register

@@ -1,0 +1,71 @@
+"""Products that cost more than their result needs: a chain of matrix products evaluated in a
+costly order (`X.T @ D @ v` runs left to right, so it first builds the d x d matrix X.T @ D,
+n * d^2 multiply-adds, to multiply it by a vector, where `X.T @ (D @ v)` takes two matrix-vector
+products), and a gradient asked of data that every backward then fills whole."""
+
+from __future__ import annotations
+
+import ast
+
+from .source import _tree, enclosing, walk_own
+
+INDEXING_OPS = frozenset({"aten::index", "aten::index_select", "aten::gather", "aten::slice", "aten::select"})
+"""Forward ops whose backward writes into a zero tensor as large as the one indexed."""
+GRADIENT_FILL_OPS = frozenset({"aten::fill_", "aten::zero_", "aten::zeros", "aten::new_zeros", "aten::add_",
+                               "aten::index_put_", "aten::_index_put_impl_", "aten::index_add_",
+                               "torch::autograd::AccumulateGrad", "aten::copy_"})
+"""Ops of a gradient filled with zeros, written at the indexed rows and accumulated."""
+VECTOR_PRODUCTS = frozenset({"aten::mv", "aten::addmv", "aten::addmv_", "aten::dot", "aten::vdot"})
+"""Ops of a product with a vector: the chain ends in one when its last operand is a vector."""
+
+
+def chain_ends_in_vector(file: str, line: int, ops_at_line: set[str]) -> bool:
+    """Whether the statement at `line` multiplies three or more operands left to right
+    (`a @ b @ c`, parsed as `(a @ b) @ c`, with no parentheses around the right pair) and the
+    trace shows that line running a matrix-vector product (`ops_at_line`): the chain's last
+    operand is a vector, so the left product builds a whole matrix the vector could have
+    avoided. False when unclear or the source is unreadable."""
+    if not ops_at_line & VECTOR_PRODUCTS:
+        return False
+    path = enclosing(file, line)
+    if not path:
+        return False
+    for node in walk_own(path[-1]):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult) \
+                and isinstance(node.left, ast.BinOp) and isinstance(node.left.op, ast.MatMult):
+            return True
+    return False
+
+
+def gradient_asked_for(file: str, line: int) -> int | None:
+    """For a line indexing tensors (`xb = self.X[idx]`): the line of the same file that makes one
+    of them require a gradient (`self.X.requires_grad_(True)`, `self.X.requires_grad = True`,
+    `X = torch.tensor(..., requires_grad=True)`), the first such; None when there is none, when the
+    program reads that tensor's `.grad`, or when the source is unreadable. Data asked for a
+    gradient makes every backward of its indexing fill and accumulate a gradient as large as the
+    whole tensor, which nothing optimizes."""
+    path = enclosing(file, line)
+    tree = _tree(file)
+    if not path or tree is None:
+        return None
+    bases = {ast.unparse(n.value) for n in walk_own(path[-1]) if isinstance(n, ast.Subscript)}
+    if not bases:
+        return None
+    if any(isinstance(n, ast.Attribute) and n.attr == "grad" and ast.unparse(n.value) in bases for n in ast.walk(tree)):
+        return None  # the program reads that gradient (saliency, an adversarial step): asked on purpose
+    found: list[int] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "requires_grad_" and ast.unparse(node.func.value) in bases \
+                and not (node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value is False):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Attribute) and t.attr == "requires_grad" and ast.unparse(t.value) in bases
+                for t in node.targets) and not (isinstance(node.value, ast.Constant) and node.value.value is False):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Assign) and any(ast.unparse(t) in bases for t in node.targets) and any(
+                isinstance(k, ast.keyword) and k.arg == "requires_grad" and not (
+                    isinstance(k.value, ast.Constant) and k.value.value is False)
+                for c in ast.walk(node.value) if isinstance(c, ast.Call) for k in c.keywords):
+            found.append(node.lineno)
+    return min(found) if found else None

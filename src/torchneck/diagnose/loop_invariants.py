@@ -1,0 +1,109 @@
+"""A statement inside a loop that computes the same value on every pass: its inputs are not
+changed by the loop, so the work can move before it (hoisting).
+
+`sliding_windows` converting the whole recording to physical units on every window it slices,
+a normalisation of a constant table inside the batch loop: the op is the program's own math, but
+all passes after the first redo it.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from .source import LOOPS, call_name, enclosing
+
+PASS_VARYING_CALLS = frozenset({
+    "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal", "normal_",
+    "uniform", "uniform_", "bernoulli", "multinomial", "random", "choice", "shuffle", "permutation",
+    "next", "read", "readline", "readlines", "recv", "get", "get_nowait", "pop", "popleft", "input", "load",
+    "time", "perf_counter", "monotonic", "now", "item", "tolist", "numpy", "clone", "copy", "deepcopy",
+})
+"""Calls whose result may differ from one pass to the next with the same arguments (random draws,
+reads from a stream or a queue, clocks), or that make a copy the loop may then change in place."""
+
+
+def invariant_statement(file: str, line: int) -> bool:
+    """Whether the assignment at `line` sits in a loop and computes, on every pass, a value from
+    names the loop never rebinds, with no call that may answer differently per pass; and the loop
+    then reads the assigned name in a statement that does vary per pass (the loop is not a
+    benchmark repeating the statement on purpose) and never changes it in place. False when
+    unclear or the source is unreadable."""
+    path = enclosing(file, line)
+    if len(path) < 2 or not isinstance(path[-1], ast.Assign):
+        return False
+    stmt = path[-1]
+    loop = next((s for s in reversed(path[:-1]) if isinstance(s, LOOPS)), None)
+    if loop is None or not any(isinstance(n, (ast.Call, ast.BinOp)) for n in ast.walk(stmt.value)):
+        return False
+    targets = [t.id for t in stmt.targets if isinstance(t, ast.Name)]
+    if len(targets) != len(stmt.targets):
+        return False  # an attribute or a subscript written: state, not a local value
+    bound = _rebound(loop)
+    read = {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)}
+    if read & bound or read & set(targets):
+        return False
+    if any(isinstance(n, ast.Call) and call_name(n) in PASS_VARYING_CALLS for n in ast.walk(stmt.value)):
+        return False
+    if any(isinstance(n, (ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr)) for n in ast.walk(stmt.value)):
+        return False
+    users = [s for s in ast.walk(loop) if isinstance(s, ast.stmt) and s is not stmt and s is not loop
+             and {n.id for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} & set(targets)]
+    if not any({n.id for n in ast.walk(s) if isinstance(n, ast.Name)} & (bound - set(targets)) for s in users):
+        return False
+    return not _changed_in_place(loop, set(targets), stmt)
+
+
+def _rebound(loop: ast.stmt) -> set[str]:
+    """Names the loop binds or assigns anywhere in its body (its target, assignments, `with ... as`)."""
+    out: set[str] = set()
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        out |= {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    out |= {n.id for n in ast.walk(loop) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    return out
+
+
+def _changed_in_place(loop: ast.stmt, names: set[str], stmt: ast.stmt) -> bool:
+    """A name augmented (`x += 1`), written through (`x[i] = v`) or changed by an in-place
+    method (`x.add_(...)`) inside the loop."""
+    for node in ast.walk(loop):
+        if node is stmt:
+            continue
+        if isinstance(node, ast.AugAssign) and _root(node.target) in names:
+            return True
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, (ast.Subscript, ast.Attribute)) and _root(t) in names for t in targets):
+                return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.endswith("_") \
+                and not node.func.attr.startswith("_") and _root(node.func.value) in names:
+            return True
+    return False
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def reads_recomputed(file: str, line: int, other: int) -> bool:
+    """Whether `other` is a statement of the loop around the recomputed assignment at `line` that
+    reads the name it assigns, or a name the loop assigns from it (`x = phys[:, s:s + n]` after
+    `phys = ...`, then `yield x`): it holds a view or a use of the value, and the previous pass's
+    copy is released around it, time the recomputation costs outside its ops."""
+    path = enclosing(file, line)
+    if len(path) < 2 or not isinstance(path[-1], ast.Assign):
+        return False
+    loop = next((s for s in reversed(path[:-1]) if isinstance(s, LOOPS)), None)
+    if loop is None or not loop.lineno <= other <= (loop.end_lineno or loop.lineno) or other == line:
+        return False
+    names = {t.id for t in path[-1].targets if isinstance(t, ast.Name)}
+    for node in ast.walk(loop):  # and the names the loop assigns from it (views, slices: `x = phys[...]`)
+        if isinstance(node, ast.Assign) and node is not path[-1] and _loads(node.value) & names:
+            names |= {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    stmt = enclosing(file, other)
+    return bool(stmt) and bool(_loads(stmt[-1]) & names)
+
+
+def _loads(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}

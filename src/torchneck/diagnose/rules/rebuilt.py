@@ -1,0 +1,95 @@
+"""A tensor rebuilt on every pass of a loop: concatenated onto itself, or allocated and filled
+again, read from the sampled steady state (split from ops.py)."""
+
+from __future__ import annotations
+
+from ...model.base import Record
+from ...model.findings import Finding
+from ..facts import Facts, where_of
+from ..rule import DOCS, Explanation, Rule, register
+from ..source import in_loop, rebuilt_tensor
+
+
+class RebuiltTensorEvidence(Record):
+    pattern: str
+    """"grows" (a concatenation fed its own result) or "allocates" (a torch.zeros/ones/empty/full)."""
+    line_total_s: float
+    """Sampled seconds on the line over the steady state, its torch ops included."""
+    sampled_s: float
+    """All sampled seconds of the steady state."""
+
+
+@register
+class RebuiltTensor(Rule[RebuiltTensorEvidence]):
+    """A line that runs again and again (in a loop, or in a function called from one) rebuilds a
+    tensor it could keep: `x = torch.cat([x, y])` copies everything gathered so far on every pass
+    (quadratic), `buf = torch.zeros(...)` allocates and fills a buffer on every call. Read from
+    the sampled steady state, not the trace: a profiled window of a few early steps sees the
+    concatenation while it is still small, or a window inside one request misses the allocation.
+
+    Time lost: the line's sampled share of the steady state (its ops included) applied to the
+    window: what keeping the tensor saves at most (one final concatenation, or one fill of the
+    part used, remains)."""
+
+    kind = "rebuilt_tensor"
+    explains = ("python_hotspot", "op_hotspot", "dispatch_overhead")
+    summary = "A loop rebuilds a tensor every pass: torch.cat onto a growing tensor, a buffer allocated per call."
+    docs = DOCS["tuning"]
+    evidence_type = RebuiltTensorEvidence
+    confidence = "upper_bound"
+    saving_basis = "the line's sampled time over the steady state, its ops included (keeping the tensor saves most)"
+    MIN_SHARE = 0.10
+    """As python_hotspot's: a line taking a tenth of the steady state is worth changing."""
+    MIN_SAMPLED_S = 0.01
+    """As python_hotspot's: ten samples of the 1 ms sampler, fewer do not tell a line from its neighbours."""
+    LINES_CONSIDERED = 5
+    """Only the top sampled lines: below them no line reaches MIN_SHARE."""
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """Another finding on the rebuilding line itself (its Python, its copy ops) is part of the
+        line's time, which this cost already counts; a Python hotspot of the loop around it (the
+        loop's header, its body lines) holds it too, all but the header's own time."""
+        at = (cause.where[0].file, cause.where[0].line) if cause.where else None
+        if not symptom.where or at is None:
+            return None
+        if (symptom.where[0].file, symptom.where[0].line) == at:
+            return Explanation(min(symptom.time_lost_s, cause.time_lost_s))
+        if symptom.kind == "python_hotspot" and at in {(w.file, w.line) for w in symptom.where[1:]}:
+            sampled = symptom.evidence.get("sampled_s") or 0.0
+            header = (symptom.evidence.get("line_total_s") or 0.0) / sampled * facts.window_s if sampled > 0 else 0.0
+            return Explanation(max(0.0, min(symptom.time_lost_s - header, cause.time_lost_s)))
+        return None
+
+    def check(self, facts: Facts) -> list[Finding]:
+        win = (facts.python or {}).get("window") or {}
+        total = win.get("sampled_s") or 0.0
+        if total <= 0 or facts.window_s <= 0:
+            return []
+        out = []
+        for line in win.get("lines", [])[: self.LINES_CONSIDERED]:
+            seconds = line.get("total_s") or 0.0
+            if seconds < self.MIN_SHARE * total or seconds < self.MIN_SAMPLED_S:
+                continue
+            pattern = rebuilt_tensor(line["file"], line["line"])
+            callers = line.get("callers") or []
+            if pattern is None or not (in_loop(line["file"], line["line"])
+                                       or any(in_loop(c["file"], c["line"]) for c in callers)):
+                continue  # runs once: nothing to keep between passes
+            share = seconds / total
+            lost = share * facts.window_s
+            what = ("concatenates onto a growing tensor on every pass" if pattern == "grows"
+                    else "allocates a new tensor on every call")
+            out.append(self.finding(
+                RebuiltTensorEvidence(pattern=pattern, line_total_s=seconds, sampled_s=total),
+                title=f"{line['function']}() {what}: {100 * share:.0f}% of the steady state at line {line['line']}",
+                lost_s=lost, pct=facts.pct(lost), where=where_of([line, *callers])))
+        return out
+
+    def fix(self, evidence: RebuiltTensorEvidence) -> str:
+        if evidence.pattern == "grows":
+            return ("Collect the pieces in a list and call torch.cat once after the loop, or preallocate the "
+                    "full tensor and write each piece into its slice (out[i:i + n] = piece): torch.cat in a loop "
+                    "copies everything gathered so far on every pass, quadratic in the result's size.")
+        return ("Allocate the buffer once (outside the loop, or in __init__) and reuse it, resetting only the "
+                "part each call uses (buf[:, :n].zero_(), or overwrite it): a new tensor per call pays the "
+                "allocation and the fill of all of it every time, however little is used.")

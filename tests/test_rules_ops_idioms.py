@@ -1,0 +1,129 @@
+"""op_hotspot's idioms of round 11 (programs written by people who had not seen torchneck): a
+distance matrix built from a broadcast difference, a value recomputed on every pass of a loop, a
+matrix chain multiplied left to right into a vector, a gradient asked of data, and an op the
+trace could not place (a window cut short). Each on both sides."""
+
+from rule_cases import analysis, facts, fires, silent
+
+from torchneck.diagnose.chains import chain_ends_in_vector, gradient_asked_for
+from torchneck.diagnose.idioms import broadcast_product, pairwise_difference
+from torchneck.diagnose.loop_invariants import invariant_statement, reads_recomputed
+from torchneck.diagnose.rule import Explanation
+from torchneck.diagnose.rules.ops import OpHotspot
+from torchneck.model.analysis import OpRow
+from torchneck.model.findings import Finding, Where
+
+
+def _op(name, self_us, count=10, total_us=None):
+    return OpRow(name=name, count=count, self_us=self_us, total_us=total_us or self_us, mean_us=self_us / count)
+
+
+def _check(src, line, op="aten::pow", others=()):
+    by_line = [{"op": op, "file": str(src), "line": line, "function": "f", "self_us": 60_000.0, "count": 10},
+               *({"op": o, "file": str(src), "line": line, "function": "f", "self_us": 1_000.0, "count": 10}
+                 for o in others)]
+    [f] = OpHotspot().check(facts(analysis=analysis(by_name=[_op(op, 60_000.0)]), ops_by_line=by_line))
+    return f
+
+
+@fires("op_hotspot")
+def test_a_distance_matrix_from_a_broadcast_difference(tmp_path):
+    src = tmp_path / "d.py"
+    src.write_text("import torch\n"
+                   "def a(x, c):\n    return ((x[:, None, :] - c[None, :, :]) ** 2).sum(-1)\n"
+                   "def b(x, c):\n    return (x.unsqueeze(1) - c.unsqueeze(0)).norm(dim=-1)\n"
+                   "def c(x, c):\n    return torch.square(x[:, None] - c[None]).sum(dim=2)\n"
+                   "def d(x, c):\n    return (x - c[0]).pow(2).sum(-1)\n"
+                   "def e(x, c):\n    return (x[:, None] * c[None]).sum(-1)\n")
+    assert [pairwise_difference(str(src), n) for n in (3, 5, 7, 9, 11)] == [True, True, True, False, False]
+    assert broadcast_product(str(src), 11) and not broadcast_product(str(src), 3)
+    f = _check(src, 3)
+    assert f.evidence["pairwise_at"] == 3 and f.severity == "medium" and "torch.cdist" in f.fix
+    assert _check(src, 9).severity == "info"  # a difference to one code: no pairwise tensor
+
+
+@fires("op_hotspot")
+def test_a_value_recomputed_on_every_pass_of_its_loop(tmp_path):
+    src = tmp_path / "w.py"
+    src.write_text("import torch\n"
+                   "def windows(raw, scale, starts):\n"
+                   "    for s in starts:\n"
+                   "        phys = (raw.float() - 3) * scale\n"           # 4: invariant
+                   "        yield phys[:, s:s + 8]\n"
+                   "def varies(raw, starts):\n"
+                   "    for s in starts:\n"
+                   "        x = raw[:, s:] * 2\n"                         # 8: reads the loop's name
+                   "        yield x\n"
+                   "def drawn(raw, starts):\n"
+                   "    for s in starts:\n"
+                   "        noise = torch.randn(4) * raw.std()\n"         # 12: a new draw per pass
+                   "        yield noise[s]\n"
+                   "def changed(raw, starts):\n"
+                   "    for s in starts:\n"
+                   "        acc = raw * 2\n"                              # 16: changed in place below
+                   "        acc.add_(s)\n"
+                   "        yield acc\n"
+                   "def bench(raw, n):\n"
+                   "    for _ in range(n):\n"
+                   "        out = raw * 2\n")                             # 21: a loop timing the statement
+    assert [invariant_statement(str(src), n) for n in (4, 8, 12, 16, 21)] == [True, False, False, False, False]
+    f = _check(src, 4, op="aten::sub")
+    assert f.evidence["recomputed_at"] == 4 and f.severity == "medium" and "once before the loop" in f.fix
+    # the loop's line yielding its slice holds the value (and its release): the same cause's time
+    assert reads_recomputed(str(src), 4, 5) and not reads_recomputed(str(src), 4, 9)
+    hot = Finding(kind="python_hotspot", title="t", time_lost_s=0.02, time_lost_pct=20.0, fix="f",
+                  where=[Where(file=str(src), line=5, function="windows")])
+    assert OpHotspot().explained(f, hot, facts()) == Explanation(0.02, adds=True)
+    hot.where = [Where(file=str(src), line=9, function="varies")]
+    assert OpHotspot().explained(f, hot, facts()) is None
+
+
+@fires("op_hotspot")
+def test_a_matrix_chain_multiplied_left_to_right_into_a_vector(tmp_path):
+    src = tmp_path / "h.py"
+    src.write_text("def hvp(X, s, v):\n    return X.T @ (s[:, None] * X) @ v\n"
+                   "def right(X, s, v):\n    return X.T @ (s * (X @ v))\n")
+    path = str(src)
+    assert chain_ends_in_vector(path, 2, {"aten::mm", "aten::mv"})
+    assert not chain_ends_in_vector(path, 2, {"aten::mm"})  # three matrices: any order builds matrices
+    assert not chain_ends_in_vector(path, 4, {"aten::mv"})
+    f = _check(src, 2, op="aten::mm", others=("aten::mv",))
+    assert f.evidence["chain_at"] == 2 and f.severity == "medium" and "A @ (B @ v)" in f.fix
+    assert _check(src, 2, op="aten::mm").severity == "info"
+
+
+def test_a_gradient_asked_of_data_that_a_step_indexes(tmp_path):
+    src = tmp_path / "t.py"
+    src.write_text("class T:\n"
+                   "    def __init__(self, X, y):\n"
+                   "        self.X = X\n"
+                   "        self.X.requires_grad_(True)\n"
+                   "        self.y = y\n"
+                   "    def step(self, idx):\n"
+                   "        return self.X[idx], self.y[idx]\n"
+                   "    def other(self, idx):\n"
+                   "        return self.y[idx]\n")
+    assert gradient_asked_for(str(src), 7) == 4
+    assert gradient_asked_for(str(src), 9) is None
+    off = tmp_path / "t_off.py"  # a file of its own: sources are parsed once per name
+    off.write_text(src.read_text().replace("requires_grad_(True)", "requires_grad_(False)"))
+    assert gradient_asked_for(str(off), 7) is None
+    used = tmp_path / "t_used.py"  # the gradient is read (a saliency map): asked on purpose
+    used.write_text(src.read_text() + "    def saliency(self):\n        return self.X.grad.abs()\n")
+    assert gradient_asked_for(str(used), 7) is None
+
+
+@silent("op_hotspot")
+def test_an_op_the_trace_does_not_place_takes_the_line_sampled_inside_ops(tmp_path):
+    """A window cut after a few events has no line marks: the samples say which line spent the
+    steady state inside torch ops, and its idiom applies; a line mostly outside ops does not."""
+    src = tmp_path / "q.py"
+    src.write_text("def d2(x, c):\n    return ((x[:, None, :] - c[None, :, :]) ** 2).sum(-1)\n")
+    sampled = {"window": {"sampled_s": 1.0, "lines": [
+        {"file": str(src), "line": 2, "function": "d2", "total_s": 0.9, "outside_ops_s": 0.0, "self_s": 0.0}]}}
+    a = analysis(by_name=[_op("aten::pow", 60_000.0)])
+    [f] = OpHotspot().check(facts(analysis=a, python=sampled))
+    assert f.where[0].line == 2 and f.evidence["pairwise_at"] == 2
+    sampled["window"]["lines"][0]["outside_ops_s"] = 0.85  # Python, not ops: the line is not the op's
+    [f] = OpHotspot().check(facts(analysis=a, python=sampled))
+    assert f.where == [] and f.severity == "info"
