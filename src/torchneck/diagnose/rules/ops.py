@@ -134,10 +134,16 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     when the program has no step clock) cannot name it: a line the sampler finds inside torch
     ops for much of the steady state, but hardly in the window, is reported from the samples.
 
+    Slower ways to the op's result read from the source (idioms.py, loop_invariants.py,
+    chains.py) make it a cause too: a broadcast product or a squared broadcast difference reduced
+    (a matmul, `torch.cdist`), a value recomputed on every pass of its loop, a matrix chain
+    multiplied left to right into a vector, a gradient asked of data the step indexes, and more.
+
     Time lost: the op's self time, an upper bound (what removing the op entirely would save); for
     a per-group mask, the ops of the mask's line and the selecting ops of the lines using it
-    (grouping once removes them all); for a line outside the window, its sampled time inside
-    torch ops."""
+    (grouping once removes them all); for a recomputed value or a squared broadcast difference,
+    all the ops of its line (and the op, when it is their backward); for a line outside the
+    window, its sampled time inside torch ops."""
 
     kind = "op_hotspot"
     summary = "One operator takes a large share of the steps (avoidable data movement, or context)."
@@ -259,7 +265,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             line_s = sum(e["self_us"] for e in at_line) / 1e6
             lost = lost + line_s if all(e["op"] != top.name for e in at_line) else max(lost, line_s)
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
-                               time_lost_is="upper bound (the op's whole self time)", avoidable=avoidable,
+                               time_lost_is="upper bound (the op's whole self time)" if not (recomputed or pairwise)
+                               else "upper bound (all the ops of the line, which the fix removes)", avoidable=avoidable,
                                backward_of=paired[0] if paired else None,
                                shapes=[s.shapes for s in a.ops.by_shape if s.name == top.name][:3],
                                densified_at=dense.line if dense else None,
