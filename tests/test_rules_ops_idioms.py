@@ -127,3 +127,26 @@ def test_an_op_the_trace_does_not_place_takes_the_line_sampled_inside_ops(tmp_pa
     sampled["window"]["lines"][0]["outside_ops_s"] = 0.85  # Python, not ops: the line is not the op's
     [f] = OpHotspot().check(facts(analysis=a, python=sampled))
     assert f.where == [] and f.severity == "info"
+
+
+@fires("op_hotspot")
+def test_a_recomputed_line_that_is_not_the_top_op_is_named_too(tmp_path):
+    """`unit = F.normalize(self.table)` per query chunk: its ops are not the top op (the matmul
+    is), but they take a quarter of the window and redo the same work each pass."""
+    src = tmp_path / "r.py"
+    src.write_text("import torch.nn.functional as F\n"
+                   "class R:\n"
+                   "    def search(self, queries):\n"
+                   "        for chunk in queries.split(8):\n"
+                   "            unit = F.normalize(self.table, dim=1)\n"   # 5: invariant
+                   "            scores = chunk @ unit.T\n")                 # 6: the product
+    by_line = [{"op": "aten::mm", "file": str(src), "line": 6, "function": "R.search", "self_us": 60_000.0},
+               {"op": "aten::div", "file": str(src), "line": 5, "function": "R.search", "self_us": 15_000.0},
+               {"op": "aten::linalg_vector_norm", "file": str(src), "line": 5, "function": "R.search",
+                "self_us": 10_000.0}]
+    found = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::mm", 60_000.0)]), ops_by_line=by_line))
+    assert [f.evidence["recomputed_at"] for f in found] == [None, 5]
+    assert found[1].severity == "medium" and abs(found[1].time_lost_s - 0.025) < 1e-9
+    by_line[1]["self_us"] = by_line[2]["self_us"] = 5_000.0  # 10 % of the window: under MIN_SHARE
+    found = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::mm", 60_000.0)]), ops_by_line=by_line))
+    assert [f.evidence["recomputed_at"] for f in found] == [None]

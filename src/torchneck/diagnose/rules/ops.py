@@ -163,7 +163,36 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     """A line missed by the window takes under half its steady-state share there."""
 
     def check(self, facts: Facts) -> list[Finding]:
-        return self._missed_lines(facts) + self._top_op(facts)
+        found = self._missed_lines(facts) + self._top_op(facts)
+        named = {f.evidence.get("recomputed_at") for f in found}
+        return found + [f for f in self._recomputed_lines(facts) if f.where[0].line not in named]
+
+    def _recomputed_lines(self, facts: Facts) -> list[Finding]:
+        """Lines whose ops take `MIN_SHARE` of the window together, none of them the top op, that
+        compute the same value on every pass of their loop (`unit = F.normalize(self.table)` per
+        query chunk): all their ops but the first pass's go."""
+        if facts.window_s <= 0:
+            return []
+        by_line: dict[tuple[str, int, str], float] = {}
+        for e in facts.ops_by_line:
+            if e.get("file"):
+                key = (e["file"], e["line"], e.get("function", ""))
+                by_line[key] = by_line.get(key, 0.0) + e["self_us"] / 1e6
+        out = []
+        for (file, line, function), seconds in sorted(by_line.items(), key=lambda kv: -kv[1]):
+            share = seconds / facts.window_s
+            if share < self.MIN_SHARE:
+                break
+            if not invariant_statement(file, line):
+                continue
+            ev = OpHotspotEvidence(self_us=seconds * 1e6, count=0, mean_us=0.0, share=share, avoidable=True,
+                                   recomputed_at=line,
+                                   time_lost_is="upper bound (all the ops of the line, which the fix removes)")
+            out.append(self.finding(ev, title=f"line {line} computes the same value on every pass of its loop: its "
+                                              f"ops take {100 * share:.0f}% of the profiled time",
+                                    lost_s=seconds, pct=facts.pct(seconds),
+                                    where=[Where(file=file, line=line, function=function)]))
+        return out
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """A value recomputed on every pass: the loop's lines using it spend, outside torch ops,
