@@ -5,8 +5,8 @@ trace could not place (a window cut short). Each on both sides."""
 
 from rule_cases import analysis, facts, fires, silent
 
-from torchneck.diagnose.chains import chain_ends_in_vector, gradient_asked_for
-from torchneck.diagnose.idioms import broadcast_product, pairwise_difference
+from torchneck.diagnose.chains import chain_ends_in_vector, gradient_asked_for, pairwise_difference
+from torchneck.diagnose.idioms import broadcast_product
 from torchneck.diagnose.loop_invariants import invariant_statement, reads_recomputed
 from torchneck.diagnose.rule import Explanation
 from torchneck.diagnose.rules.ops import OpHotspot

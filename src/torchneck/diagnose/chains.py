@@ -1,13 +1,15 @@
 """Products that cost more than their result needs: a chain of matrix products evaluated in a
 costly order (`X.T @ D @ v` runs left to right, so it first builds the d x d matrix X.T @ D,
 n * d^2 multiply-adds, to multiply it by a vector, where `X.T @ (D @ v)` takes two matrix-vector
-products), and a gradient asked of data that every backward then fills whole."""
+products), a gradient asked of data that every backward then fills whole, and pairwise distances
+through a broadcast difference."""
 
 from __future__ import annotations
 
 import ast
 
-from .source import _tree, enclosing, walk_own
+from .idioms import REDUCTIONS, call_operand, widened
+from .source import _tree, call_name, enclosing, walk_own
 
 INDEXING_OPS = frozenset({"aten::index", "aten::index_select", "aten::gather", "aten::slice", "aten::select"})
 """Forward ops whose backward writes into a zero tensor as large as the one indexed."""
@@ -69,3 +71,38 @@ def gradient_asked_for(file: str, line: int) -> int | None:
                 for c in ast.walk(node.value) if isinstance(c, ast.Call) for k in c.keywords):
             found.append(node.lineno)
     return min(found) if found else None
+
+
+SQUARING_CALLS = frozenset({"pow", "square", "abs"})
+"""Element-wise calls that turn a pairwise difference into a distance term before the reduction."""
+
+
+def pairwise_difference(file: str, line: int) -> bool:
+    """The statement at `line` subtracts two tensors broadcast against each other, squares (or
+    takes the absolute value of) the difference and reduces it (`((a[:, None] - b[None]) ** 2).sum(-1)`,
+    `(x.unsqueeze(1) - c.unsqueeze(0)).pow(2).sum(-1)`, `.norm(dim=-1)`): pairwise distances that
+    first materialise an N x M x D difference tensor, where `torch.cdist` or the expansion
+    |a|^2 + |b|^2 - 2 a.b^T (one matrix product) need none. False when unclear or unreadable."""
+    path = enclosing(file, line)
+    if not path:
+        return False
+
+    def difference(node: ast.AST | None) -> bool:
+        return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and widened(node.left) \
+            and widened(node.right)
+
+    def squared(node: ast.AST | None) -> bool:  # (d) ** 2, d.pow(2), d.square(), d.abs(), torch.square(d)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            return difference(node.left)
+        if isinstance(node, ast.Call) and call_name(node) in SQUARING_CALLS and isinstance(node.func, ast.Attribute):
+            return difference(call_operand(node))
+        return False
+
+    for node in walk_own(path[-1]):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        name = call_name(node)
+        operand = call_operand(node)
+        if name in REDUCTIONS and squared(operand) or name == "norm" and difference(operand):
+            return True
+    return False

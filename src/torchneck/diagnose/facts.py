@@ -59,6 +59,10 @@ class Facts(msgspec.Struct, kw_only=True):
         best = sorted(acc.items(), key=lambda kv: -kv[1])[:limit]
         return [Where(file=f, line=ln, function=fn) for (f, ln, fn), _ in best]
 
+    def ops_at(self, where: Where) -> list[dict[str, Any]]:
+        """The trace's op entries (op, count, self time) placed on that line of the user's code."""
+        return [e for e in self.ops_by_line if (e.get("file"), e.get("line")) == (where.file, where.line)]
+
     def sampled_line_in_ops(self, min_share: float) -> list[Where]:
         """The steady state's sampled line spending the most time inside torch ops, if that is
         `min_share` of it: where an op runs when the trace places none (a window cut short

@@ -272,56 +272,25 @@ def broadcast_product(file: str, line: int) -> bool:
     path = enclosing(file, line)
     if not path:
         return False
-
-    widened = _widened
     for node in walk_own(path[-1]):
         if not isinstance(node, ast.Call) or call_name(node) not in REDUCTIONS:
             continue
-        operand = node.func.value if isinstance(node.func, ast.Attribute) and call_name(node) and \
-            ast.unparse(node.func.value) != "torch" else (node.args[0] if node.args else None)
+        operand = call_operand(node)
         if isinstance(operand, ast.BinOp) and isinstance(operand.op, ast.Mult) and widened(operand.left) \
                 and widened(operand.right):
             return True
     return False
 
 
-SQUARING_CALLS = frozenset({"pow", "square", "abs"})
-"""Element-wise calls that turn a pairwise difference into a distance term before the reduction."""
+def call_operand(call: ast.Call) -> ast.expr | None:
+    """The tensor a call works on: the receiver of a method (`d.pow(2)`), the first argument of a
+    `torch.` function (`torch.square(d)`) or of a plain function."""
+    if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) != "torch":
+        return call.func.value
+    return call.args[0] if call.args else None
 
 
-def pairwise_difference(file: str, line: int) -> bool:
-    """The statement at `line` subtracts two tensors broadcast against each other, squares (or
-    takes the absolute value of) the difference and reduces it (`((a[:, None] - b[None]) ** 2).sum(-1)`,
-    `(x.unsqueeze(1) - c.unsqueeze(0)).pow(2).sum(-1)`, `.norm(dim=-1)`): pairwise distances that
-    first materialise an N x M x D difference tensor, where `torch.cdist` or the expansion
-    |a|^2 + |b|^2 - 2 a.b^T (one matrix product) need none. False when unclear or unreadable."""
-    path = enclosing(file, line)
-    if not path:
-        return False
-
-    def difference(node: ast.AST | None) -> bool:
-        return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and _widened(node.left) \
-            and _widened(node.right)
-
-    def squared(node: ast.AST | None) -> bool:  # (d) ** 2, d.pow(2), d.square(), d.abs(), torch.square(d)
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
-            return difference(node.left)
-        if isinstance(node, ast.Call) and call_name(node) in SQUARING_CALLS and isinstance(node.func, ast.Attribute):
-            torch_call = ast.unparse(node.func.value) == "torch"
-            return difference((node.args[0] if node.args else None) if torch_call else node.func.value)
-        return False
-
-    for node in walk_own(path[-1]):
-        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
-            continue
-        name = call_name(node)
-        operand = node.func.value if ast.unparse(node.func.value) != "torch" else (node.args[0] if node.args else None)
-        if name in REDUCTIONS and squared(operand) or name == "norm" and difference(operand):
-            return True
-    return False
-
-
-def _widened(node: ast.AST) -> bool:
+def widened(node: ast.AST) -> bool:
     """A new axis in `node`: unsqueeze / view / reshape, or None in an index."""
     return any(isinstance(n, ast.Call) and call_name(n) in ("unsqueeze", "view", "reshape")
                or isinstance(n, ast.Subscript) and any(isinstance(c, ast.Constant) and c.value is None

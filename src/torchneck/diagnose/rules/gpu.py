@@ -24,6 +24,7 @@ from ...model.base import Record
 from ...model.findings import Finding
 from ..facts import Facts, Where, where_of
 from ..rule import DOCS, Explanation, Rule, register
+from .calls import model_call_sites, sampled_under
 from .python import reads_elements
 
 
@@ -76,7 +77,8 @@ class HostSync(Rule[HostSyncEvidence]):
                              f"{100 * wait / facts.window_s:.0f}% of the time")
         if reads_per_step >= self.ELEMENT_READS_PER_STEP and reads_elements(facts, where[:1]):
             ev.element_reads_per_step = reads_per_step
-            ev.loop_s = max(_sampled_s(facts, where[:1]), sum(o.time_us for o in s.scalar_ops) / 1e6, wait)
+            sampled = sampled_under(facts, where[0].file, where[0].line) * facts.window_s
+            ev.loop_s = max(sampled, sum(o.time_us for o in s.scalar_ops) / 1e6, wait)
             lost = min(ev.loop_s, facts.window_s)
             title = (f"{reads_per_step:.0f} tensor elements read one by one per step at line {where[0].line}: "
                      "each read is a tiny op, a copy to the host and a sync")
@@ -101,15 +103,6 @@ class HostSync(Rule[HostSyncEvidence]):
                     "tensor) and read one number at the end, or copy the values at once (.tolist(), one .cpu()).")
         return ("Avoid .item(), .cpu(), .numpy() and printing tensors inside the step; keep values "
                 "on the device (e.g. torch.nonzero instead of a NumPy round trip), log every N steps.")
-
-
-def _sampled_s(facts: Facts, lines: list[Where]) -> float:
-    """The window's seconds the Python samples spent on `lines` (their ops included)."""
-    win = (facts.python or {}).get("window") or {}
-    total = win.get("sampled_s") or 0.0
-    at = {(w.file, w.line) for w in lines}
-    line_s = sum(ln["total_s"] for ln in win.get("lines") or [] if (ln["file"], ln["line"]) in at)
-    return line_s / total * facts.window_s if total > 0 else 0.0
 
 
 class GpuIdleEvidence(Record):
@@ -389,8 +382,6 @@ class TensorCores(Rule[TensorCoresEvidence]):
     def _where(self, facts: Facts) -> list[Where]:
         """The lines calling the model (the capture's module sites: where autocast goes), then
         the lines running the products and their callers."""
-        from .calls import model_call_sites  # a sibling rule module: imported where used
-
         calls = where_of(model_call_sites(facts))[: self.MODEL_CALLS_SHOWN]
         seen = {(w.file, w.line) for w in calls}
         products = facts.with_callers(facts.lines_for_ops(set(self.MATMUL_OPS)))

@@ -9,7 +9,7 @@ import re
 from ...model.analysis import ConvBiasBn, OpRow
 from ...model.base import Record
 from ...model.findings import Finding, Where
-from ..chains import GRADIENT_FILL_OPS, INDEXING_OPS, chain_ends_in_vector, gradient_asked_for
+from ..chains import GRADIENT_FILL_OPS, INDEXING_OPS, chain_ends_in_vector, gradient_asked_for, pairwise_difference
 from ..facts import Facts, where_of
 from ..idioms import (
     broadcast_product,
@@ -18,7 +18,6 @@ from ..idioms import (
     factorises_invariant_matrix,
     inverse_then_multiply,
     one_hot_product,
-    pairwise_difference,
     sorted_then_searched,
     sorted_then_sliced,
 )
@@ -272,8 +271,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         one_hot = next((w for w in where if one_hot_product(w.file, w.line)), None) \
             if top.name in self.MATMULS else None
         if one_hot is not None:  # the one-hot matrix's own ops at its line go too (its product's are the top op's)
-            lost = max(lost, sum(e["self_us"] for e in facts.ops_by_line
-                                 if (e.get("file"), e.get("line")) == (one_hot.file, one_hot.line)) / 1e6)
+            lost = max(lost, sum(e["self_us"] for e in facts.ops_at(one_hot)) / 1e6)
         factorised = next(((w, m) for w in where if (m := factorises_invariant_matrix(w.file, w.line))), None) \
             if top.name in self.FACTOR_OPS and top.count >= self.MIN_FACTORISATIONS else None
         table = self._dense_embedding_grad(facts, top)
@@ -281,16 +279,14 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         # a squared broadcast difference: at a line running the op, or whose forward the op is the backward of
         pairwise = next((w for w in [*where, *(paired[2] if paired else [])] if pairwise_difference(w.file, w.line)),
                         None) if top.name in self.PAIRWISE_OPS and broadcast is None else None
-        chain = next((w for w in where if chain_ends_in_vector(w.file, w.line, {
-            e["op"] for e in facts.ops_by_line if (e.get("file"), e.get("line")) == (w.file, w.line)})), None) \
-            if top.name in self.MATMULS else None
+        chain = next((w for w in where if chain_ends_in_vector(w.file, w.line, {e["op"] for e in facts.ops_at(w)})),
+                     None) if top.name in self.MATMULS else None
         recomputed = next((w for w in where if invariant_statement(w.file, w.line)), None) \
             if pairwise is None and broadcast is None else None
         if recomputed is not None:  # every pass after the first redoes all of that line's ops
-            lost = max(lost, sum(e["self_us"] for e in facts.ops_by_line
-                                 if (e.get("file"), e.get("line")) == (recomputed.file, recomputed.line)) / 1e6)
+            lost = max(lost, sum(e["self_us"] for e in facts.ops_at(recomputed)) / 1e6)
         if pairwise is not None:  # the difference, its square and its sum at that line all go, and their backward
-            at_line = [e for e in facts.ops_by_line if (e.get("file"), e.get("line")) == (pairwise.file, pairwise.line)]
+            at_line = facts.ops_at(pairwise)
             line_s = sum(e["self_us"] for e in at_line) / 1e6
             lost = lost + line_s if all(e["op"] != top.name for e in at_line) else max(lost, line_s)
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
