@@ -25,8 +25,10 @@ tar czf "$OUT/runs.tgz" -C "$KEEP" . && ls -la "$OUT/runs.tgz"
 echo "== measure (planted vs fixed)"
 timeout "${VERIFY_TIMEOUT:-200}" python3 benchmarks/zoo_verify.py --only $GPU_PROGRAMS --repeat "${REPEAT:-2}" --write 2>&1 | tee "$OUT/verify.txt"
 cp benchmarks/zoo/manifest-gpu.json "$OUT/"
-echo "== GEMM alignment"
-timeout 45 python3 benchmarks/gemm_alignment.py --json "$OUT/gemm_alignment.json" 2>&1 | tee "$OUT/gemm.txt"
+if [ "${GEMM:-1}" = 1 ]; then
+  echo "== GEMM alignment"
+  timeout 45 python3 benchmarks/gemm_alignment.py --json "$OUT/gemm_alignment.json" 2>&1 | tee "$OUT/gemm.txt"
+fi
 echo "== summary"
 grep -v "^$" "$OUT/score.txt" | tail -12
 cat "$OUT/verify.txt"

@@ -43,6 +43,22 @@ def test_tiny_ops_without_steps_profile_a_bounded_slice(run_dir):
     assert steady["sampled_s"] + steady["torchneck_hooks_s"] + steady["ready_s"] > 0.9 * after_startup
 
 
+def test_a_loop_whose_own_tensors_swell_memory_is_profiled_for_its_whole_slice(run_dir):
+    """Each chunk holds ~200 MB of intermediates for a moment and frees them: memory in use rises
+    and falls with the loop, not with the profiler's events. Judged at a 5 ms lag, such a rise
+    stopped the slice after 40 ms and 25 events (a service's report then named no op); the probe
+    learns the loop's rhythm and judges the bound over 1.5x its period."""
+    script = SCRIPTS / "nostep_big_intermediates.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script), "14")
+    assert r.returncode == 0, r.stderr[-2000:]
+    cap = json.loads((run_dir / "run.json").read_text())["capture"]
+    assert cap["plan"] in ("loop", "slice") and cap["stopped_by"] == "slice", cap
+    assert (cap["window_end_ns"] - cap["window_start_ns"]) / 1e9 > 0.9
+    ops = [e for e in _events(run_dir / "trace.json.gz") if e.get("cat") == "cpu_op"]
+    assert sum(e["name"] == "aten::linalg_svd" for e in ops) >= 3  # several chunks, not a moment of one
+    assert any(e["name"] == "aten::sub" for e in ops)
+
+
 def test_a_scoring_loop_after_the_model_calls_is_found(run_dir):
     """The model calls are the module clock's steps and the window profiles five of them; the
     per-element .item() loop after them is most of the run: it is found from the whole steady

@@ -2,8 +2,8 @@
 `torchneck run` left on an H100 (tests/data/gpu_h100_zoo__*; see tests/data/README.md): each
 program's top finding is its plant, at the planted line, with the cost the fix removed.
 
-The runs were kept without their Python samples (samples.json), so findings that follow a helper
-to the line calling it (the straggler's percentile helper) name the helper's lines here."""
+The runs keep their Python samples (samples.json): the straggler's percentile helper is followed
+to the line calling it, the planted line."""
 
 import json
 import shutil
@@ -46,10 +46,9 @@ def test_the_top_finding_is_the_plant(entry, reports):
     top = report["findings"][0]
     assert top["kind"] == entry["expect"], [(f["kind"], f["title"]) for f in report["findings"][:3]]
     lines = [w["line"] for w in top["where"] if w["file"].endswith(entry["script"])]
-    if entry["expect"] == "straggler":  # the helper rank 0 calls at the planted line (no samples kept)
+    if entry["expect"] == "straggler":  # rank 0's helper, then the line calling it
         assert top["rank"] == 0 and top["where"][0]["function"] == "grad_percentiles"
-    else:
-        assert planted_line(entry["script"]) in lines
+    assert planted_line(entry["script"]) in lines
 
 
 def test_element_reads_are_one_host_sync_cause_with_their_tiny_ops_under_it(reports):
@@ -75,16 +74,24 @@ def test_unaligned_half_products_cost_their_kernels_beyond_padded_ones(reports):
     # nearly all in the products over K = 50,257 (odd); the 20-class head (N = 20) is the rest
     assert 0.99 * ev["kernel_us"] < ev["odd_kernel_us"] < ev["kernel_us"]
     assert top["confidence"] == "estimated" and top["time_lost_s"] > 0
+    # the products set the pace (12.4 ms a step against the host's 2.2 ms): padding saves down
+    # to the host's time; the fix measured 67 % of the program's work
+    measured = 100 * next(e for e in MANIFEST if e["script"] == "g_bow_half.py")["measured"]["saving_share_of_work"]
+    assert 0.7 * measured <= top["saving_pct"] <= 1.3 * measured
     assert "[4096, 50257]" in top["fix"] and "multiples of 8" in top["fix"]
 
 
 def test_the_waiting_ranks_idle_gpu_is_folded_under_the_straggler(reports):
     """Rank 1's GPU idles in the all-reduce waiting for rank 0: that idle time is rank 0's
-    problem, listed under the straggler, not a launch-bound finding of rank 1's."""
+    problem, listed under the straggler, not a launch-bound finding of rank 1's; rank 0's own
+    slow Python (the percentile helper) is the straggler's cause, under it too. Its saving is
+    the measured one (the fix saved 67 % of the job's work) within 30 %."""
     report = reports["g_slow_rank"]
     top = report["findings"][0]
-    assert {(s["kind"], s["rank"]) for s in top["symptoms"]} == {("launch_bound", 1), ("launch_bound", 0)}
-    assert not [f for f in report["findings"] if f["kind"] == "launch_bound"]
+    assert {(s["kind"], s["rank"]) for s in top["symptoms"]} == {("launch_bound", 1), ("python_hotspot", 0)}
+    assert not [f for f in report["findings"] if f["kind"] in ("launch_bound", "python_hotspot")]
+    measured = 100 * next(e for e in MANIFEST if e["script"] == "g_slow_rank.py")["measured"]["saving_share_of_work"]
+    assert 0.7 * measured <= top["saving_pct"] <= 1.3 * measured
 
 
 def _hta_agreement():

@@ -324,6 +324,12 @@ def main(ap):
                      "def collate(batch, batch_size):\n    longest = max(len(s) for s in batch)\n"
                      "    return torch.zeros(batch_size, longest)\n")
     assert fixed_length_lines(str(other), 64) == []
+    named = tmp_path / "named.py"  # the default is a module constant of that value
+    named.write_text("import torch\nMAX_LEN = 512\nclass Tok:\n    def __init__(self, max_len=MAX_LEN):\n"
+                     "        self.max_len = max_len\n    def pad(self, seqs, to_max=True):\n"
+                     "        width = self.max_len if to_max else max(len(s) for s in seqs)\n"
+                     "        return torch.full((len(seqs), width), 0)\n")
+    assert fixed_length_lines(str(named), 512) == [7, 8]
 
 
 def test_a_tokenizer_asked_to_pad_to_the_maximum_length_even_as_one_branch_of_a_choice(tmp_path):

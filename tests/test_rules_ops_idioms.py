@@ -40,6 +40,13 @@ def test_a_distance_matrix_from_a_broadcast_difference(tmp_path):
     f = _check(src, 3)
     assert f.evidence["pairwise_at"] == 3 and f.severity == "medium" and "torch.cdist" in f.fix
     assert _check(src, 9).severity == "info"  # a difference to one code: no pairwise tensor
+    # that line's Python outside the ops (Tensor.__pow__'s wrapper, freeing the N x M x D
+    # difference) is the same statement: under it, adding nothing to the ops' upper bound
+    hot = Finding(kind="python_hotspot", title="t", time_lost_s=0.02, time_lost_pct=20.0, fix="f",
+                  where=[Where(file=str(src), line=3, function="a")])
+    assert OpHotspot().explained(f, hot, facts()) == Explanation(0.02)
+    hot.where = [Where(file=str(src), line=5, function="b")]
+    assert OpHotspot().explained(f, hot, facts()) is None
 
 
 @fires("op_hotspot")

@@ -1,7 +1,7 @@
 """GPU: a bag-of-words document encoder in bfloat16 whose vocabulary size is odd.
 
 Documents arrive as token counts over the tokenizer's vocabulary (50,257 entries, GPT-2's); the
-encoder multiplies those [docs x vocab] rows by a [vocab x 1024] table. With an odd vocabulary
+encoder multiplies those [docs x vocab] rows by a [vocab x 2048] table. With an odd vocabulary
 the rows are not 16-byte aligned, so cuBLAS cannot use its tensor-core kernels' fast loads. The
 fix pads the vocabulary to a multiple of 64 (the extra columns are always zero).
 """
@@ -20,13 +20,13 @@ if FIXED:
 
 
 class BowEncoder(nn.Module):
-    def __init__(self, vocab: int, width: int = 1024, classes: int = 20):
+    def __init__(self, vocab: int, width: int = 2048, classes: int = 20):
         super().__init__()
         self.embed = nn.Linear(vocab, width, bias=False)
         self.out = nn.Sequential(nn.ReLU(), nn.Linear(width, classes))
 
     def forward(self, counts: torch.Tensor) -> torch.Tensor:
-        return self.out(self.embed(counts))  # PLANTED: [docs x 50257] @ [50257 x 1024] in bf16, unaligned
+        return self.out(self.embed(counts))  # PLANTED: [docs x 50257] @ [50257 x 2048] in bf16, unaligned
 
 
 def documents(n_batches: int, docs: int = 4096):

@@ -23,7 +23,7 @@ def grad_percentiles(model: nn.Module) -> list[float]:
     return np.percentile(np.abs(flat), [50, 90, 99, 99.9]).tolist()
 
 
-def main(steps: int = 60) -> None:
+def main(steps: int = 600) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % max(torch.cuda.device_count(), 1)) \

@@ -17,7 +17,9 @@ slice) done, `--max-window-s`, or `--max-window-mb` recorded (a window of steps 
 as the growth of the memory malloc has handed out while the window records (`MemoryProbe`: the
 profiler's event buffers, ~260 bytes an event with shapes and memory events), read at step
 boundaries (a step's own tensors are then the same as at the window's start), or, in a loop, as
-the smallest reading over the last `RSS_SETTLE_LOOP_S`, so short-lived tensors do not count.
+the smallest reading over the last `RSS_SETTLE_LOOP_S` (longer where memory has been seen to fall
+and rise with the loop's own big tensors, `MemoryProbe.loop_settle_s`), so short-lived tensors do
+not count.
 Converting those events into a trace afterwards costs ~15-30 µs each, which is why the bound is
 on what is recorded, not only on time.
 
@@ -32,6 +34,7 @@ import os
 import resource
 import sys
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, field
 
 WINDOW_MAX_S = 10.0
@@ -75,6 +78,16 @@ the window's start, and in a loop without steps (short iterations) the smallest 
 `RSS_SETTLE_LOOP_S`: an iteration's tensors come and go within it, and the profiler records
 fast there (a loop of tiny ops: ~200 MB/s), so a longer lag overshoots the bound."""
 RSS_SETTLE_LOOP_S = 0.005
+SAWTOOTH_DROP_MB = 4.0
+"""A fall of memory in use this large between two readings is the program freeing its own
+tensors: the profiler's event buffers only grow while it records."""
+SAWTOOTH_SPAN = 1.5
+"""Once memory has fallen that way at least twice, a loop's memory bound takes the smallest
+reading over 1.5x the longest time between two falls (one iteration's rise and fall, with room):
+a service building a 230 MB broadcast difference per query chunk (every 0.33 s, freed in between)
+stopped its slice after 13 events at `RSS_SETTLE_LOOP_S`, and its report named no op."""
+SAWTOOTH_SETTLE_MAX_S = 1.0
+"""...at most 1 s (a slice's length): a loop slower than that is judged at `RSS_SETTLE_LOOP_S`."""
 
 
 @dataclass
@@ -234,7 +247,9 @@ class MemoryProbe:
             except OSError:
                 self._fd = None
         self.kind = "malloc" if self._mallinfo is not None else "rss"
-        self._recent: list[tuple[int, int]] = []  # (ns, bytes)
+        self._recent: deque[tuple[int, int]] = deque()  # (ns, bytes)
+        self._high = 0  # the highest reading since memory last fell
+        self._falls: deque[int] = deque(maxlen=4)  # when memory fell by SAWTOOTH_DROP_MB or more (ns)
 
     def read(self) -> int:
         if self._mallinfo is not None:
@@ -253,14 +268,35 @@ class MemoryProbe:
         now = time.monotonic_ns()
         reading = self.read()
         self._recent.append((now, reading))
-        keep = now - int(RSS_SETTLE_S * 1e9)
+        if reading <= self._high - SAWTOOTH_DROP_MB * (1 << 20):
+            self._falls.append(now)
+            self._high = reading
+        self._high = max(self._high, reading)
+        keep = now - int(max(RSS_SETTLE_S, SAWTOOTH_SETTLE_MAX_S if self._falls else 0.0) * 1e9)
         while len(self._recent) > 1 and self._recent[0][0] < keep:
-            self._recent.pop(0)
+            self._recent.popleft()
         horizon = now - int(over_s * 1e9)
-        return min(b for t, b in self._recent if t >= horizon)
+        smallest = reading
+        for t, b in reversed(self._recent):  # newest first: stop at the horizon
+            if t < horizon:
+                break
+            smallest = min(smallest, b)
+        return smallest
+
+    def loop_settle_s(self) -> float:
+        """How far back a loop's memory bound looks: `RSS_SETTLE_LOOP_S`, or 1.5x the loop's
+        period where its own tensors make memory rise and fall (`SAWTOOTH_SPAN`)."""
+        falls = list(self._falls)
+        if len(falls) < 2:
+            return RSS_SETTLE_LOOP_S
+        period_s = max(b - a for a, b in zip(falls, falls[1:])) / 1e9
+        if (time.monotonic_ns() - falls[-1]) / 1e9 > SAWTOOTH_SPAN * period_s:
+            return RSS_SETTLE_LOOP_S  # memory stopped falling: no longer that loop
+        return min(max(RSS_SETTLE_LOOP_S, SAWTOOTH_SPAN * period_s), SAWTOOTH_SETTLE_MAX_S)
 
     def reset(self) -> None:
-        self._recent = []
+        """Forget the readings (a window starts), not the loop's rhythm learnt before it."""
+        self._recent.clear()
 
     def close(self) -> None:
         if self._fd is not None:

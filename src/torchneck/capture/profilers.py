@@ -30,8 +30,10 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..sites import is_user_file
+from .gzipped import gzip_copy, gzip_file
 
 _CONCRETE_INPUTS = [True]
 """What the script (or torch's default) asked for "Concrete Inputs": with record_shapes, torch also
@@ -305,3 +307,35 @@ def describe(frame) -> UserProfiler:
 def _has_schedule(prof) -> bool:
     fn = getattr(prof, "schedule", None)
     return fn is not None and getattr(fn, "__name__", "") != "_default_schedule_fn"
+
+
+def adopt_user_trace(watch, trace_path: Path, capture, ours: Callable) -> None:
+    """No trace of torchneck's own: use what the script's profiler recorded, its last
+    exported trace, or else its last session's events (saved once the script is over), as the
+    window's trace at `trace_path` (`capture`: the window's CaptureLog, told where it came from)."""
+    if trace_path.exists() or watch is None:
+        return
+    for user in reversed(watch.sessions):
+        for path in reversed(user.exports):
+            if os.path.isfile(path):
+                try:
+                    gzip_copy(Path(path), trace_path)
+                except OSError as exc:
+                    capture.notes.append(f"could not copy the script's trace {path}: {exc}")
+                    continue
+                capture.trace_source, capture.trace_from = "script_export", path
+                capture.trace_bytes = trace_path.stat().st_size
+                return
+    user = watch.unsaved_results()
+    if user is None:
+        return
+    tmp = trace_path.with_suffix("")
+    try:
+        with ours():
+            user.owner.kineto_results.save(str(tmp))
+        gzip_file(tmp, trace_path)
+    except Exception as exc:
+        capture.notes.append(f"could not save the script's profiler events: {exc}")
+        return
+    capture.trace_source = "script_events"
+    capture.trace_bytes = trace_path.stat().st_size

@@ -28,7 +28,7 @@ from ..sites import is_user_file
 from .autograd_probe import RememberedCall, builds_graph
 from .call_inputs import note_module_site
 from .dynamo_guard import is_compiling
-from .gzipped import gzip_copy, gzip_file
+from .gzipped import gzip_file
 from .kineto import Kineto
 from .lines import LineMarking
 from .plan import (
@@ -37,7 +37,6 @@ from .plan import (
     MIN_STEPS,
     MODULE_WINDOW_MIN_S,
     ONE_STEP_FACTOR,
-    RSS_SETTLE_LOOP_S,
     RSS_SETTLE_S,
     SLICE_MEMORY_AFTER,
     SLICE_MEMORY_AT_ONCE,
@@ -52,6 +51,7 @@ from .plan import (
     loop_site,
     module_window_short,
 )
+from .profilers import adopt_user_trace
 from .sampler import CHECK_INTERVAL_NS, RECORDING_CHECK_INTERVAL_NS
 from .signals import interrupts_held_back
 from .spans import OpenSpans
@@ -409,6 +409,7 @@ class ProfiledWindow:
 
     def _check(self) -> None:
         self._lines.retry()
+        self._rss.settled(0.0)  # memory's rhythm, learnt before a window (MemoryProbe.loop_settle_s)
         now = time.monotonic_ns()
         sampler = self.sampler
         total = len(sampler.samples)
@@ -432,12 +433,15 @@ class ProfiledWindow:
                 if self._elapsed_s(now) >= slice_s:
                     self.finish("slice")
                     return
-                bound = self._over_bounds(now, settle_s=RSS_SETTLE_LOOP_S)
+                settle_s = self._rss.loop_settle_s()
+                bound = self._over_bounds(now, settle_s=settle_s)
                 calls = self._lines.open_spans[1] - self._calls_base  # torch calls marked: ~900 events a MB
                 if bound == "memory_bound" and self._elapsed_s(now) < SLICE_MEMORY_AFTER * slice_s and \
                         calls < SLICE_MEMORY_AFTER * MARKED_CALLS_PER_MB * self.options.max_window_mb and \
-                        self._over_bounds(now, factor=SLICE_MEMORY_AT_ONCE, settle_s=RSS_SETTLE_LOOP_S) is None:
+                        self._over_bounds(now, factor=SLICE_MEMORY_AT_ONCE, settle_s=settle_s) is None:
                     bound = None  # the program's own tensors, early in a slice of few calls: not the events
+                if bound is None and calls >= MARKED_CALLS_PER_MB * self.options.max_window_mb:
+                    bound = "memory_bound"  # the marked calls alone fill the bound, whatever memory says
             elif cap.plan == "steps" and self._elapsed_s(now) >= MID_STEP_FACTOR * self.options.max_window_s:
                 bound = "time_bound"  # between ticks time, and calls for memory: a step's own tensors swell memory
             elif cap.plan == "steps" and self._lines.open_spans[1] - self._calls_base >= \
@@ -487,34 +491,8 @@ class ProfiledWindow:
         self._spans.release_kept()  # no session records now: ending them writes nothing
 
     def adopt_user_trace(self, watch) -> None:
-        """No trace of torchneck's own: use what the script's profiler recorded, its last
-        exported trace, or else its last session's events (saved once the script is over)."""
-        if self.trace_path.exists() or watch is None:
-            return
-        for user in reversed(watch.sessions):
-            for path in reversed(user.exports):
-                if os.path.isfile(path):
-                    try:
-                        gzip_copy(Path(path), self.trace_path)
-                    except OSError as exc:
-                        self.capture.notes.append(f"could not copy the script's trace {path}: {exc}")
-                        continue
-                    self.capture.trace_source, self.capture.trace_from = "script_export", path
-                    self.capture.trace_bytes = self.trace_path.stat().st_size
-                    return
-        user = watch.unsaved_results()
-        if user is None:
-            return
-        tmp = self.trace_path.with_suffix("")
-        try:
-            with self._ours():
-                user.owner.kineto_results.save(str(tmp))
-            gzip_file(tmp, self.trace_path)
-        except Exception as exc:
-            self.capture.notes.append(f"could not save the script's profiler events: {exc}")
-            return
-        self.capture.trace_source = "script_events"
-        self.capture.trace_bytes = self.trace_path.stat().st_size
+        """No trace of torchneck's own: use what the script's profiler recorded (profilers.py)."""
+        adopt_user_trace(watch, self.trace_path, self.capture, self._ours)
 
     # -- clocks --------------------------------------------------------------------------------
     def _install_clocks(self) -> None:

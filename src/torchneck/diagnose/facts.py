@@ -9,6 +9,10 @@ import msgspec
 from ..model.analysis import RankAnalysis
 from ..model.findings import Where
 
+LAUNCH_UNBLOCKED_US = 20.0
+"""A kernel launch's own CPU time under the profiler (~5-20 µs); beyond it on average, launches
+waited for room in the device's full queue: a GPU-bound program running ahead of its kernels."""
+
 
 class Facts(msgspec.Struct, kw_only=True):
     """Everything a rule may look at. `analysis` is None when no trace was recorded; the other
@@ -43,6 +47,29 @@ class Facts(msgspec.Struct, kw_only=True):
     @property
     def steps(self) -> int:
         return self.analysis.steps.count if self.analysis else 0
+
+    def gpu_cut_saving(self, cut_s: float) -> float:
+        """The window time that `cut_s` less GPU kernel time would save. A step takes the longer of
+        its host time and its GPU time: the GPU-bound part of the window shrinks by the cut, but
+        not below the host's own time (the steps' CPU spans less the waits for the device, in syncs
+        or in launches held back by a full queue), so a
+        kernel sped up past the host's pace saves only down to it."""
+        a = self.analysis
+        window = self.window_s
+        if not a or window <= 0 or cut_s <= 0:
+            return 0.0
+        gpu_s = max((d.busy_us for d in a.gpu.devices), default=0.0) / 1e6
+        if gpu_s <= 0:  # no device summary to pace by: the cut as it is
+            return min(cut_s, window)
+        host_us = a.steps.window_us - a.steps.gpu_tail_us
+        if a.steps.count >= 2 and a.steps.median_us > 0:  # a first step's warm-up is not the pace
+            host_us = min(host_us, a.steps.median_us * a.steps.count)
+        launch = a.gpu.launch
+        blocked_us = launch.launch_calls * max((launch.cpu_launch_mean_us or 0.0) - LAUNCH_UNBLOCKED_US, 0.0)
+        host_s = max(host_us - a.syncs.sync_wait_us - blocked_us, 0.0) / 1e6
+        before = max(host_s, min(gpu_s, window))
+        after = max(host_s, min(gpu_s, window) - cut_s)
+        return min(max(before - after, 0.0), window)
 
     def pct(self, seconds: float) -> float:
         """`seconds` as a percentage of the profiled window."""

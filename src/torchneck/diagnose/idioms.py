@@ -382,10 +382,16 @@ def fixed_length_lines(file: str, length: int) -> list[int]:
 def _settings_of_value(tree: ast.Module, value: int) -> set[str]:
     """Names the program gives `value` as a setting: a keyword argument (`Server(max_len=256)`), a
     parameter's default (`def __init__(self, max_len=256)`), a command-line option's default
-    (`add_argument("--max-len", default=256)`, read as `args.max_len`). A line using one of them
-    as a name or an attribute (`width = self.max_len`) sets that value."""
+    (`add_argument("--max-len", default=256)`, read as `args.max_len`), given as a literal or a
+    module-level constant of that value (`max_len=MAX_LEN`). A line using one of them as a name or
+    an attribute (`width = self.max_len`) sets that value."""
+    constants = {t.id for stmt in tree.body if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant)
+                 and stmt.value.value == value and not isinstance(stmt.value.value, bool)
+                 for t in stmt.targets if isinstance(t, ast.Name)}
+
     def is_value(node: ast.expr | None) -> bool:
-        return isinstance(node, ast.Constant) and node.value == value and not isinstance(node.value, bool)
+        return (isinstance(node, ast.Constant) and node.value == value and not isinstance(node.value, bool)) \
+            or (isinstance(node, ast.Name) and node.id in constants)
 
     out: set[str] = set()
     for node in ast.walk(tree):
