@@ -10,6 +10,7 @@ from ...analysis.ops import TINY_RUN_MIN_OPS
 from ...model.analysis import Dispatch
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
+from ..filters import FilteredAfter, filter_first_fix, filter_first_title, filter_first_where, filtered_call
 from ..idioms import invariant_call
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import (
@@ -48,6 +49,9 @@ class TinyOpLoop(Dispatch):
     """The helper issuing the tiny ops, called on every pass of an outer loop with the same
     arguments (`mel_filterbank()` per clip): computed once, all its time goes."""
     invariant_at: int | None = None
+    filtered_after: FilteredAfter | None = None
+    """The loop's function called on every candidate, its result filtered afterwards by a
+    condition the call's input already held (`diagnose/filters.py`)."""
 
 
 class _Loop(NamedTuple):
@@ -158,6 +162,11 @@ class DispatchOverhead(Rule[TinyOpLoop]):
             where = [at, *(w for w in where if w is not at)]
             title = (f"{ev.invariant_call}() is called with the same arguments on every pass at line {at.line}: its "
                      f"{per_step:.0f} tiny ops per step take {100 * share:.0f}% of the time")
+        filtered = filtered_call([w for path in [*paths, where] for w in path]) if hoisted is None else None
+        if filtered is not None:  # the loop runs over every candidate; a later line keeps few of its results
+            site, ev.filtered_after = filtered
+            where = filter_first_where(site, ev.filtered_after, where)
+            title += filter_first_title(ev.filtered_after)
         lost = share * facts.window_s
         return [self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost), where=where, ops=sorted(names))]
 
@@ -192,6 +201,8 @@ class DispatchOverhead(Rule[TinyOpLoop]):
         return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
     def fix(self, evidence: TinyOpLoop) -> str:
+        if evidence.filtered_after is not None:
+            return filter_first_fix(evidence.filtered_after)
         if evidence.invariant_call:
             return (f"Call {evidence.invariant_call}() once, before the loop at line {evidence.invariant_at}, and "
                     "reuse its result: its arguments do not change from pass to pass, so every call computes the same "

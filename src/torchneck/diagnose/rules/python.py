@@ -7,6 +7,7 @@ import ast
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
+from ..filters import FilteredAfter, filter_first_fix, filter_first_title, filter_first_where, filtered_call
 from ..idioms import broadcast_product, tensor_from_lists
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import LOOPS, call_name, enclosing, in_loop, names_in, walk_own
@@ -94,6 +95,9 @@ class PythonHotspotEvidence(Record):
     as element-wise passes over a pairwise tensor (its samples may lie outside the traced ops)."""
     from_lists: bool = False
     """The line builds a tensor from nested Python lists it makes (`torch.tensor([[...] for ...])`)."""
+    filtered_after: FilteredAfter | None = None
+    """The loop's function called on every candidate, its result filtered afterwards by a
+    condition the call's input already held (`diagnose/filters.py`)."""
 
 
 @register
@@ -220,6 +224,10 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                              else [line, *helper, *body, *callers])
             if asks_too_often(callee):  # done too often: the condition that says how often is the place
                 where = _with_guard(where)
+            elif (filtered := filtered_call(where)) is not None:  # a loop over candidates mostly filtered out after
+                site, ev.filtered_after = filtered
+                where = filter_first_where(site, ev.filtered_after, where)
+                title += filter_first_title(ev.filtered_after)
             out.append(self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost), where=where,
                                     docs=DOCS["dataloader"] if ev.waits else None))
         return out
@@ -256,6 +264,8 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         for needles, text in REPEATED_WORK_FIXES:
             if any(n in callee for n in needles):
                 return text
+        if evidence.filtered_after is not None:
+            return filter_first_fix(evidence.filtered_after)
         if evidence.broadcast_product:
             return ("This line builds every pairwise product of two broadcast tensors and sums it: that is a matrix "
                     "product, a @ b.T (or torch.einsum('id,jd->ij', a, b)): no pairwise tensor in memory, and a "
