@@ -13,7 +13,8 @@ work, and the measured share is taken of the same: the planted run minus a bare 
 per kind and overall: `top-1 correct (kind and planted line) N/M, kind right N/M, false high
 findings K, estimates within 30% of the measured saving E/M`. A clean program (expect null) is correct when it has no
 `high` finding. A cause no kind names yet (expect "new:<name>") is correct when the top finding
-points at the planted line and its fix contains one of the entry's `fix_mentions`. Exit code 1
+points at the planted line and its fix contains one of the entry's `fix_mentions`. A program that
+fails under `torchneck run` (an exit code other than 0) is wrong whatever its findings. Exit code 1
 when the top-1 score is under 95% or a clean program has a high finding.
 """
 
@@ -87,12 +88,14 @@ def main() -> int:
     planted = [p for p in programs if p.expect]
     print(f"{'program':34s} {'expected':24s} {'':6s} {'est.':>5s} {'meas.':>5s}  top finding")
     for prog, (report, wall, error) in zip(programs, results):
-        findings = report["findings"] if report else []
+        # the program must run under torchneck as it does alone: the findings of a failed run count for nothing
+        crashed = bool(report) and (report.get("run") or {}).get("exit_code") not in (0, None)
+        findings = report["findings"] if report and not crashed else []
         top = findings[0] if findings else None
         highs = [f for f in findings if f["severity"] == "high"]
         est = meas = None
         if prog.expect is None:
-            ok_kind, ok_line = not highs, True
+            ok_kind, ok_line = not highs and not crashed, True
             false_high += len(highs)
             got = ", ".join(f"{f['kind']}(high)" for f in highs) or "no high finding"
         else:
@@ -117,6 +120,8 @@ def main() -> int:
                     estimates_ok += abs(est - meas) <= ESTIMATE_TOLERANCE * meas
             top_ok += ok_kind and ok_line  # the issue's measure: the right kind at the planted line
             kind_ok += ok_kind
+        if crashed:
+            got += f"  CRASHED under torchneck: {(report.get('run') or {}).get('error')}"
         by_kind[prog.expect or "(clean)"].append(ok_kind and ok_line)
         mark = "ok" if ok_kind and ok_line else "WRONG"
         e = f"{100 * est:4.0f}%" if est is not None else "    -"

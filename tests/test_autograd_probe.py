@@ -85,7 +85,13 @@ def test_the_draw_follows_the_calls_time():
     assert 0.65 < kept_big / 400 < 0.85
 
 
-def test_follow_keeps_the_remembered_module_s_calls_through_its_own_hooks():
+def test_follow_keeps_the_remembered_module_s_calls_and_leaves_the_module_copyable():
+    """Followed through its class's `__call__`, not hooks in the instance: `copy.deepcopy(model)`
+    (an EMA's snapshot every step) and `torch.save(model)` copy the instance's hooks, and
+    torchneck's could be neither copied nor pickled (an EMA program died under `torchneck run`)."""
+    import copy
+    import io
+
     model = _model()
     calls = RememberedCall()
     calls.remember(model, (torch.randn(2, 16),), {}, 0.01)
@@ -93,16 +99,20 @@ def test_follow_keeps_the_remembered_module_s_calls_through_its_own_hooks():
     assert calls.module() is None
     calls.remember(model, (torch.randn(2, 16),), {}, 0.01)
     calls.follow()
-    assert len(model._forward_hooks) == 1 and len(model._forward_pre_hooks) == 1
+    assert not model._forward_hooks and not model._forward_pre_hooks
     calls.forget()
     x = torch.randn(3, 16)
     with torch.no_grad():
         model(x)  # built no graph: not kept
     assert calls.module() is None
+    twin = copy.deepcopy(model)
+    torch.save(model, io.BytesIO())
+    twin(x)  # another instance of the class: passes straight on
+    assert calls.module() is None
     model(x)
     assert calls.module() is model and calls._call[1][0] is x  # a reference to the call's input, not a copy
     calls.unfollow()
-    assert not model._forward_hooks and not model._forward_pre_hooks
+    assert "__call__" not in type(model).__dict__  # the class as it was
 
 
 def test_no_result_for_a_slow_call_or_a_failing_one(monkeypatch):

@@ -110,17 +110,36 @@ ZOO_TRACES = sorted(DATA.glob("gpu_h100_zoo__*/**/trace.json.gz"))
 def test_gpu_busy_and_idle_agree_with_holistic_trace_analysis(path):
     """HTA 0.5's temporal breakdown of each zoo trace (stored by `benchmarks/hta_agreement.py
     --write`) equals torchneck's over HTA's window once events are cut to whole µs as HTA's parser
-    does (a few µs apart on the ranks' multi-stream traces). The idle causes agree on the
+    does (a few µs apart on the ranks' multi-stream traces, 14 µs of 98 ms on the pooling loop's
+    2,833 kernels). The idle causes agree on the
     single-stream traces; HTA sums each stream's own gaps, so on the ranks' traces (DDP's copies
     on streams of their own) its total is the larger."""
     hta = _hta_agreement()
     reference = json.loads((DATA / "gpu_h100__hta_reference.json").read_text())["traces"][hta.trace_key(path)]
     ours = hta.torchneck_over_hta_window(path, rounded=True)
     assert ours["span_us"] == pytest.approx(reference["span_us"], abs=2.0)
-    assert ours["idle_us"] == pytest.approx(reference["idle_us"], abs=5.0)
+    # a few µs, or a few in 10^4 of the span where thousands of µs-cut kernels round apart
+    assert ours["idle_us"] == pytest.approx(reference["idle_us"], abs=max(5.0, 2e-4 * reference["span_us"]))
     assert abs(ours["idle_us"] - reference["idle_us"]) / reference["span_us"] < 0.01  # within a point
     if reference["streams"] > 1:
         assert sum(reference["categories_us"].values()) >= sum(ours["categories_us"].values())
         return
     for category, hta_us in reference["categories_us"].items():
-        assert ours["categories_us"][category] == pytest.approx(hta_us, rel=0.01, abs=10.0), category
+        assert ours["categories_us"][category] == pytest.approx(hta_us, rel=0.01,
+                                                                abs=max(10.0, 2e-4 * reference["span_us"])), category
+
+
+def test_round_12_gpu_programs_name_the_line_to_change(reports):
+    """Three GPU programs written without torchneck in view (unseen round 12): the line turning
+    TF32 off, the call rebuilding a frontend's constants on every batch (its argument `device`
+    passed unchanged by the loop's caller), and a per-element pooling loop whose launches idle
+    the GPU (the loop's ops and their backward counted, the GPU's idle time under it)."""
+    tf32 = reports["g_resmlp_tf32"]["findings"][0]
+    assert tf32["where"][0]["line"] == planted_line("g_resmlp_tf32.py") and "turns TF32 off" in tf32["fix"]
+    consts = reports["g_audio_consts"]["findings"][0]
+    assert consts["where"][0]["line"] == planted_line("g_audio_consts.py")
+    assert consts["evidence"]["invariant_call"] == "make_frontend_consts" and "once" in consts["fix"]
+    pool = reports["g_textcnn_pool"]["findings"][0]
+    assert pool["where"][0]["line"] == planted_line("g_textcnn_pool.py")
+    assert pool["evidence"]["element_ops_per_step"] > 1000 and "launch_bound" in {s["kind"] for s in pool["symptoms"]}
+    assert pool["saving_pct"] > 45  # 18 % counting the loop's Python alone; the fix measured 73 % of the work

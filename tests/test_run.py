@@ -385,3 +385,19 @@ def test_a_loop_s_closing_jump_is_charged_to_the_loop_not_the_def_line(run_dir):
     assert spent.get(planted_line(script) - 1, 0.0) < 0.2 * spent[planted_line(script)]  # the call's entry only
     top = report["findings"][0]
     assert top["where"][0]["line"] == planted_line(script), top
+
+
+def test_a_model_deep_copied_every_step_and_pickled_runs_as_under_python(run_dir):
+    """An EMA callback's `copy.deepcopy(model)` each optimizer step and a `torch.save(model)`:
+    once the optimizer clock takes over, the capture follows the model's calls; it did so through
+    hooks in the model's own state, which deepcopy copied and failed on (`cannot pickle
+    '_thread._local'`), killing the script. The script's output must be its own."""
+    import subprocess
+    import sys
+
+    script = SCRIPTS / "ema_deepcopy_save.py"
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert plain.stdout.strip() and plain.stdout.strip() in r.stdout
+    assert read_report(run_dir)["run"]["exit_code"] == 0

@@ -31,11 +31,12 @@ import itertools
 import os
 import random
 import sys
-import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from .dynamo_guard import is_compiling
 
 MAX_CALL_S = 2.0
 """A call with autograd on slower than this is not probed: the probe (two rounds at least) would
@@ -106,8 +107,7 @@ class RememberedCall:
         self._sites: dict[tuple[str, int, str], int] = {}
         self._recent: dict[int, weakref.ref] = {}  # the last modules whose calls built a graph (not forgotten)
         self._draw = random.Random(0)  # its own: the script's random state is left alone
-        self._follow: tuple = ()  # the hooks on the remembered module alone, once the global ones are gone
-        self._began = threading.local()  # when the followed module's call began, per thread
+        self._follow: tuple = ()  # (its class, the class's own __call__ or None) while one is followed
 
     def remember(self, module, args: tuple, kwargs: dict | None, seconds: float, output: Any = None) -> None:
         """A top-level call whose output has a grad_fn, which took `seconds`: keep references to
@@ -186,29 +186,41 @@ class RememberedCall:
 
     def follow(self) -> None:
         """The capture's global module hooks are going (a better step clock began): go on
-        remembering the calls of the remembered module through a hook on it alone (an evaluation
-        after a few training steps)."""
+        remembering the calls of the remembered module (an evaluation after a few training steps)
+        through its class's `__call__`, wrapped. Not a hook on the module itself: hooks live in
+        the instance's state, which `copy.deepcopy(model)` (an EMA's snapshot) and
+        `torch.save(model)` copy, and torchneck's could not be copied or pickled; a class is
+        copied and pickled by reference. Calls of other instances of the class pass straight on."""
         module = self.module()
         if module is None or self._follow:
             return
+        cls = type(module)
+        own, original, probe, followed = cls.__dict__.get("__call__"), cls.__call__, self, weakref.ref(module)
+
+        def __call__(mod, *args, **kwargs):
+            if is_compiling() or mod is not followed():
+                return original(mod, *args, **kwargs)
+            began = time.perf_counter()
+            output = original(mod, *args, **kwargs)
+            if builds_graph(output):
+                probe.remember(mod, args, kwargs, time.perf_counter() - began, output)
+            return output
+
         try:
-            self._follow = (module.register_forward_pre_hook(self._followed_began),
-                            module.register_forward_hook(self._followed, with_kwargs=True))
-        except Exception:  # a module that refuses hooks: nothing to follow
-            self.unfollow()
-
-    def _followed_began(self, module, args) -> None:
-        self._began.at = time.perf_counter()
-
-    def _followed(self, module, args, kwargs, output) -> None:
-        began = getattr(self._began, "at", None)
-        if began is not None and builds_graph(output):
-            self.remember(module, args, kwargs, time.perf_counter() - began, output)
+            setattr(cls, "__call__", __call__)  # noqa: B010  (a class attribute patched)
+        except (TypeError, AttributeError):  # a class that refuses it: nothing to follow
+            return
+        self._follow = (cls, own)
 
     def unfollow(self) -> None:
-        for handle in self._follow:
-            handle.remove()
+        if not self._follow:
+            return
+        cls, own = self._follow
         self._follow = ()
+        if own is None:
+            delattr(cls, "__call__")
+        else:
+            setattr(cls, "__call__", own)  # noqa: B010
 
     def probe(self) -> dict | None:
         """Time the remembered call again, with autograd on and under inference mode (after the

@@ -466,7 +466,8 @@ def indexes_own_tensors(file: str, line: int) -> bool:
     return bool(rows) and torch_ops
 
 
-def invariant_call(file: str, line: int, functions: set[str], called_repeatedly: bool = False) -> str | None:
+def invariant_call(file: str, line: int, functions: set[str], called_repeatedly: bool = False,
+                   invariant_params: frozenset[str] = frozenset()) -> str | None:
     """The name of a call at `line` to one of `functions` made on every pass of a loop or
     comprehension around it with arguments that do not change from pass to pass (no name the
     loop binds or assigns, none made by a call): `[log_mel(w, mel_filterbank()) for w in clips]`
@@ -475,7 +476,8 @@ def invariant_call(file: str, line: int, functions: set[str], called_repeatedly:
     None when there is none, or the source is unreadable. With `called_repeatedly` (the function
     holding the line is called once per item, a method per request), a call outside any loop
     whose arguments read none of the function's parameters but `self` counts too, when the
-    function reads a parameter elsewhere."""
+    function reads a parameter elsewhere (`invariant_params`: parameters every caller passes the
+    same value, `loop_invariants.invariant_parameters`, do not count)."""
     path = enclosing(file, line)
     if not path or not functions:
         return None
@@ -483,7 +485,7 @@ def invariant_call(file: str, line: int, functions: set[str], called_repeatedly:
     loops = [s for s in path[:-1] if isinstance(s, LOOPS)]
     comps = [n for n in walk_own(stmt) if isinstance(n, COMPREHENSIONS)]
     if called_repeatedly and not loops and not comps:
-        return _invariant_in_function(file, line, stmt, functions)
+        return _invariant_in_function(file, line, stmt, functions, invariant_params)
     bound: set[str] = set()
     for loop in loops:
         if isinstance(loop, (ast.For, ast.AsyncFor)):
@@ -508,7 +510,8 @@ def invariant_call(file: str, line: int, functions: set[str], called_repeatedly:
     return None
 
 
-def _invariant_in_function(file: str, line: int, stmt: ast.stmt, functions: set[str]) -> str | None:
+def _invariant_in_function(file: str, line: int, stmt: ast.stmt, functions: set[str],
+                           invariant_params: frozenset[str] = frozenset()) -> str | None:
     """`invariant_call` for a function called once per item: a call at `stmt` to one of
     `functions` whose arguments read no parameter of the function holding it (`self` aside: a
     constant table built from the object's config), in a function that reads one elsewhere."""
@@ -528,7 +531,7 @@ def _invariant_in_function(file: str, line: int, stmt: ast.stmt, functions: set[
         arguments = [*call.args, *(k.value for k in call.keywords)]
         if any(isinstance(n, ast.Call) for a in arguments for n in ast.walk(a)):
             continue
-        if not {n.id for a in arguments for n in ast.walk(a) if isinstance(n, ast.Name)} & params:
+        if not {n.id for a in arguments for n in ast.walk(a) if isinstance(n, ast.Name)} & (params - invariant_params):
             return call_name(call)
     return None
 

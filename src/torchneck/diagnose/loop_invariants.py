@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from .source import LOOPS, call_name, enclosing
+from .source import LOOPS, _tree, call_name, enclosing, walk_own
 
 PASS_VARYING_CALLS = frozenset({
     "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal", "normal_",
@@ -107,3 +107,27 @@ def reads_recomputed(file: str, line: int, other: int) -> bool:
 
 def _loads(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def invariant_parameters(file: str, line: int, function: str) -> frozenset[str]:
+    """Parameters of `function` to which the call at `line` passes the same value on every pass
+    of the loops around it: an argument reading no name those loops bind or assign, and made by
+    no call (`log_mel(wave, device)` in `for wave in batches`: `device`, not `wave`). Matched by
+    position and keyword; empty when unclear or unreadable."""
+    path = enclosing(file, line)
+    tree = _tree(file)
+    if not path or tree is None:
+        return frozenset()
+    bound: set[str] = set()
+    for loop in (s for s in path[:-1] if isinstance(s, LOOPS)):
+        bound |= _rebound(loop)
+    defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function]
+    calls = [c for c in walk_own(path[-1]) if isinstance(c, ast.Call) and call_name(c) == function]
+    if len(defs) != 1 or len(calls) != 1:
+        return frozenset()
+    params = [a.arg for a in [*defs[0].args.posonlyargs, *defs[0].args.args]]
+    if params and params[0] in ("self", "cls") and isinstance(calls[0].func, ast.Attribute):
+        params = params[1:]
+    given = [*zip(params, calls[0].args), *((k.arg, k.value) for k in calls[0].keywords if k.arg)]
+    return frozenset(name for name, value in given
+                     if not any(isinstance(n, ast.Call) for n in ast.walk(value)) and not _loads(value) & bound)

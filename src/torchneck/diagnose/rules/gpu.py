@@ -3,6 +3,7 @@ matrix products that skip the tensor cores, memory near the device's capacity.""
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any
 
@@ -24,6 +25,7 @@ from ...model.base import Record
 from ...model.findings import Finding
 from ..facts import Facts, Where, where_of
 from ..rule import DOCS, Explanation, Rule, register
+from ..source import _tree, call_name, function_at
 from .calls import model_call_sites, sampled_under
 from .python import reads_elements
 
@@ -331,6 +333,10 @@ class TensorCoresEvidence(Record):
     share: float
     pre_ampere_kernels: bool
     """The kernels are named for a GPU older than Ampere: no TF32, fp16 is the tensor-core type."""
+    turned_off_at: int | None = None
+    """A line of the program turning TF32 off (`torch.backends.cuda.matmul.allow_tf32 = False`,
+    `set_float32_matmul_precision("highest")`): the place to change, first."""
+    turned_off: str | None = None
 
 
 @register
@@ -378,10 +384,18 @@ class TensorCores(Rule[TensorCoresEvidence]):
         ev = TensorCoresEvidence(kernels=fp32[: self.KERNELS_KEPT], share=share,
                                  pre_ampere_kernels=any(k.name.startswith(_PRE_AMPERE) for k in fp32))
         paced_note = "; the host, not the GPU, sets the pace, so faster products would not shorten the steps"
+        where = self._where(facts)
+        off = next(((file, ln, text) for file in dict.fromkeys(w.file for w in where)  # each file once
+                    for ln, text in _tf32_turned_off(file)), None)
+        if off is not None:  # the program turns TF32 off itself: that line first
+            ev.turned_off_at, ev.turned_off = off[1], off[2]
+            where = [Where(file=off[0], line=off[1], function=function_at(off[0], off[1])),
+                     *(w for w in where if (w.file, w.line) != off[:2])]
         return [self.finding(ev, title=f"FP32 matrix products without tensor cores take {100 * share:.0f}% "
-                                       "of the profiled time" + (paced_note if paced else ""),
+                                       "of the profiled time" + (f" (line {off[1]} turns TF32 off)" if off else "")
+                                       + (paced_note if paced else ""),
                              lost_s=lost, pct=100 * lost / facts.window_s, ops=[k.name for k in fp32[:5]],
-                             where=self._where(facts), severity="info" if paced else None)]
+                             where=where, severity="info" if paced else None)]
 
     def _where(self, facts: Facts) -> list[Where]:
         """The lines calling the model (the capture's module sites: where autocast goes), then
@@ -392,6 +406,11 @@ class TensorCores(Rule[TensorCoresEvidence]):
         return calls + [w for w in products if (w.file, w.line) not in seen]
 
     def fix(self, evidence: TensorCoresEvidence) -> str:
+        if evidence.turned_off_at is not None and not evidence.pre_ampere_kernels:
+            return (f"Line {evidence.turned_off_at} turns TF32 off ({evidence.turned_off}): drop it, or set "
+                    "torch.backends.cuda.matmul.allow_tf32 = True / torch.set_float32_matmul_precision('high'), so "
+                    "FP32 matmuls run on the tensor cores (or run the forward pass under torch.autocast(device_type="
+                    "'cuda', dtype=torch.bfloat16)).")
         if evidence.pre_ampere_kernels:  # no TF32 and no fast bf16 before Ampere: fp16 is the tensor-core type
             return ("This GPU predates TF32: run the forward pass under torch.autocast(device_type='cuda', "
                     "dtype=torch.float16) with a torch.amp.GradScaler for training, so matmuls use the "
@@ -519,3 +538,20 @@ class MemoryNearCapacity(Rule[MemoryEvidence]):
             fix += (f"; reserved exceeds allocated by {evidence.fragmentation_bytes / 1e9:.1f} GB (fragmentation): "
                     "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
         return fix + "."
+
+
+def _tf32_turned_off(file: str) -> list[tuple[int, str]]:
+    """Statements of `file` that turn TF32 matmuls off: `...matmul.allow_tf32 = <anything but
+    True>` (a flag of the program's included: `= args.fixed`), or `set_float32_matmul_precision`
+    given "highest" or a name. (line, statement) pairs; [] when none or unreadable."""
+    tree = _tree(file)
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Assign) and not (isinstance(node.value, ast.Constant) and node.value.value is True) \
+                and any(isinstance(t, ast.Attribute) and t.attr == "allow_tf32"
+                        and ast.unparse(t.value).endswith("matmul") for t in node.targets):
+            out.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Call) and call_name(node) == "set_float32_matmul_precision" and node.args \
+                and not (isinstance(node.args[0], ast.Constant) and node.args[0].value in ("high", "medium")):
+            out.append((node.lineno, ast.unparse(node)))
+    return sorted(out)

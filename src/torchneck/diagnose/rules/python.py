@@ -8,9 +8,10 @@ from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..filters import FilteredAfter, filter_first_fix, filter_first_title, filter_first_where, filtered_call
-from ..idioms import broadcast_product, tensor_from_lists
+from ..idioms import broadcast_product, invariant_call, tensor_from_lists
+from ..loop_invariants import invariant_parameters
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import LOOPS, call_name, enclosing, in_loop, names_in, walk_own
+from ..source import COMPREHENSIONS, LOOPS, call_name, enclosing, in_loop, names_in, walk_own
 
 
 def _runs_the_model(callee: str, files: tuple[str, ...]) -> bool:
@@ -88,6 +89,9 @@ class PythonHotspotEvidence(Record):
     reads_elements: bool = False
     """The line reads tensor elements into Python one at a time (`.item()` in a loop)."""
     called_at: int | None = None
+    invariant_call: str | None = None
+    """The helper called at `called_at` with the same arguments on every pass (a table of
+    constants built per batch): computed once, all its time goes."""
     """The line calling the helper that does only this work (`model = load_model(path)`), whose
     whole time the fix saves: the place to change."""
     broadcast_product: bool = False
@@ -95,6 +99,9 @@ class PythonHotspotEvidence(Record):
     as element-wise passes over a pairwise tensor (its samples may lie outside the traced ops)."""
     from_lists: bool = False
     """The line builds a tensor from nested Python lists it makes (`torch.tensor([[...] for ...])`)."""
+    element_ops_per_step: float = 0.0
+    """Torch ops a step the line issues as a loop over elements (a comprehension, a `for` and its
+    body): with `ELEMENT_OPS_PER_STEP` or more, vectorising removes their host time too."""
     filtered_after: FilteredAfter | None = None
     """The loop's function called on every candidate, its result filtered afterwards by a
     condition the call's input already held (`diagnose/filters.py`)."""
@@ -134,6 +141,11 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
     WAITING_SHARE = 0.5
     """When most of that time the thread was off the CPU, the line waits (sleep, I/O, a lock)
     rather than computes, and the fix is to overlap the wait, not to vectorise."""
+    ELEMENT_OPS_PER_STEP = 64
+    """A loop over elements issuing this many torch ops a step (`torch.stack([x[i, :n].mean(0) for
+    i, n in ...])` over a batch of 256): replaced by a few batched ops, the loop's ops go with its
+    Python, their dispatch and, on a GPU, the launches the device waits for (a text CNN's pooling
+    loop: 73 % of the program's work, of which 21 points were Python)."""
     LINES_CONSIDERED = 5
     """Only the top sampled lines: below them no line reaches MIN_SHARE."""
     TORCH_MACHINERY_FILES = ("module.py", "optimizer.py", "lr_scheduler.py", "functional.py", "_compile.py",
@@ -193,12 +205,20 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                                        broadcast_product=any(broadcast_product(ln["file"], ln["line"])
                                                              for ln in lines))
             removed = outside
+            ev.element_ops_per_step, backward_share = _element_ops(facts, [line, *body])
+            if not ev.waits and ev.element_ops_per_step >= self.ELEMENT_OPS_PER_STEP:
+                # the loop's ops and their backward (run at the .backward() line) go; a few batched ops remain
+                removed = max(outside, sum(ln["total_s"] for ln in [line, *body]) + backward_share * total)
             if not ev.waits and (asks_too_often(callee) or ev.reads_elements or ev.broadcast_product):
                 removed = max(outside, sum(ln["total_s"] for ln in [*lines, *body]))  # the call's ops go too
             if not ev.waits and asks_too_often(callee):  # a helper that only does that work (a load_model()):
                 below = _helper_call_s(facts, line)  # calling it less saves all below its call
                 if below > removed:
                     removed, ev.called_at = below, int(line["callers"][0]["line"])
+            hoist = _invariant_caller(facts, line) if not ev.waits and ev.called_at is None else None
+            if hoist is not None:  # the same helper call on every pass: once is enough
+                ev.called_at, ev.invariant_call, below = hoist
+                removed = max(removed, below)
             lost = removed / total * facts.window_s
             library = callee.split(" (")[0]
             if ev.waits:
@@ -209,12 +229,19 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 what = f"in {library}" if callee and (ev.self_python_s < 0.5 * outside or asks_too_often(callee)) \
                     else "in Python"
                 title = f"{line['function']}() spends {100 * share:.0f}% of each step {what}, outside torch ops"
+            if ev.element_ops_per_step >= self.ELEMENT_OPS_PER_STEP and not ev.waits and not ev.reads_elements:
+                title = (f"{line['function']}() issues {ev.element_ops_per_step:.0f} torch ops a step one element at a "
+                         f"time at line {line['line']}: the loop takes {100 * removed / total:.0f}% of each step")
             if ev.broadcast_product:
                 title = (f"{line['function']}() sums a broadcast product at line {line['line']} (a matrix product "
                          f"done element-wise): {100 * removed / total:.0f}% of each step")
             if ev.called_at:
                 title = (f"{line['function']}(), called at line {ev.called_at}, takes {100 * removed / total:.0f}% of "
                          f"each step" + (f" (in {library})" if library else ""))
+            if ev.invariant_call:
+                title = (f"{ev.invariant_call}() is called with the same arguments on every pass at line "
+                         f"{ev.called_at}: it takes {100 * removed / total:.0f}% of each step"
+                         + (f" (in {library})" if library else ""))
             if body:
                 title += f" (the loop at line {line['line']} and its body)"
             callers = line.get("callers") or []  # one call path carries the line's time: the fix may go there
@@ -222,6 +249,9 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 title += f" (lines {', '.join(str(ln['line']) for ln in lines)}, called at line {callers[0]['line']})"
             where = where_of([*callers[:1], line, *helper, *body, *callers[1:]] if ev.called_at
                              else [line, *helper, *body, *callers])
+            if ev.invariant_call:  # the call to make once first
+                first = [w for w in where if w.line == ev.called_at][:1]
+                where = first + [w for w in where if w not in first]
             if asks_too_often(callee):  # done too often: the condition that says how often is the place
                 where = _with_guard(where)
             elif (filtered := filtered_call(where)) is not None:  # a loop over candidates mostly filtered out after
@@ -266,6 +296,16 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 return text
         if evidence.filtered_after is not None:
             return filter_first_fix(evidence.filtered_after)
+        if evidence.invariant_call:
+            return (f"Call {evidence.invariant_call}() once, before the loop (or in __init__), and reuse its result: "
+                    f"line {evidence.called_at} calls it with the same arguments on every pass, so every call "
+                    "builds the same thing (a table of constants, a basis, a filterbank).")
+        if evidence.element_ops_per_step >= self.ELEMENT_OPS_PER_STEP and not evidence.reads_elements \
+                and not evidence.waits:
+            return ("Replace the loop over elements with a few ops over the whole batch (a mask or lengths "
+                    "compared with torch.arange, then sum / mean; gather, index_add_ or scatter_reduce for "
+                    "groups; padded or nested tensors for ragged rows): every small op it issues pays its "
+                    "dispatch and, on a GPU, a kernel launch the device waits for.")
         if evidence.broadcast_product:
             return ("This line builds every pairwise product of two broadcast tensors and sums it: that is a matrix "
                     "product, a @ b.T (or torch.einsum('id,jd->ij', a, b)): no pairwise tensor in memory, and a "
@@ -399,3 +439,65 @@ def _loops(hot: list[tuple[dict, float]], least_s: float) -> list[tuple[dict, fl
         body = [j for j, h in into.items() if h == i]
         out.append((ln, seconds + sum(hot[j][1] for j in body), [hot[j][0] for j in body]))
     return out
+
+
+def _invariant_caller(facts: Facts, line: dict) -> tuple[int, str, float] | None:
+    """Up the sampled call path of the hot line (three calls at most), a call made with the same
+    arguments on every pass: in a loop with arguments the loop does not change, or in a function
+    called from one whose arguments read only parameters its caller passes unchanged
+    (`log_mel(wave, device)` calling `make_frontend_consts(device)`). Its line, the function it
+    calls, and the sampled seconds under it; None when none."""
+    window = (facts.python or {}).get("window") or {}
+    path = [line, *(line.get("callers") or [])]
+    paths = [[ln, *(ln.get("callers") or [])] for ln in window.get("lines") or []]
+    while len(path) < 5:  # the kept call paths are short: go on along another line's that passes the last frame
+        last = (path[-1].get("file"), path[-1].get("line"))
+        more = next((p[i + 1:] for p in paths for i, f in enumerate(p[:-1]) if (f.get("file"), f.get("line")) == last),
+                    None)
+        if not more:
+            break
+        path += more
+    inclusive = window.get("inclusive_lines") or []
+    for k in range(1, min(len(path), 4)):
+        below, caller = path[k - 1], path[k]
+        called = (below.get("function") or "").rsplit(".", 1)[-1]
+        if not called or called.startswith("<") or not caller.get("file"):
+            continue
+        up = path[k + 1] if k + 1 < len(path) else None
+        looped = in_loop(caller["file"], int(caller["line"]))
+        if not looped and not (up and in_loop(up["file"], int(up["line"]))):
+            continue  # called once
+        holder = (caller.get("function") or "").rsplit(".", 1)[-1]
+        passed = invariant_parameters(up["file"], int(up["line"]), holder) if up and not looped else frozenset()
+        name = invariant_call(caller["file"], int(caller["line"]), {called}, called_repeatedly=not looped,
+                              invariant_params=passed)
+        if name:
+            at = (caller["file"], caller["line"])
+            return int(caller["line"]), name, sum(ln["total_s"] for ln in inclusive if (ln["file"], ln["line"]) == at)
+    return None
+
+
+def _element_ops(facts: Facts, lines: list[dict]) -> tuple[float, float]:
+    """Torch ops a step the trace places at `lines` when the first is a loop over elements (a
+    comprehension in its statement, or a `for`/`while` header with those lines its body), and the
+    share of the window their backward takes (autograd's nodes for those ops: `SelectBackward0`
+    for `aten::select`, run at the `.backward()` line); (0, 0) otherwise."""
+    head = lines[0]
+    found = enclosing(head["file"], int(head["line"]))
+    if not found or not (isinstance(found[-1], LOOPS) and found[-1].lineno == head["line"]
+                         or any(isinstance(n, COMPREHENSIONS) for n in walk_own(found[-1]))):
+        return 0.0, 0.0
+    entries = [e for ln in lines for e in facts.ops_at(Where(file=ln["file"], line=int(ln["line"]), function=""))]
+    issued = sum(e.get("count") or 0 for e in entries) / max(facts.steps, 1)
+    a = facts.analysis
+    if not a or a.steps.window_us <= 0:
+        return issued, 0.0
+    nodes = {"".join(part.capitalize() for part in e["op"].split("::")[-1].strip("_").split("_")) + "Backward"
+             for e in entries}
+    backward_us = sum(o.total_us for o in a.ops.by_name if o.name.startswith(BACKWARD_NODE)
+                      and o.name[len(BACKWARD_NODE):].rstrip("0123456789") in nodes)
+    return issued, min(backward_us / a.steps.window_us, 1.0)
+
+
+BACKWARD_NODE = "autograd::engine::evaluate_function: "
+"""The prefix of the op autograd records around each node it runs in the backward pass."""

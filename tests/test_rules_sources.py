@@ -1,0 +1,35 @@
+"""Source readings added for programs of unseen round 12: the statement turning TF32 off, and
+the parameters a call passes unchanged on every pass of its loop. Each on both sides."""
+
+from torchneck.diagnose.idioms import invariant_call
+from torchneck.diagnose.loop_invariants import invariant_parameters
+from torchneck.diagnose.rules.gpu import _tf32_turned_off
+
+
+def test_the_statements_turning_tf32_off(tmp_path):
+    src = tmp_path / "train.py"
+    src.write_text("import torch\n"
+                   "torch.backends.cuda.matmul.allow_tf32 = args.fast\n"          # 2: a flag may be False
+                   "torch.backends.cuda.matmul.allow_tf32 = True\n"               # 3: on
+                   "torch.set_float32_matmul_precision('highest')\n"              # 4: off
+                   "torch.set_float32_matmul_precision('high')\n"                 # 5: on
+                   "torch.backends.cudnn.allow_tf32 = False\n")                   # 6: convolutions, not matmuls
+    assert [ln for ln, _ in _tf32_turned_off(str(src))] == [2, 4]
+
+
+def test_a_helper_called_with_what_its_callers_loop_passes_unchanged(tmp_path):
+    src = tmp_path / "audio.py"
+    src.write_text("def consts(device):\n    return 1\n"
+                   "def log_mel(wave, device, table=None):\n"
+                   "    basis = table if table is not None else consts(device)\n"   # 4
+                   "    return wave * basis\n"
+                   "def run(batches, device):\n"
+                   "    for wave in batches:\n"
+                   "        log_mel(wave, device)\n"                                  # 8: device unchanged
+                   "    for i, wave in enumerate(batches):\n"
+                   "        log_mel(wave, i)\n")                                      # 10: the loop's index
+    assert invariant_parameters(str(src), 8, "log_mel") == {"device"}  # not `wave`, the loop's
+    assert invariant_parameters(str(src), 10, "log_mel") == frozenset()
+    same = invariant_parameters(str(src), 8, "log_mel")
+    assert invariant_call(str(src), 4, {"consts"}, called_repeatedly=True, invariant_params=same) == "consts"
+    assert invariant_call(str(src), 4, {"consts"}, called_repeatedly=True) is None  # a parameter may vary
