@@ -400,4 +400,22 @@ def test_a_model_deep_copied_every_step_and_pickled_runs_as_under_python(run_dir
     r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
     assert r.returncode == 0, r.stderr[-2000:]
     assert plain.stdout.strip() and plain.stdout.strip() in r.stdout
-    assert read_report(run_dir)["run"]["exit_code"] == 0
+    report = read_report(run_dir)
+    assert report["run"]["exit_code"] == 0
+    # the copy per step is the cause, its tensors' copy_ ops included: fixed where it is made
+    top = report["findings"][0]
+    assert top["kind"] == "python_hotspot" and top["where"][0]["line"] == planted_line(script)
+    assert "deepcopy" in top["title"] and "in place" in top["fix"]
+
+
+def test_a_model_loaded_per_request_three_calls_below_the_loop_is_named_at_its_call(run_dir):
+    """serve -> handle -> _get_model -> _load_model, a checkpoint loaded for every request: the
+    line to change is the call of the loader (load once, keep the model), found up a call path
+    longer than the two callers once kept, through a comprehension as the repeating loop."""
+    script = SCRIPTS / "server_reload_model.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script), "300")
+    assert r.returncode == 0, r.stderr[-2000:]
+    top = read_report(run_dir)["findings"][0]
+    assert top["kind"] == "python_hotspot" and top["where"][0]["line"] == planted_line(script)
+    assert top["evidence"]["called_at"] == planted_line(script) and "once" in top["fix"]
+    assert top["saving_pct"] > 50  # the load, the model's construction and its initialisation

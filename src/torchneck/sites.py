@@ -77,6 +77,7 @@ def is_hook_file(path: str) -> bool:
 PASS_THROUGH = frozenset({
     ("capture/window.py", "__next__"),  # the DataLoader iterator's next batch, then a step tick
     ("capture/window.py", "__call__"),  # a compiled module's call, then a step tick
+    ("capture/autograd_probe.py", "__call__"),  # the followed model's call (its class's __call__, wrapped)
     ("capture/dynamo_guard.py", "compile"),
     *(("capture/callsites.py", name) for name in ("optimizer_init", "set_num_threads", "compile",
                                                    "set_default_dtype", "from_numpy_", "__init__",

@@ -348,9 +348,10 @@ def _inclusive_lines(s: Samples, win: np.ndarray, dur: np.ndarray, top: int) -> 
 CALLER_SHARE = 0.5
 """A caller is named when at least half of the line's time came through it: one call path, not
 one of many callers of a shared helper."""
-CALLERS_KEPT = 2
+CALLERS_KEPT = 4
 """User frames named up the call path of a hot line: the line that calls the helper (where a fix
-often goes: tokenize once, save less often) and the one above it."""
+often goes: tokenize once, save less often) and those above it, up to the loop that repeats the
+call (a server's `handle(req)` calling `_get_model()` calling `_load_model()` per request)."""
 
 
 _LIBRARY_PATH = re.compile(r"[/\\](lib|Lib)[/\\]python\d[^/\\]*[/\\]|[/\\](site|dist)-packages[/\\]")

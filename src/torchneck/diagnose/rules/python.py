@@ -11,7 +11,7 @@ from ..filters import FilteredAfter, filter_first_fix, filter_first_title, filte
 from ..idioms import broadcast_product, invariant_call, tensor_from_lists
 from ..loop_invariants import invariant_parameters
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import COMPREHENSIONS, LOOPS, call_name, enclosing, in_loop, names_in, walk_own
+from ..source import COMPREHENSIONS, LOOPS, call_name, enclosing, in_loop, names_in, repeats, walk_own
 
 
 def _runs_the_model(callee: str, files: tuple[str, ...]) -> bool:
@@ -177,6 +177,8 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 outside = line["outside_ops_s"]
             else:
                 outside = max(line["total_s"] - op_s.get((line["file"], line["line"]), 0.0), line["self_s"])
+            if asks_too_often(line.get("library") or ""):  # the work asked for is the line's, its torch ops too
+                outside = line["total_s"]  # (a deepcopy of a model: mostly its tensors' copy_ ops)
             if line.get("library_is_torch") and line["self_s"] < 0.5 * outside \
                     and _runs_the_model(line.get("library") or "", self.TORCH_MACHINERY_FILES):
                 continue  # torch's own overhead (autograd engine, optimizer loop): other rules' evidence
@@ -211,7 +213,8 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 removed = max(outside, sum(ln["total_s"] for ln in [line, *body]) + backward_share * total)
             if not ev.waits and (asks_too_often(callee) or ev.reads_elements or ev.broadcast_product):
                 removed = max(outside, sum(ln["total_s"] for ln in [*lines, *body]))  # the call's ops go too
-            if not ev.waits and asks_too_often(callee):  # a helper that only does that work (a load_model()):
+            # a helper that only does that work (a load_model()); a deep copy is replaced where it is made
+            if not ev.waits and asks_too_often(callee) and "deepcopy" not in callee:
                 below = _helper_call_s(facts, line)  # calling it less saves all below its call
                 if below > removed:
                     removed, ev.called_at = below, int(line["callers"][0]["line"])
@@ -228,7 +231,8 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
             else:
                 what = f"in {library}" if callee and (ev.self_python_s < 0.5 * outside or asks_too_often(callee)) \
                     else "in Python"
-                title = f"{line['function']}() spends {100 * share:.0f}% of each step {what}, outside torch ops"
+                title = f"{line['function']}() spends {100 * share:.0f}% of each step {what}" \
+                    + ("" if asks_too_often(callee) else ", outside torch ops")
             if ev.element_ops_per_step >= self.ELEMENT_OPS_PER_STEP and not ev.waits and not ev.reads_elements:
                 title = (f"{line['function']}() issues {ev.element_ops_per_step:.0f} torch ops a step one element at a "
                          f"time at line {line['line']}: the loop takes {100 * removed / total:.0f}% of each step")
@@ -245,7 +249,7 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
             if body:
                 title += f" (the loop at line {line['line']} and its body)"
             callers = line.get("callers") or []  # one call path carries the line's time: the fix may go there
-            if helper and callers:
+            if helper and callers and not ev.called_at:
                 title += f" (lines {', '.join(str(ln['line']) for ln in lines)}, called at line {callers[0]['line']})"
             where = where_of([*callers[:1], line, *helper, *body, *callers[1:]] if ev.called_at
                              else [line, *helper, *body, *callers])
@@ -269,9 +273,11 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         fix is to call it less, not to vectorise the ops. So are a loop's element reads
         (`reads_elements`): the fix is one read of all the values."""
         if symptom.kind == "op_hotspot":  # ops run below a helper call that the fix makes rarer
-            if cause.evidence.get("broadcast_product") and cause.where and symptom.where \
-                    and (symptom.where[0].file, symptom.where[0].line) == (cause.where[0].file, cause.where[0].line):
-                return Explanation(symptom.time_lost_s)  # the same product, seen in the trace
+            same_line = bool(cause.where and symptom.where) \
+                and (symptom.where[0].file, symptom.where[0].line) == (cause.where[0].file, cause.where[0].line)
+            if same_line and (cause.evidence.get("broadcast_product")  # the same product, seen in the trace
+                              or asks_too_often(cause.evidence.get("calls_into") or "")):  # the copy's copy_ ops
+                return Explanation(symptom.time_lost_s)
             at = cause.evidence.get("called_at")
             if at is None or not cause.where or not symptom.where:
                 return None
@@ -332,12 +338,13 @@ def _helper_call_s(facts: Facts, line: dict) -> float:
     runs in a loop and calls nothing else (`model = load_model(path)` per chunk): everything the
     helper does (building the model, initialising its weights, reading the file) goes when it is
     called less often. 0 when the caller does more, runs once, or is unknown."""
-    callers = line.get("callers") or []
+    callers = _call_path(facts, line)[1:]
     function = (line.get("function") or "").rsplit(".", 1)[-1]
     if not callers or not function or function.startswith("<"):
         return 0.0
     caller = callers[0]
-    if not in_loop(caller["file"], caller["line"]) or in_loop(line["file"], line["line"]):
+    if not any(repeats(c["file"], int(c["line"]), c.get("function") or "") for c in callers) \
+            or in_loop(line["file"], line["line"]):
         return 0.0  # called once (a main()), or the helper loops itself: its caller is not the repetition
     found = enclosing(caller["file"], caller["line"])
     calls = [n for n in walk_own(found[-1]) if isinstance(n, ast.Call)] if found else []
@@ -441,23 +448,29 @@ def _loops(hot: list[tuple[dict, float]], least_s: float) -> list[tuple[dict, fl
     return out
 
 
-def _invariant_caller(facts: Facts, line: dict) -> tuple[int, str, float] | None:
-    """Up the sampled call path of the hot line (three calls at most), a call made with the same
-    arguments on every pass: in a loop with arguments the loop does not change, or in a function
-    called from one whose arguments read only parameters its caller passes unchanged
-    (`log_mel(wave, device)` calling `make_frontend_consts(device)`). Its line, the function it
-    calls, and the sampled seconds under it; None when none."""
-    window = (facts.python or {}).get("window") or {}
+def _call_path(facts: Facts, line: dict, frames: int = 5) -> list[dict]:
+    """The hot line and the user lines calling it, innermost first: its sampled callers, and, as
+    the kept paths are short, on along another sampled line's path that passes the last frame."""
     path = [line, *(line.get("callers") or [])]
-    paths = [[ln, *(ln.get("callers") or [])] for ln in window.get("lines") or []]
-    while len(path) < 5:  # the kept call paths are short: go on along another line's that passes the last frame
+    paths = [[ln, *(ln.get("callers") or [])] for ln in ((facts.python or {}).get("window") or {}).get("lines") or []]
+    while len(path) < frames:
         last = (path[-1].get("file"), path[-1].get("line"))
         more = next((p[i + 1:] for p in paths for i, f in enumerate(p[:-1]) if (f.get("file"), f.get("line")) == last),
                     None)
         if not more:
             break
         path += more
-    inclusive = window.get("inclusive_lines") or []
+    return path[:frames]
+
+
+def _invariant_caller(facts: Facts, line: dict) -> tuple[int, str, float] | None:
+    """Up the sampled call path of the hot line (three calls at most), a call made with the same
+    arguments on every pass: in a loop with arguments the loop does not change, or in a function
+    called from one whose arguments read only parameters its caller passes unchanged
+    (`log_mel(wave, device)` calling `make_frontend_consts(device)`). Its line, the function it
+    calls, and the sampled seconds under it; None when none."""
+    path = _call_path(facts, line)
+    inclusive = ((facts.python or {}).get("window") or {}).get("inclusive_lines") or []
     for k in range(1, min(len(path), 4)):
         below, caller = path[k - 1], path[k]
         called = (below.get("function") or "").rsplit(".", 1)[-1]
@@ -465,7 +478,7 @@ def _invariant_caller(facts: Facts, line: dict) -> tuple[int, str, float] | None
             continue
         up = path[k + 1] if k + 1 < len(path) else None
         looped = in_loop(caller["file"], int(caller["line"]))
-        if not looped and not (up and in_loop(up["file"], int(up["line"]))):
+        if not looped and not (up and repeats(up["file"], int(up["line"]), up.get("function") or "")):
             continue  # called once
         holder = (caller.get("function") or "").rsplit(".", 1)[-1]
         passed = invariant_parameters(up["file"], int(up["line"]), holder) if up and not looped else frozenset()
