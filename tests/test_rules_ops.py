@@ -561,6 +561,24 @@ def test_rebuilt_tensor_in_a_function_called_from_a_loop(tmp_path):
     assert [w.line for w in f.where] == [3, 6]
 
 
+@fires("rebuilt_tensor")
+def test_rebuilt_tensors_of_one_function_are_one_finding(tmp_path):
+    """A replay buffer concatenating each field onto its store: three lines of 6 % each, under
+    the bar alone, one change together (and in source order, the first field first)."""
+    script = tmp_path / "buffer.py"
+    script.write_text("import torch\nclass Buffer:\n    def push(self, o, a, r):\n"
+                      "        self.o = torch.cat([self.o, o[None]])\n        self.a = torch.cat([self.a, a[None]])\n"
+                      "        self.r = torch.cat([self.r, r[None]])\nfor i in range(9):\n    buf.push(x, y, z)\n")
+    caller = {"file": str(script), "line": 8, "function": "<module>"}
+    lines = [{"file": str(script), "line": n, "function": "Buffer.push", "total_s": 0.6, "self_s": 0.0,
+              "outside_ops_s": 0.0, "callers": [caller]} for n in (5, 4, 6)]
+    [f] = RebuiltTensor().check(facts(analysis=analysis(), python={"window": {"sampled_s": 10.0, "lines": lines}}))
+    assert [w.line for w in f.where] == [4, 5, 6, 8] and "lines 4, 5, 6" in f.title
+    assert abs(f.time_lost_s - 0.18 * 0.1) < 1e-12  # 18 % of the steady state, over the 100 ms window
+    assert RebuiltTensor().check(facts(analysis=analysis(), python={"window": {"sampled_s": 10.0,
+                                                                               "lines": lines[:1]}})) == []
+
+
 @silent("rebuilt_tensor")
 def test_rebuilt_tensor_silent_for_one_time_work_new_data_and_cold_lines(tmp_path):
     script = tmp_path / "grow.py"

@@ -33,3 +33,19 @@ def test_a_helper_called_with_what_its_callers_loop_passes_unchanged(tmp_path):
     same = invariant_parameters(str(src), 8, "log_mel")
     assert invariant_call(str(src), 4, {"consts"}, called_repeatedly=True, invariant_params=same) == "consts"
     assert invariant_call(str(src), 4, {"consts"}, called_repeatedly=True) is None  # a parameter may vary
+
+
+def test_hot_lines_of_one_helper_named_at_the_same_call_are_one_finding():
+    """Two lines of a noise schedule rebuilt on every denoising step, both "called at line 78":
+    one finding, with the second's lines added; a finding at another call stays."""
+    from torchneck.diagnose.rules.python import _one_per_call
+    from torchneck.model.findings import Finding, Where
+
+    def hot(line, at):
+        return Finding(kind="python_hotspot", title="t", time_lost_s=1.0, time_lost_pct=50.0, fix="f",
+                       evidence={"called_at": at, "invariant_call": "cosine"},
+                       where=[Where(file="s.py", line=at, function="step"),
+                              Where(file="s.py", line=line, function="b")])
+
+    merged = _one_per_call([hot(22, 78), hot(35, 78), hot(40, 90)])
+    assert [[w.line for w in f.where] for f in merged] == [[78, 22, 35], [90, 40]]

@@ -264,7 +264,7 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 title += filter_first_title(ev.filtered_after)
             out.append(self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost), where=where,
                                     docs=DOCS["dataloader"] if ev.waits else None))
-        return out
+        return _one_per_call(out)
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """While the line runs Python (or waits), the host launches nothing: the GPU idles as long.
@@ -445,6 +445,23 @@ def _loops(hot: list[tuple[dict, float]], least_s: float) -> list[tuple[dict, fl
             continue
         body = [j for j, h in into.items() if h == i]
         out.append((ln, seconds + sum(hot[j][1] for j in body), [hot[j][0] for j in body]))
+    return out
+
+
+def _one_per_call(found: list[Finding]) -> list[Finding]:
+    """Hot lines of one helper named at the same call (two lines of a schedule rebuilt per step,
+    both "called at line 78") are one finding: the first, with the others' lines added."""
+    out: list[Finding] = []
+    by_call: dict[tuple, Finding] = {}
+    for f in found:
+        at = f.evidence.get("called_at")
+        first = by_call.get((at, f.evidence.get("invariant_call"))) if at is not None else None
+        if first is None:
+            out.append(f)
+            if at is not None:
+                by_call[(at, f.evidence.get("invariant_call"))] = f
+            continue
+        first.where += [w for w in f.where if (w.file, w.line) not in {(x.file, x.line) for x in first.where}]
     return out
 
 

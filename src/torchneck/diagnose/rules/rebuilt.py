@@ -42,8 +42,9 @@ class RebuiltTensor(Rule[RebuiltTensorEvidence]):
     """As python_hotspot's: a line taking a tenth of the steady state is worth changing."""
     MIN_SAMPLED_S = 0.01
     """As python_hotspot's: ten samples of the 1 ms sampler, fewer do not tell a line from its neighbours."""
-    LINES_CONSIDERED = 5
-    """Only the top sampled lines: below them no line reaches MIN_SHARE."""
+    LINES_READ = 12
+    """The top sampled lines read: several lines of one function, each under MIN_SHARE, may
+    together pass it."""
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """Another finding on the rebuilding line itself (its Python, its copy ops) is part of the
@@ -52,7 +53,8 @@ class RebuiltTensor(Rule[RebuiltTensorEvidence]):
         at = (cause.where[0].file, cause.where[0].line) if cause.where else None
         if not symptom.where or at is None:
             return None
-        if (symptom.where[0].file, symptom.where[0].line) == at:
+        rebuilding = {(w.file, w.line) for w in cause.where if w.function == cause.where[0].function}
+        if (symptom.where[0].file, symptom.where[0].line) in rebuilding:  # one of the rebuilding lines
             return Explanation(min(symptom.time_lost_s, cause.time_lost_s))
         if symptom.kind == "python_hotspot" and at in {(w.file, w.line) for w in symptom.where[1:]}:
             sampled = symptom.evidence.get("sampled_s") or 0.0
@@ -65,24 +67,35 @@ class RebuiltTensor(Rule[RebuiltTensorEvidence]):
         total = win.get("sampled_s") or 0.0
         if total <= 0 or facts.window_s <= 0:
             return []
-        out = []
-        for line in win.get("lines", [])[: self.LINES_CONSIDERED]:
-            seconds = line.get("total_s") or 0.0
-            if seconds < self.MIN_SHARE * total or seconds < self.MIN_SAMPLED_S:
+        # the lines of one function rebuilding tensors the same way are one change (a replay buffer
+        # concatenating each of its five fields onto its store: five lines, one buffer)
+        groups: dict[tuple[str, str, str], list[dict]] = {}
+        for line in win.get("lines", [])[: self.LINES_READ]:
+            if (line.get("total_s") or 0.0) < self.MIN_SAMPLED_S:
                 continue
             pattern = rebuilt_tensor(line["file"], line["line"])
             callers = line.get("callers") or []
             if pattern is None or not (in_loop(line["file"], line["line"])
                                        or any(in_loop(c["file"], c["line"]) for c in callers)):
                 continue  # runs once: nothing to keep between passes
+            groups.setdefault((line["file"], line.get("function") or "", pattern), []).append(line)
+        out = []
+        for (_, function, pattern), lines in groups.items():
+            seconds = sum(ln["total_s"] for ln in lines)
+            if seconds < self.MIN_SHARE * total:
+                continue
+            lines.sort(key=lambda ln: ln["line"])
             share = seconds / total
             lost = share * facts.window_s
             what = ("concatenates onto a growing tensor on every pass" if pattern == "grows"
                     else "allocates a new tensor on every call")
+            at = f"line {lines[0]['line']}" if len(lines) == 1 else \
+                f"lines {', '.join(str(ln['line']) for ln in lines)}"
+            callers = [c for c in lines[0].get("callers") or []]
             out.append(self.finding(
                 RebuiltTensorEvidence(pattern=pattern, line_total_s=seconds, sampled_s=total),
-                title=f"{line['function']}() {what}: {100 * share:.0f}% of the steady state at line {line['line']}",
-                lost_s=lost, pct=facts.pct(lost), where=where_of([line, *callers])))
+                title=f"{function}() {what}: {100 * share:.0f}% of the steady state at {at}",
+                lost_s=lost, pct=facts.pct(lost), where=where_of([*lines, *callers])))
         return out
 
     def fix(self, evidence: RebuiltTensorEvidence) -> str:
