@@ -157,3 +157,25 @@ def test_a_recomputed_line_that_is_not_the_top_op_is_named_too(tmp_path):
     by_line[1]["self_us"] = by_line[2]["self_us"] = 5_000.0  # 10 % of the window: under MIN_SHARE
     found = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::mm", 60_000.0)]), ops_by_line=by_line))
     assert [f.evidence["recomputed_at"] for f in found] == [None]
+
+
+@fires("op_hotspot")
+def test_a_whole_jacobian_of_a_batch_kept_for_its_per_sample_blocks(tmp_path):
+    """Score matching's trace term (unseen round 12): `jacobian(model, x)` on a batch is a
+    (B, D, B, D) tensor, one backward pass per output element, of which `einsum("bibj->bij")`
+    keeps the per-sample blocks. Not when the batch is summed first, nor for a Jacobian kept whole."""
+    from torchneck.diagnose.chains import jacobian_kept_diagonal
+
+    src = tmp_path / "sm.py"
+    src.write_text("import torch\nfrom torch.autograd.functional import jacobian\n"
+                   "def blocks(f, x):\n    jac = jacobian(f, x, create_graph=True)\n"          # 4: fires
+                   "    return torch.einsum('bibj->bij', jac)\n"
+                   "def summed(f, x):\n    jac = jacobian(lambda t: f(t).sum(0), x)\n"         # 7: the sum first
+                   "    return jac.permute(1, 0, 2)\n"
+                   "def whole(f, x):\n    jac = jacobian(f, x)\n    return jac.sum()\n"       # 10: kept whole
+                   "def diag(f, x):\n    h = torch.autograd.functional.hessian(f, x)\n"       # 13: fires
+                   "    return h.diagonal()\n")
+    assert [jacobian_kept_diagonal(str(src), n) for n in (4, 7, 10, 13)] == [True, False, False, True]
+    f = _check(src, 4, op="aten::mm")
+    assert f.evidence["jacobian_diagonal_at"] == 4 and f.severity == "medium" and "vmap" in f.fix
+    assert _check(src, 10, op="aten::mm").severity == "info"

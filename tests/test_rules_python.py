@@ -217,3 +217,22 @@ def test_python_hotspot_a_save_after_the_loop_is_not_work_asked_too_often(tmp_pa
     found = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=python))
     loop = next(f for f in found if f.where[0].line == 4)
     assert loop.time_lost_s < 0.25 and "save" not in loop.title
+
+
+@fires("python_hotspot")
+def test_python_hotspot_lines_of_a_loop_over_elements_are_one_finding(tmp_path):
+    """A metric callback reading `target[i].item()` and `logp[i, t].item()` on two lines of a
+    `for i in range(target.shape[0])`, whose `for` line spends nothing of its own: one loop to
+    replace, its busiest line first (unseen round 12's Trainer); a step loop's lines stay apart
+    (`test_python_hotspot_lines_of_a_loop_in_one_function_stay_apart`)."""
+    script = tmp_path / "metrics.py"
+    script.write_text("def on_batch_end(cm, nll, target, pred, logp):\n"
+                      "    for i in range(target.shape[0]):\n"
+                      "        t, p = target[i].item(), pred[i].item()\n"
+                      "        cm[t, p] += 1\n"
+                      "        nll[t] -= logp[i, t].item()\n")
+    reads = _at(script, 3, "on_batch_end", 0.2)
+    update = _at(script, 5, "on_batch_end", 0.5)
+    [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(reads, update)))
+    assert [w.line for w in f.where] == [5, 2, 3] and "the loop at line 2" in f.title
+    assert abs(f.time_lost_s - 0.7) < 1e-9  # both lines' time

@@ -49,3 +49,19 @@ def test_hot_lines_of_one_helper_named_at_the_same_call_are_one_finding():
 
     merged = _one_per_call([hot(22, 78), hot(35, 78), hot(40, 90)])
     assert [[w.line for w in f.where] for f in merged] == [[78, 22, 35], [90, 40]]
+
+
+def test_a_dense_matrix_built_by_a_helper_of_another_module(tmp_path):
+    """`adj = gcn_norm_adjacency(edges, n)` in main.py, the helper in graph.py filling a
+    `torch.zeros(n, n)`: the line to change is the helper's (unseen round 12's GCN package)."""
+    from torchneck.diagnose.source import dense_built_in
+
+    (tmp_path / "graph.py").write_text("import torch\ndef gcn_norm_adjacency(edges, n):\n"
+                                       "    deg = torch.zeros(n)\n    adj = torch.zeros(n, n)\n"
+                                       "    adj[edges[0], edges[1]] = 1.0\n    return adj\n"
+                                       "def features(n):\n    return torch.randn(n, 8)\n")
+    main = tmp_path / "main.py"
+    main.write_text("from graph import features, gcn_norm_adjacency\n"
+                    "adj = gcn_norm_adjacency(edges, 100)\nx = features(100)\n")
+    assert dense_built_in(str(main), 2) == (str(tmp_path / "graph.py"), 4)  # not the 1-D degree vector
+    assert dense_built_in(str(main), 3) is None

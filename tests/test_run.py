@@ -416,6 +416,9 @@ def test_a_model_loaded_per_request_three_calls_below_the_loop_is_named_at_its_c
     r = torchneck("run", "--quiet", "--out", str(run_dir), str(script), "300")
     assert r.returncode == 0, r.stderr[-2000:]
     top = read_report(run_dir)["findings"][0]
-    assert top["kind"] == "python_hotspot" and top["where"][0]["line"] == planted_line(script)
-    assert top["evidence"]["called_at"] == planted_line(script) and "once" in top["fix"]
+    # the loader's call, or (when the samples put the model's construction above the load) the
+    # call of `_get_model()` made with the same arguments for every request: both are on the path
+    calls = {planted_line(script), planted_line(script, "# GETS")}
+    assert top["kind"] == "python_hotspot" and top["where"][0]["line"] in calls
+    assert top["evidence"]["called_at"] in calls and "once" in top["fix"]
     assert top["saving_pct"] > 50  # the load, the model's construction and its initialisation

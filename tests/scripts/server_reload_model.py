@@ -21,7 +21,7 @@ class Server:
 
     @torch.no_grad()
     def handle(self, docs):
-        model = self._get_model()
+        model = self._get_model()  # GETS
         return model(docs).squeeze(-1).topk(5).indices
 
     def serve(self, requests):

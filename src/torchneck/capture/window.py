@@ -328,6 +328,10 @@ class ProfiledWindow:
                         self.finish("memory_bound")  # one step is already far too many events
                         return
                 bound = None if recorded < MIN_STEPS else self._over_bounds(now, settle_s=0.0)  # a step
+                if bound == "memory_bound" and log.kind == "module" and module_window_short(
+                        self._elapsed_s(now), recorded) and self._recorded_bytes(0.0, self._bound_base) < \
+                        ONE_STEP_FACTOR * self.options.max_window_mb * (1 << 20):
+                    bound = None  # tiny model calls fill their 0.1 s (a buffer the profiler grows is not them)
                 if bound:  # boundary: the step's own tensors are freed
                     self.finish(bound)
                     return

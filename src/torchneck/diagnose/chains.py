@@ -106,3 +106,46 @@ def pairwise_difference(file: str, line: int) -> bool:
         if name in REDUCTIONS and squared(operand) or name == "norm" and difference(operand):
             return True
     return False
+
+
+JACOBIANS = frozenset({"jacobian", "hessian", "jacrev", "jacfwd"})
+"""Calls computing a whole Jacobian (or Hessian) of a function at its input."""
+KEPT_NEXT = 3
+"""Statements after the Jacobian searched for the use that keeps only its diagonal blocks."""
+
+
+def jacobian_kept_diagonal(file: str, line: int) -> bool:
+    """The statement at `line` assigns a whole Jacobian of a batch (`jac = jacobian(model, x)`:
+    a (B, D, B, D) tensor, one backward pass per output element) and one of the next statements
+    keeps only its per-sample blocks (`einsum("bibj->bij", jac)`, `jac.diagonal(...)`): the
+    samples are independent, so the cross-sample blocks are zeros computed for nothing. False
+    when not so or unreadable."""
+    path = enclosing(file, line)
+    tree = _tree(file)
+    if not path or tree is None or not isinstance(path[-1], ast.Assign):
+        return False
+    stmt = path[-1]
+    if not any(isinstance(n, ast.Call) and call_name(n) in JACOBIANS for n in walk_own(stmt.value)):
+        return False
+    names = {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    body = next((block for node in ast.walk(tree) for block in (getattr(node, "body", None),)
+                 if isinstance(block, list) and any(s is stmt for s in block)), [stmt])
+    after = body[body.index(stmt) + 1: body.index(stmt) + 1 + KEPT_NEXT]
+    for node in (n for s in after for n in ast.walk(s)):
+        if not isinstance(node, ast.Call):
+            continue
+        args = [*node.args, *(k.value for k in node.keywords)]
+        reads = any(isinstance(a, ast.Name) and a.id in names for a in args) or (
+            isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in names)
+        if not reads:
+            continue
+        if call_name(node) in ("diagonal", "diagonal_scatter"):
+            return True
+        spec = node.args[0].value if call_name(node) == "einsum" and node.args \
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str) else None
+        if spec and "->" in spec:  # a letter twice in one operand, once in the output: a diagonal
+            inputs, output = spec.replace(" ", "").split("->", 1)
+            if any(term.count(c) > 1 and c in output for term in inputs.split(",") for c in set(term)):
+                return True
+    return False

@@ -176,7 +176,8 @@ class DispatchOverhead(Rule[TinyOpLoop]):
         if symptom.kind == "python_hotspot":
             from .python import asks_too_often, reads_elements  # here: at the top, python's rules would register first
 
-            if asks_too_often(symptom.evidence.get("calls_into") or "") or reads_elements(facts, symptom.where[:1]):
+            if asks_too_often(symptom.evidence.get("calls_into") or "") or symptom.evidence.get("reads_elements") \
+                    or reads_elements(facts, symptom.where[:1]):
                 return None  # work the line asks for too often, or elements read one by one: the line's problem
             # The functions issuing the ops, and the very lines calling them; not the whole function
             # that calls the helper: a loop elsewhere in it is a problem of its own.

@@ -9,7 +9,14 @@ import re
 from ...model.analysis import ConvBiasBn, OpRow
 from ...model.base import Record
 from ...model.findings import Finding, Where
-from ..chains import GRADIENT_FILL_OPS, INDEXING_OPS, chain_ends_in_vector, gradient_asked_for, pairwise_difference
+from ..chains import (
+    GRADIENT_FILL_OPS,
+    INDEXING_OPS,
+    chain_ends_in_vector,
+    gradient_asked_for,
+    jacobian_kept_diagonal,
+    pairwise_difference,
+)
 from ..facts import Facts, where_of
 from ..idioms import (
     broadcast_product,
@@ -26,10 +33,11 @@ from ..masks import mask_group_by
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import (
     argument_assigned_at,
+    dense_built_in,
     densified_at,
     function_at,
 )
-from .calls import model_call_sites
+from .calls import model_call_sites, sampled_under
 
 
 class OpHotspotEvidence(Record):
@@ -74,6 +82,8 @@ class OpHotspotEvidence(Record):
     pairwise distances, a `torch.cdist` or one matmul."""
     inverse_at: int | None = None
     diagonal_at: int | None = None
+    jacobian_diagonal_at: int | None = None
+    """A line computing the whole Jacobian of a batch to keep its per-sample blocks."""
     """A line computing a whole matrix product to keep its diagonal."""
     rank_by_sort: int | None = None
     """A line sorting a whole tensor to find where given elements rank."""
@@ -92,8 +102,8 @@ class OpHotspotEvidence(Record):
 
 
 IDIOM_FIELDS = ("densified_at", "mostly_zero_shape", "one_hot_at", "grouped_by_mask", "broadcast_at", "pairwise_at",
-                "recomputed_at", "chain_at", "gradient_asked_at", "inverse_at", "diagonal_at", "rank_by_sort",
-                "refactorised_at", "top_k_by_sort", "dense_embedding_rows")
+                "recomputed_at", "chain_at", "gradient_asked_at", "inverse_at", "diagonal_at", "jacobian_diagonal_at",
+                "rank_by_sort", "refactorised_at", "top_k_by_sort", "dense_embedding_rows")
 """`OpHotspotEvidence` fields naming a slower way to the op's result than needed, read from the
 source or the capture: the op is then a cause, not the model's compute."""
 
@@ -276,6 +286,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             if top.name in self.BROADCAST_OPS else None
         diagonal = next((w for w in where if diagonal_of_product(w.file, w.line)), None) \
             if top.name in self.MATMULS else None
+        jacobian = next((w for w in where if jacobian_kept_diagonal(w.file, w.line)), None)
+        if jacobian is not None:  # the whole Jacobian's passes go, most of them: all the line's sampled time
+            lost = max(lost, sampled_under(facts, jacobian.file, jacobian.line) * facts.window_s)
         one_hot = next((w for w in where if one_hot_product(w.file, w.line)), None) \
             if top.name in self.MATMULS else None
         if one_hot is not None:  # the one-hot matrix's own ops at its line go too (its product's are the top op's)
@@ -311,6 +324,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                recomputed_at=recomputed.line if recomputed else None,
                                chain_at=chain.line if chain else None,
                                diagonal_at=diagonal.line if diagonal else None,
+                               jacobian_diagonal_at=jacobian.line if jacobian else None,
                                rank_by_sort=searched.line if searched else None,
                                one_hot_at=one_hot.line if one_hot else None,
                                refactorised=factorised[1] if factorised else None,
@@ -343,6 +357,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                             (recomputed, "computes the same value on every pass of its loop (its inputs never change)"),
                             (chain, "multiplies a matrix chain left to right, building a whole matrix for a vector"),
                             (diagonal, "computes a whole matrix product to keep its diagonal"),
+                            (jacobian, "computes the whole Jacobian of the batch to keep its per-sample blocks"),
                             (inverse, "inverts a matrix to multiply by its inverse"),
                             (searched, "sorts a whole tensor to find where given elements rank"),
                             (one_hot, "multiplies a one-hot matrix by a table (an embedding lookup)"),
@@ -521,6 +536,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                     call = Where(file=site["file"], line=site["line"], function=site.get("function") or "")
                     at = argument_assigned_at(site["file"], site["line"], entry["argument"])
                     made = Where(file=site["file"], line=at, function=function_at(site["file"], at)) if at else None
+                    inner = dense_built_in(site["file"], at) if at else None  # the helper building it, if one does
+                    if inner is not None:
+                        made = Where(file=inner[0], line=inner[1], function=function_at(*inner))
                     best = (entry, call, made, spent)
         return best
 
@@ -568,6 +586,12 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             return (f"Line {evidence.rank_by_sort} sorts the whole tensor only to find where given elements land: "
                     "count the elements ranked above each instead, one pass and no sort: rank = (scores > "
                     "scores.gather(1, target[:, None])).sum(1) + 1 (>= and ties as you need).")
+        if evidence.jacobian_diagonal_at is not None:
+            return (f"Line {evidence.jacobian_diagonal_at} computes the whole Jacobian of a batch, (B, D, B, D) with "
+                    "one backward pass per output element, and keeps only its per-sample blocks. With samples that "
+                    "do not interact, differentiate the sum over the batch (jacobian(lambda x: f(x).sum(0), x), "
+                    "then move the batch axis first) or use torch.func.vmap(torch.func.jacrev(f))(x): D passes "
+                    "instead of B x D.")
         if evidence.diagonal_at is not None:
             return (f"Line {evidence.diagonal_at} computes a whole N x N matrix product and keeps only its diagonal: "
                     "compute the diagonal alone, row by row, as an element-wise product summed: diag(a @ b) is "

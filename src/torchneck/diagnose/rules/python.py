@@ -183,7 +183,7 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                     and _runs_the_model(line.get("library") or "", self.TORCH_MACHINERY_FILES):
                 continue  # torch's own overhead (autograd engine, optimizer loop): other rules' evidence
             hot.append((line, outside))
-        hot = _one_place(hot)
+        hot = _with_shared_headers(_one_place(hot), win["lines"])
         out = []
         for line, outside, body, helper in _one_call(_loops(hot, total * self.MIN_SHARE)):
             share = outside / total
@@ -202,7 +202,7 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                                        waiting_s=waiting,
                                        line_total_s=line["total_s"], sampled_s=total, calls_into=callee,
                                        waits=waiting >= self.WAITING_SHARE * outside,
-                                       reads_elements=reads_elements(facts, lines),
+                                       reads_elements=reads_elements(facts, [*lines, *body]),
                                        from_lists=any(tensor_from_lists(ln["file"], ln["line"]) for ln in lines),
                                        broadcast_product=any(broadcast_product(ln["file"], ln["line"])
                                                              for ln in lines))
@@ -253,6 +253,10 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 title += f" (lines {', '.join(str(ln['line']) for ln in lines)}, called at line {callers[0]['line']})"
             where = where_of([*callers[:1], line, *helper, *body, *callers[1:]] if ev.called_at
                              else [line, *helper, *body, *callers])
+            if line.get("shared_header") and body:  # a cold `for` line: its body's busiest line first
+                busiest = max(body, key=lambda ln: ln["total_s"])
+                first = [w for w in where if w.line == busiest["line"]][:1]
+                where = first + [w for w in where if w not in first]
             if ev.invariant_call:  # the call to make once first
                 first = [w for w in where if w.line == ev.called_at][:1]
                 where = first + [w for w in where if w not in first]
@@ -360,6 +364,37 @@ def _is_argument_call(call: ast.Call, calls: list[ast.Call]) -> bool:
                                          for n in ast.walk(a)) for other in calls)
 
 
+def _with_shared_headers(hot: list[tuple[dict, float]], lines: list[dict]) -> list[tuple[dict, float]]:
+    """`hot`, with the header of a loop over a tensor's elements holding two or more of its lines
+    (`for i in range(target.shape[0])` reading `target[i].item()` on one line and `logp[i, t].item()`
+    two lines below): the loop is one problem, fixed by replacing it, though its `for` line spends
+    little time of its own. A step loop's lines (`for step in range(300)`) stay problems of their
+    own. The header's own sampled entry when there is one, else an empty one."""
+    headers: dict[tuple[str, int], list[int]] = {}
+    for i, (ln, _) in enumerate(hot):
+        loops = [st for st in enclosing(ln["file"], ln["line"]) if isinstance(st, LOOPS) and st.lineno != ln["line"]]
+        if loops and isinstance(loops[-1], ast.For) and _over_elements(loops[-1].iter):
+            headers.setdefault((ln["file"], loops[-1].lineno), []).append(i)
+    present = {(ln["file"], ln["line"]) for ln, _ in hot}
+    out = list(hot)
+    for (file, line), members in headers.items():
+        if len(members) < 2 or (file, line) in present:
+            continue
+        entry = next((ln for ln in lines if (ln["file"], ln["line"]) == (file, line)), None)
+        first = hot[members[0]][0]
+        base = dict(entry) if entry else {"file": file, "line": line, "function": first["function"], "total_s": 0.0,
+                                          "self_s": 0.0, "callers": first.get("callers") or []}
+        own = (base.get("outside_ops_s") if "outside_ops_s" in base else base.get("self_s")) or 0.0
+        out.append(({**base, "shared_header": True}, own))
+    return out
+
+
+def _over_elements(iterable: ast.expr) -> bool:
+    """A loop's iterable counts a tensor's elements: `range(x.shape[0])`, `range(len(x))`, `x.size(0)`."""
+    return any((isinstance(n, ast.Attribute) and n.attr == "shape")
+               or (isinstance(n, ast.Call) and call_name(n) in ("size", "numel", "len")) for n in ast.walk(iterable))
+
+
 def _one_place(hot: list[tuple[dict, float]]) -> list[tuple[dict, float]]:
     """Entries of one file:line are one line of code: a comprehension runs in a frame of its own
     (before Python 3.12), so its samples and those of the statement holding it come as two
@@ -435,8 +470,8 @@ def _loops(hot: list[tuple[dict, float]], least_s: float) -> list[tuple[dict, fl
     for i, (ln, _) in enumerate(hot):
         for stmt in enclosing(ln["file"], ln["line"]):
             header = at.get((ln["file"], stmt.lineno))
-            if isinstance(stmt, LOOPS) and stmt.lineno != ln["line"] \
-                    and header is not None and hot[header][1] >= least_s:
+            if isinstance(stmt, LOOPS) and stmt.lineno != ln["line"] and header is not None \
+                    and (hot[header][1] >= least_s or hot[header][0].get("shared_header")):
                 into[i] = header
                 break  # the outermost hot loop
     out = []
