@@ -422,3 +422,21 @@ def test_repeated_call_saving_is_at_most_the_model_call_line_s_time():
     [f] = RepeatedCall().check(facts(analysis=_ops(1_000.0), python=python,
                                      clock={"kind": "module", "top_module_sites": [site, others]}))
     assert abs(f.time_lost_pct - 100 * 0.4 * 24 / 48) < 1e-9
+
+
+def test_padding_of_the_calls_that_recompute_their_prefix_folds_under_the_missing_cache():
+    """An LM server padding each step's whole sequence (unseen round 12): with a KV cache each call
+    takes the new token alone, so the padded prefix goes with the recomputation; padding at
+    another line stays a finding of its own."""
+    from torchneck.diagnose.rule import Explanation
+    from torchneck.diagnose.rules.calls import UncachedGeneration
+    from torchneck.model.findings import Finding, Where
+
+    site = Where(file="/x/lm.py", line=128, function="generate")
+    cause = Finding(kind="uncached_generation", title="t", time_lost_s=0.7, time_lost_pct=70.0, fix="f",
+                    where=[site])
+    padded = Finding(kind="padding_waste", title="t", time_lost_s=0.3, time_lost_pct=30.0, fix="f",
+                     where=[Where(file="/x/lm.py", line=40, function="pad"), site])
+    assert UncachedGeneration().explained(cause, padded, facts()) == Explanation(0.3)
+    padded.where = [Where(file="/x/lm.py", line=40, function="pad"), Where(file="/x/lm.py", line=90, function="score")]
+    assert UncachedGeneration().explained(cause, padded, facts()) is None

@@ -179,3 +179,20 @@ def test_a_whole_jacobian_of_a_batch_kept_for_its_per_sample_blocks(tmp_path):
     f = _check(src, 4, op="aten::mm")
     assert f.evidence["jacobian_diagonal_at"] == 4 and f.severity == "medium" and "vmap" in f.fix
     assert _check(src, 10, op="aten::mm").severity == "info"
+
+
+@fires("op_hotspot")
+def test_a_determinant_of_a_product_the_program_assembles(tmp_path):
+    """A Glow-style LU layer (unseen round 12): `slogdet(self.weight())` where `weight()` returns
+    `P @ L @ U`, or the product written inline; not a determinant of a matrix given whole."""
+    from torchneck.diagnose.chains import determinant_of_product
+
+    src = tmp_path / "flow.py"
+    src.write_text("import torch\nclass LU:\n    def weight(self):\n        return self.P @ self.L @ self.U\n"
+                   "    def logdet(self):\n        return torch.linalg.slogdet(self.weight())[1]\n"   # 6: fires
+                   "def inline(P, L, U):\n    return torch.logdet(P @ L @ U)\n"                      # 8: fires
+                   "def given(W):\n    return torch.linalg.slogdet(W)[1]\n")                          # 10: no
+    assert [determinant_of_product(str(src), n) for n in (6, 8, 10)] == [True, True, False]
+    f = _check(src, 8, op="aten::mm")
+    assert f.evidence["determinant_at"] == 8 and f.severity == "medium" and "log_s.sum()" in f.fix
+    assert _check(src, 10, op="aten::mm").severity == "info"

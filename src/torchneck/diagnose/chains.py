@@ -149,3 +149,46 @@ def jacobian_kept_diagonal(file: str, line: int) -> bool:
             if any(term.count(c) > 1 and c in output for term in inputs.split(",") for c in set(term)):
                 return True
     return False
+
+
+DETERMINANTS = frozenset({"slogdet", "logdet", "det"})
+"""Calls computing a matrix's (log-)determinant through an LU factorisation of the whole matrix."""
+
+
+def determinant_of_product(file: str, line: int) -> bool:
+    """The statement at `line` takes the (log-)determinant of a matrix product it builds
+    (`slogdet(P @ L @ U)`, or `slogdet(self.weight())` where `weight()` returns such a product):
+    the determinant of a product is the product of the factors' determinants, and a triangular
+    factor's is its diagonal's product (Glow's LU-decomposed 1x1 convolution keeps `log_s` for
+    that), so the N x N products and an O(N^3) factorisation per call are not needed. False when
+    not so or unreadable."""
+    from .source import _user_function
+
+    path = enclosing(file, line)
+    if not path:
+        return False
+    for call in (n for n in walk_own(path[-1]) if isinstance(n, ast.Call) and call_name(n) in DETERMINANTS):
+        arg = call.args[0] if call.args else None
+        if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.MatMult):
+            return True
+        if isinstance(arg, ast.Call):
+            found = _user_function(file, arg, line)
+            returns = [n.value for n in walk_own(found[1]) if isinstance(n, ast.Return) and n.value is not None] \
+                if found else []
+            if returns and all(isinstance(r, ast.BinOp) and isinstance(r.op, ast.MatMult) for r in returns):
+                return True
+    return False
+
+
+def jacobian_fix(at: int) -> str:
+    return (f"Line {at} computes the whole Jacobian of a batch, (B, D, B, D) with one backward pass per output "
+            "element, and keeps only its per-sample blocks. With samples that do not interact, differentiate the "
+            "sum over the batch (jacobian(lambda x: f(x).sum(0), x), then move the batch axis first) or use "
+            "torch.func.vmap(torch.func.jacrev(f))(x): D passes instead of B x D.")
+
+
+def determinant_fix(at: int) -> str:
+    return (f"Line {at} assembles a matrix product to take its determinant: the log-determinant of a product is "
+            "the sum of its factors', and a triangular factor's is the sum of the log of its diagonal (an "
+            "LU-parametrised layer's log|det W| is log_s.sum()); a permutation's is 0. No N x N product and no "
+            "O(N^3) factorisation per call.")

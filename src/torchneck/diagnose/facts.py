@@ -52,8 +52,8 @@ class Facts(msgspec.Struct, kw_only=True):
         """The window time that `cut_s` less GPU kernel time would save. A step takes the longer of
         its host time and its GPU time: the GPU-bound part of the window shrinks by the cut, but
         not below the host's own time (the steps' CPU spans less the waits for the device, in syncs
-        or in launches held back by a full queue), so a
-        kernel sped up past the host's pace saves only down to it."""
+        or in launches held back by a full queue): kernels sped up past the host's pace save only
+        down to it."""
         a = self.analysis
         window = self.window_s
         if not a or window <= 0 or cut_s <= 0:
@@ -117,6 +117,15 @@ class Facts(msgspec.Struct, kw_only=True):
             if callers:
                 return where + [c for c in where_of(callers) if (c.file, c.line) not in seen]
         return where
+
+
+    def with_each_caller(self, where: list[Where]) -> list[Where]:
+        """`where`, then the sampled line calling each of them (a helper's product assembled for
+        its caller's determinant: `slogdet(self.weight())`)."""
+        lines = ((self.python or {}).get("window") or {}).get("lines", [])
+        sampled = {(ln.get("file"), ln.get("line")): ln for ln in lines}
+        callers = [c for w in where for c in where_of(((sampled.get((w.file, w.line)) or {}).get("callers") or [])[:1])]
+        return where + [c for c in callers if (c.file, c.line) not in {(w.file, w.line) for w in where}]
 
 
 def where_of(items: list[Any]) -> list[Where]:

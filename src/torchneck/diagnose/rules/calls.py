@@ -7,7 +7,7 @@ tensor inputs of every top-level module call at the user's line that made it
 from __future__ import annotations
 
 import ast
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -138,7 +138,7 @@ class _SiteRule(Rule[ModelCallsEvidence]):
     """What the two rules share: the site's sampled time is the cost; the model's Python, its
     tiny ops and their dominant op are symptoms of calling it that way."""
 
-    explains = ("python_hotspot", "dispatch_overhead", "op_hotspot")
+    explains: ClassVar[tuple[str, ...]] = ("python_hotspot", "dispatch_overhead", "op_hotspot")
 
     def found(self, evidence: ModelCallsEvidence, title: str, saving: float, facts: Facts,
               where: list[Where]) -> Finding:
@@ -317,6 +317,17 @@ class UncachedGeneration(_SiteRule):
     """A prefix shorter than this on average costs little to recompute."""
     MIN_SHARE = 0.10
     """What a cache would save must be a tenth of the steady state to be worth the change."""
+    explains: ClassVar[tuple[str, ...]] = (*_SiteRule.explains, "padding_waste")
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """Padding of the very calls that recompute their prefix: with a cache each call takes the
+        new token alone, and no padded prefix is computed again (an LM server padding each step's
+        whole sequence)."""
+        if symptom.kind == "padding_waste":
+            site = (cause.where[0].file, cause.where[0].line) if cause.where else None
+            padded_here = site in {(w.file, w.line) for w in symptom.where}
+            return Explanation(min(symptom.time_lost_s, cause.time_lost_s)) if padded_here else None
+        return super().explained(cause, symptom, facts)
 
     def check(self, facts: Facts) -> list[Finding]:
         out = []

@@ -13,7 +13,10 @@ from ..chains import (
     GRADIENT_FILL_OPS,
     INDEXING_OPS,
     chain_ends_in_vector,
+    determinant_fix,
+    determinant_of_product,
     gradient_asked_for,
+    jacobian_fix,
     jacobian_kept_diagonal,
     pairwise_difference,
 )
@@ -84,6 +87,8 @@ class OpHotspotEvidence(Record):
     diagonal_at: int | None = None
     jacobian_diagonal_at: int | None = None
     """A line computing the whole Jacobian of a batch to keep its per-sample blocks."""
+    determinant_at: int | None = None
+    """A line taking the (log-)determinant of a matrix product it builds (factors' determinants add)."""
     """A line computing a whole matrix product to keep its diagonal."""
     rank_by_sort: int | None = None
     """A line sorting a whole tensor to find where given elements rank."""
@@ -103,7 +108,7 @@ class OpHotspotEvidence(Record):
 
 IDIOM_FIELDS = ("densified_at", "mostly_zero_shape", "one_hot_at", "grouped_by_mask", "broadcast_at", "pairwise_at",
                 "recomputed_at", "chain_at", "gradient_asked_at", "inverse_at", "diagonal_at", "jacobian_diagonal_at",
-                "rank_by_sort", "refactorised_at", "top_k_by_sort", "dense_embedding_rows")
+                "determinant_at", "rank_by_sort", "refactorised_at", "top_k_by_sort", "dense_embedding_rows")
 """`OpHotspotEvidence` fields naming a slower way to the op's result than needed, read from the
 source or the capture: the op is then a cause, not the model's compute."""
 
@@ -172,7 +177,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     """A line missed by the window takes under half its steady-state share there."""
 
     def check(self, facts: Facts) -> list[Finding]:
-        found = self._missed_lines(facts) + self._top_op(facts)
+        top = self._top_op(facts)  # a line its idiom names is not a missed line of its own too
+        idioms = {f.evidence.get(k) for f in top for k in IDIOM_FIELDS if k.endswith("_at")} - {None}
+        found = [f for f in self._missed_lines(facts) if f.where[0].line not in idioms] + top
         named = {f.evidence.get("recomputed_at") for f in found}
         return found + [f for f in self._recomputed_lines(facts) if f.where[0].line not in named]
 
@@ -248,9 +255,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             ev.top_k_by_sort = at if ev.broadcast_at is None and sorted_then_sliced(file, at) else None
             ev.inverse_at = at if inverse_then_multiply(file, at) else None
             ev.diagonal_at = at if diagonal_of_product(file, at) else None
+            ev.determinant_at = at if determinant_of_product(file, at) else None
+            ev.jacobian_diagonal_at = at if jacobian_kept_diagonal(file, at) else None
             ev.rank_by_sort = at if sorted_then_searched(file, at) else None
-            ev.avoidable = bool(ev.broadcast_at or ev.pairwise_at or ev.top_k_by_sort or ev.inverse_at or ev.diagonal_at
-                                or ev.rank_by_sort)
+            ev.avoidable = any(getattr(ev, f) for f in IDIOM_FIELDS)
             out.append(self.finding(ev, title=f"{line['function']}() spends {100 * share:.0f}% of the steady state "
                                               f"inside torch ops at line {at}, outside the profiled window",
                                     lost_s=lost, pct=facts.pct(lost), severity=None if ev.avoidable else "info",
@@ -289,6 +297,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         jacobian = next((w for w in where if jacobian_kept_diagonal(w.file, w.line)), None)
         if jacobian is not None:  # the whole Jacobian's passes go, most of them: all the line's sampled time
             lost = max(lost, sampled_under(facts, jacobian.file, jacobian.line) * facts.window_s)
+        determinant = next((w for w in facts.with_each_caller(where) if determinant_of_product(w.file, w.line)),
+                           None) if top.name in {*self.MATMULS, *self.FACTOR_OPS} else None  # at a line, or its caller
+        if determinant is not None:  # the product's assembly and its factorisation go
+            lost = max(lost, sampled_under(facts, determinant.file, determinant.line) * facts.window_s)
         one_hot = next((w for w in where if one_hot_product(w.file, w.line)), None) \
             if top.name in self.MATMULS else None
         if one_hot is not None:  # the one-hot matrix's own ops at its line go too (its product's are the top op's)
@@ -325,6 +337,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                chain_at=chain.line if chain else None,
                                diagonal_at=diagonal.line if diagonal else None,
                                jacobian_diagonal_at=jacobian.line if jacobian else None,
+                               determinant_at=determinant.line if determinant else None,
                                rank_by_sort=searched.line if searched else None,
                                one_hot_at=one_hot.line if one_hot else None,
                                refactorised=factorised[1] if factorised else None,
@@ -358,6 +371,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                             (chain, "multiplies a matrix chain left to right, building a whole matrix for a vector"),
                             (diagonal, "computes a whole matrix product to keep its diagonal"),
                             (jacobian, "computes the whole Jacobian of the batch to keep its per-sample blocks"),
+                            (determinant, "takes the determinant of a matrix product it builds"),
                             (inverse, "inverts a matrix to multiply by its inverse"),
                             (searched, "sorts a whole tensor to find where given elements rank"),
                             (one_hot, "multiplies a one-hot matrix by a table (an embedding lookup)"),
@@ -586,12 +600,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             return (f"Line {evidence.rank_by_sort} sorts the whole tensor only to find where given elements land: "
                     "count the elements ranked above each instead, one pass and no sort: rank = (scores > "
                     "scores.gather(1, target[:, None])).sum(1) + 1 (>= and ties as you need).")
+        if evidence.determinant_at is not None:
+            return determinant_fix(evidence.determinant_at)
         if evidence.jacobian_diagonal_at is not None:
-            return (f"Line {evidence.jacobian_diagonal_at} computes the whole Jacobian of a batch, (B, D, B, D) with "
-                    "one backward pass per output element, and keeps only its per-sample blocks. With samples that "
-                    "do not interact, differentiate the sum over the batch (jacobian(lambda x: f(x).sum(0), x), "
-                    "then move the batch axis first) or use torch.func.vmap(torch.func.jacrev(f))(x): D passes "
-                    "instead of B x D.")
+            return jacobian_fix(evidence.jacobian_diagonal_at)
         if evidence.diagonal_at is not None:
             return (f"Line {evidence.diagonal_at} computes a whole N x N matrix product and keeps only its diagonal: "
                     "compute the diagonal alone, row by row, as an element-wise product summed: diag(a @ b) is "
