@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 
 from .idioms import REDUCTIONS, call_operand, widened
-from .source import _tree, call_name, enclosing, walk_own
+from .source import _tree, _user_function, block_of, call_name, enclosing, walk_own
 
 INDEXING_OPS = frozenset({"aten::index", "aten::index_select", "aten::gather", "aten::slice", "aten::select"})
 """Forward ops whose backward writes into a zero tensor as large as the one indexed."""
@@ -128,8 +128,7 @@ def jacobian_kept_diagonal(file: str, line: int) -> bool:
     if not any(isinstance(n, ast.Call) and call_name(n) in JACOBIANS for n in walk_own(stmt.value)):
         return False
     names = {t.id for t in stmt.targets if isinstance(t, ast.Name)}
-    body = next((block for node in ast.walk(tree) for block in (getattr(node, "body", None),)
-                 if isinstance(block, list) and any(s is stmt for s in block)), [stmt])
+    body = block_of(tree, stmt)
     after = body[body.index(stmt) + 1: body.index(stmt) + 1 + KEPT_NEXT]
     for node in (n for s in after for n in ast.walk(s)):
         if not isinstance(node, ast.Call):
@@ -162,8 +161,6 @@ def determinant_of_product(file: str, line: int) -> bool:
     factor's is its diagonal's product (Glow's LU-decomposed 1x1 convolution keeps `log_s` for
     that), so the N x N products and an O(N^3) factorisation per call are not needed. False when
     not so or unreadable."""
-    from .source import _user_function
-
     path = enclosing(file, line)
     if not path:
         return False

@@ -108,24 +108,26 @@ class Facts(msgspec.Struct, kw_only=True):
         the DataLoader's `loading`): work done inside a helper is changed where the helper is called
         (batch the calls, a larger recursion leaf, tokenize once), which the ops or the helper's own
         lines cannot name."""
-        if not where or not self.python:
-            return where
-        sampled = {(ln.get("file"), ln.get("line")): ln for ln in (self.python.get(part) or {}).get("lines", [])}
+        sampled = self._sampled_callers(part)
         seen = {(w.file, w.line) for w in where}
         for w in where:
-            callers = (sampled.get((w.file, w.line)) or {}).get("callers")
+            callers = sampled.get((w.file, w.line))
             if callers:
                 return where + [c for c in where_of(callers) if (c.file, c.line) not in seen]
         return where
 
-
     def with_each_caller(self, where: list[Where]) -> list[Where]:
         """`where`, then the sampled line calling each of them (a helper's product assembled for
         its caller's determinant: `slogdet(self.weight())`)."""
-        lines = ((self.python or {}).get("window") or {}).get("lines", [])
-        sampled = {(ln.get("file"), ln.get("line")): ln for ln in lines}
-        callers = [c for w in where for c in where_of(((sampled.get((w.file, w.line)) or {}).get("callers") or [])[:1])]
-        return where + [c for c in callers if (c.file, c.line) not in {(w.file, w.line) for w in where}]
+        sampled = self._sampled_callers("window")
+        seen = {(w.file, w.line) for w in where}
+        callers = [c for w in where for c in where_of((sampled.get((w.file, w.line)) or [])[:1])]
+        return where + [c for c in callers if (c.file, c.line) not in seen]
+
+    def _sampled_callers(self, part: str) -> dict[tuple[Any, Any], list]:
+        """The sampled lines' callers by (file, line), in `python.<part>`."""
+        lines = ((self.python or {}).get(part) or {}).get("lines", [])
+        return {(ln.get("file"), ln.get("line")): ln.get("callers") or [] for ln in lines}
 
 
 def where_of(items: list[Any]) -> list[Where]:

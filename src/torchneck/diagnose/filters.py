@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from ..model.base import Record
 from ..model.findings import Where
-from .source import _tree, enclosing, walk_own
+from .source import _tree, block_of, enclosing, walk_own
 
 LOOKAHEAD = 3
 """Statements after the call searched for the filter: the lines that post-process its result."""
@@ -59,7 +59,8 @@ def filtered_after(file: str, line: int) -> FilteredAfter | None:
                     candidates.add(arg.slice.id)
     if not results or not indexed or len(candidates) != 1:
         return None
-    body = _body_holding(file, stmt)
+    tree = _tree(file)
+    body = block_of(tree, stmt) if tree is not None else [stmt]
     after = body[body.index(stmt) + 1 : body.index(stmt) + 1 + LOOKAHEAD]
     masks: dict[str, ast.Compare] = {}
     for later in after:
@@ -90,17 +91,6 @@ def filtered_after(file: str, line: int) -> FilteredAfter | None:
                     candidates_line=chosen[-1] if chosen else None,
                 )
     return None
-
-
-def _body_holding(file: str, stmt: ast.stmt) -> list[ast.stmt]:
-    """The statement list `stmt` belongs to (a function's body, a loop's, a branch's)."""
-    tree = _tree(file)
-    for node in ast.walk(tree) if tree is not None else ():
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(node, field, None)
-            if isinstance(block, list) and any(s is stmt for s in block):
-                return block
-    return [stmt]
 
 
 def _reads_one_of(cond: ast.Compare, arrays: set[str]) -> bool:

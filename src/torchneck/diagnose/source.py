@@ -223,14 +223,17 @@ def densified_at(file: str, line: int) -> int | None:
 
 def _scope_body(tree: ast.Module, path: list[ast.stmt]) -> list[ast.stmt]:
     """The body of the function (or module) that holds the statements of `path`."""
-    if not path:
-        return tree.body
-    first = path[0]
-    for n in ast.walk(tree):
-        body = getattr(n, "body", None)
-        if isinstance(body, list) and first in body:
-            return body
-    return tree.body
+    return block_of(tree, path[0]) if path else tree.body
+
+
+def block_of(tree: ast.Module, stmt: ast.stmt) -> list[ast.stmt]:
+    """The statement list holding `stmt` (a function's body, a loop's, a branch's); [stmt] when none."""
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and any(s is stmt for s in block):
+                return block
+    return [stmt]
 
 
 GROWING_CALLS = frozenset({"cat", "concat", "concatenate", "hstack", "vstack", "row_stack", "column_stack", "append"})

@@ -85,11 +85,11 @@ class OpHotspotEvidence(Record):
     pairwise distances, a `torch.cdist` or one matmul."""
     inverse_at: int | None = None
     diagonal_at: int | None = None
+    """A line computing a whole matrix product to keep its diagonal."""
     jacobian_diagonal_at: int | None = None
     """A line computing the whole Jacobian of a batch to keep its per-sample blocks."""
     determinant_at: int | None = None
     """A line taking the (log-)determinant of a matrix product it builds (factors' determinants add)."""
-    """A line computing a whole matrix product to keep its diagonal."""
     rank_by_sort: int | None = None
     """A line sorting a whole tensor to find where given elements rank."""
     one_hot_at: int | None = None

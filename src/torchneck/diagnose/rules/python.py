@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from ...analysis.ops import BACKWARD_NODE
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
@@ -89,11 +90,11 @@ class PythonHotspotEvidence(Record):
     reads_elements: bool = False
     """The line reads tensor elements into Python one at a time (`.item()` in a loop)."""
     called_at: int | None = None
+    """The line calling the helper that does only this work (`model = load_model(path)`), whose
+    whole time the fix saves: the place to change."""
     invariant_call: str | None = None
     """The helper called at `called_at` with the same arguments on every pass (a table of
     constants built per batch): computed once, all its time goes."""
-    """The line calling the helper that does only this work (`model = load_model(path)`), whose
-    whole time the fix saves: the place to change."""
     broadcast_product: bool = False
     """The line reduces a broadcast product (`(a[:, None] * b[None]).sum(-1)`): a matmul's work done
     as element-wise passes over a pairwise tensor (its samples may lie outside the traced ops)."""
@@ -563,6 +564,3 @@ def _element_ops(facts: Facts, lines: list[dict]) -> tuple[float, float]:
                       and o.name[len(BACKWARD_NODE):].rstrip("0123456789") in nodes)
     return issued, min(backward_us / a.steps.window_us, 1.0)
 
-
-BACKWARD_NODE = "autograd::engine::evaluate_function: "
-"""The prefix of the op autograd records around each node it runs in the backward pass."""

@@ -91,7 +91,7 @@ class RebuiltTensor(Rule[RebuiltTensorEvidence]):
                     else "allocates a new tensor on every call")
             at = f"line {lines[0]['line']}" if len(lines) == 1 else \
                 f"lines {', '.join(str(ln['line']) for ln in lines)}"
-            callers = [c for c in lines[0].get("callers") or []]
+            callers = lines[0].get("callers") or []
             out.append(self.finding(
                 RebuiltTensorEvidence(pattern=pattern, line_total_s=seconds, sampled_s=total),
                 title=f"{function}() {what}: {100 * share:.0f}% of the steady state at {at}",
