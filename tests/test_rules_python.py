@@ -236,3 +236,19 @@ def test_python_hotspot_lines_of_a_loop_over_elements_are_one_finding(tmp_path):
     [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(reads, update)))
     assert [w.line for w in f.where] == [5, 2, 3] and "the loop at line 2" in f.title
     assert abs(f.time_lost_s - 0.7) < 1e-9  # both lines' time
+
+
+@fires("python_hotspot")
+def test_python_hotspot_a_helper_called_per_batch_is_one_finding_with_its_loops(tmp_path):
+    """A helper building a table row by row for every batch, then converting it: its loop lines
+    and its conversion are one call's cost (a step loop's lines stay apart:
+    `test_python_hotspot_lines_of_a_loop_in_one_function_stay_apart`)."""
+    script = tmp_path / "basis.py"
+    script.write_text("import torch\ndef basis(n):\n    rows = []\n    for t in range(n):\n"
+                      "        rows.append([t, t * t])\n    return torch.tensor(rows)\n"
+                      "for batch in range(100):\n    X = basis(500)\n")
+    callers = [{"file": str(script), "line": 8, "function": "<module>"}]
+    convert = _at(script, 6, "basis", 0.4, callers=callers)
+    append = _at(script, 5, "basis", 0.3, callers=callers)
+    [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(convert, append)))
+    assert [w.line for w in f.where][:3] == [6, 5, 8] and abs(f.time_lost_s - 0.7) < 1e-9

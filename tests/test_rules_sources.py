@@ -65,3 +65,21 @@ def test_a_dense_matrix_built_by_a_helper_of_another_module(tmp_path):
                     "adj = gcn_norm_adjacency(edges, 100)\nx = features(100)\n")
     assert dense_built_in(str(main), 2) == (str(tmp_path / "graph.py"), 4)  # not the 1-D degree vector
     assert dense_built_in(str(main), 3) is None
+
+
+def test_an_argument_made_from_a_varying_parameter_varies_too(tmp_path):
+    """`length = history.shape[1] + 28` then `basis(length, period)` in a method called per batch:
+    `length` comes from the batch, so the call is not the same on every pass (a new program's
+    forecaster); `basis(period)`, `period` passed unchanged by the caller, is."""
+    src = tmp_path / "fc.py"
+    src.write_text("class F:\n    def forecast(self, history, period):\n"
+                   "        length = history.shape[1] + 28\n        scale = length * 2\n"
+                   "        X = self.basis(scale, period)\n        Y = self.basis(period)\n"
+                   "        return X, Y, history\n")
+    same = frozenset({"period"})  # what the caller passes unchanged
+    assert invariant_call(str(src), 5, {"basis"}, called_repeatedly=True, invariant_params=same) is None
+    assert invariant_call(str(src), 6, {"basis"}, called_repeatedly=True, invariant_params=same) == "basis"
+    data = tmp_path / "ds.py"  # a Dataset's index names its sample: what comes of it is the same every epoch
+    data.write_text("class D:\n    def __getitem__(self, i):\n        text = self.rows[i]\n"
+                    "        return self.tok.encode(text)\n")
+    assert invariant_call(str(data), 4, {"encode"}, called_repeatedly=True) == "encode"

@@ -514,7 +514,9 @@ def _invariant_in_function(file: str, line: int, stmt: ast.stmt, functions: set[
                            invariant_params: frozenset[str] = frozenset()) -> str | None:
     """`invariant_call` for a function called once per item: a call at `stmt` to one of
     `functions` whose arguments read no parameter of the function holding it (`self` aside: a
-    constant table built from the object's config), in a function that reads one elsewhere."""
+    constant table built from the object's config), nor a local name made from one (`length =
+    history.shape[1] + 28`), in a function that reads one elsewhere. A Dataset's `__getitem__`
+    index is no such parameter: what is made from it is the same for that sample every epoch."""
     tree = _tree(file)
     holding = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                and n.lineno <= line <= (n.end_lineno or n.lineno)] if tree is not None else []
@@ -525,15 +527,32 @@ def _invariant_in_function(file: str, line: int, stmt: ast.stmt, functions: set[
     reads = {n.id for n in walk_own(fdef) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     if not params & reads:
         return None  # the function does nothing per item itself
+    index = {fdef.args.args[1].arg} if fdef.name == "__getitem__" and len(fdef.args.args) > 1 else set()
+    varying = _varying(fdef, params - invariant_params - index)  # a sample's index: the same every epoch
     for call in walk_own(stmt):
         if not isinstance(call, ast.Call) or call_name(call) not in functions:
             continue
         arguments = [*call.args, *(k.value for k in call.keywords)]
         if any(isinstance(n, ast.Call) for a in arguments for n in ast.walk(a)):
             continue
-        if not {n.id for a in arguments for n in ast.walk(a) if isinstance(n, ast.Name)} & (params - invariant_params):
+        if not {n.id for a in arguments for n in ast.walk(a) if isinstance(n, ast.Name)} & varying:
             return call_name(call)
     return None
+
+
+def _varying(fdef: ast.FunctionDef | ast.AsyncFunctionDef, names: set[str]) -> set[str]:
+    """`names` and the local names the function assigns from them, transitively."""
+    out, grown = set(names), True
+    while grown:
+        grown = False
+        for node in walk_own(fdef):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None \
+                    and {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)} & out:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                new = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)} - out
+                out |= new
+                grown = grown or bool(new)
+    return out
 
 
 LOADER_WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip", "islice"})

@@ -424,13 +424,22 @@ def _one_call(entries: list[tuple[dict, float, list[dict]]]) -> list[tuple[dict,
     """Hot lines of one helper function reached through the same call (`torch.save(...)` then
     `os.replace(...)` in a `save_checkpoint()` called at one line) are one problem: that call's
     cost, changed where it is made. Lines in a loop of their function (a `main()` that runs the
-    steps) are problems apart. Each entry gains the other lines of its call (`helper`)."""
+    steps) are problems apart, unless the function is called over and over and a line of it outside
+    its loops is hot through the same call too (a helper building a table row by row for every
+    batch, then converting it). Each entry gains the other lines of its call (`helper`)."""
+    def key_of(line: dict) -> tuple | None:
+        callers = line.get("callers") or []
+        return (line["file"], line["function"], callers[0]["file"], callers[0]["line"]) if callers else None
+
+    outside = {key_of(ln) for ln, _, _ in entries if not in_loop(ln["file"], ln["line"])}
     out: list[tuple[dict, float, list[dict], list[dict]]] = []
     first: dict[tuple, int] = {}
     for line, seconds, body in entries:
         callers = line.get("callers") or []
-        key = (line["file"], line["function"], callers[0]["file"], callers[0]["line"]) \
-            if callers and not in_loop(line["file"], line["line"]) else None  # a loop's lines: problems apart
+        key = key_of(line)
+        if in_loop(line["file"], line["line"]) and not (key in outside and any(
+                repeats(c["file"], int(c["line"]), c.get("function") or "") for c in callers)):
+            key = None  # a loop's lines: problems apart
         if key is not None and key in first:
             main, total, main_body, helper = out[first[key]]
             out[first[key]] = (main, total + seconds, main_body + body, [*helper, line])
