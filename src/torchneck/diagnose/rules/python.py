@@ -186,7 +186,7 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
             hot.append((line, outside))
         hot = _with_shared_headers(_one_place(hot), win["lines"])
         out = []
-        for line, outside, body, helper in _one_call(_loops(hot, total * self.MIN_SHARE)):
+        for line, outside, body, helper in _one_call(_loops(hot, total * self.MIN_SHARE), total * self.MIN_SHARE):
             share = outside / total
             if share < self.MIN_SHARE or outside < self.MIN_SAMPLED_S:
                 continue
@@ -420,18 +420,25 @@ def _one_place(hot: list[tuple[dict, float]]) -> list[tuple[dict, float]]:
     return out
 
 
-def _one_call(entries: list[tuple[dict, float, list[dict]]]) -> list[tuple[dict, float, list[dict], list[dict]]]:
+def _one_call(entries: list[tuple[dict, float, list[dict]]],
+              least_s: float = 0.0) -> list[tuple[dict, float, list[dict], list[dict]]]:
     """Hot lines of one helper function reached through the same call (`torch.save(...)` then
     `os.replace(...)` in a `save_checkpoint()` called at one line) are one problem: that call's
     cost, changed where it is made. Lines in a loop of their function (a `main()` that runs the
     steps) are problems apart, unless the function is called over and over and a line of it outside
-    its loops is hot through the same call too (a helper building a table row by row for every
-    batch, then converting it). Each entry gains the other lines of its call (`helper`)."""
+    its loops is hot (`least_s` of its own) through the same call too (a helper building a table
+    row by row for every batch, then converting it). Each entry gains the other lines of its call
+    (`helper`)."""
     def key_of(line: dict) -> tuple | None:
         callers = line.get("callers") or []
         return (line["file"], line["function"], callers[0]["file"], callers[0]["line"]) if callers else None
 
-    outside = {key_of(ln) for ln, _, _ in entries if not in_loop(ln["file"], ln["line"])}
+    def straight(line: dict) -> bool:  # neither in a loop nor a loop's own header
+        found = enclosing(line["file"], line["line"])
+        return not in_loop(line["file"], line["line"]) and not (found and isinstance(found[-1], LOOPS)
+                                                               and found[-1].lineno == line["line"])
+
+    outside = {key_of(ln) for ln, seconds, _ in entries if seconds >= least_s and straight(ln)}
     out: list[tuple[dict, float, list[dict], list[dict]]] = []
     first: dict[tuple, int] = {}
     for line, seconds, body in entries:
