@@ -322,6 +322,41 @@ def test_model_calls_in_worker_threads_are_counted_and_their_grad_mode_named(run
 
 
 
+def test_long_steps_are_warmed_up_by_two_of_them(run_dir):
+    """Steps of seconds each: two are warm-up enough (the first holds the one-time costs), so a run
+    of three records its third; `--warmup 3` asked for keeps three, and records none."""
+    script = SCRIPTS / "long_steps.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = read_report(run_dir)
+    assert report["capture"]["why"].startswith("optimizer steps: 2 warm-up step(s) skipped"), report["capture"]
+    assert report["ranks"][0]["steps"]["count"] == 1 and report["capture"]["window"]["events"] > 1000
+    asked = run_dir.parent / "asked"
+    r = torchneck("run", "--quiet", "--warmup", "3", "--out", str(asked), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert read_report(asked)["capture"]["window"]["events"] < 100
+
+
+def test_a_main_thread_joining_its_worker_is_sampled_through_the_worker(run_dir):
+    """The main thread starts a worker and joins it: blocked in Thread.join, it runs no signal
+    handler, which left one sample of the whole run and an empty window. The watcher samples the
+    worker in its place and profiles a slice of its work (every thread recorded): the per-request
+    model calls (a flat input with the offsets of one bag) are found at the worker's line."""
+    script = SCRIPTS / "joined_worker.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = read_report(run_dir)
+    assert "the main thread waits on another thread at work" in report["capture"]["why"], report["capture"]
+    assert report["capture"]["window"]["events"] > 1000
+    lines = report["python"]["window"]["lines"]
+    assert any(ln["function"].startswith("serve") and ln["line"] == planted_line(script) for ln in lines[:3]), lines
+    top = report["findings"][0]
+    assert top["kind"] == "unbatched_calls" and top["where"][0]["line"] == planted_line(script), top
+    samples = json.loads((run_dir / "samples.json").read_text())["samples"]
+    on_cpu = sum(s[2] for s in samples if s[2] >= 0)
+    assert on_cpu <= 1.05 * sum(s[1] for s in samples)  # the worker's CPU time stands in for the wait, not beside it
+
+
 def test_a_window_whose_first_step_is_already_far_over_the_memory_bound_keeps_that_step(run_dir):
     """One C++ call running hundreds of thousands of internal ops (torch.unique over an edge list's
     columns) records far more than the bound in one step: the window stops at that step's end

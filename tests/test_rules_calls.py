@@ -7,7 +7,7 @@ from conftest import SCRIPTS, planted_line, read_report, torchneck
 from rule_cases import analysis, facts, fires, silent
 
 from torchneck.capture.call_inputs import SiteInputs, content_fingerprint, padded_past_longest
-from torchneck.diagnose.idioms import fixed_length_lines, pads_to_max_length
+from torchneck.diagnose.padding import fixed_length_lines, pads_to_max_length
 from torchneck.diagnose.rules.calls import PaddingWaste, RepeatedCall, UnbatchedCalls, UncachedGeneration, sampled_under
 from torchneck.model.analysis import OpRow
 
@@ -267,6 +267,23 @@ def test_padding_is_read_from_ids_and_masks_without_running_torch_ops():
     assert tally.to_json()["padded"] == 3 and tally.to_json()["needed_mean_len"] == 90.0
 
 
+def test_a_call_with_a_batch_of_one_is_told_by_its_batch_dimension_or_by_one_bag():
+    """`model(x[None])`, and `model(ids, offsets)` with the offsets of one bag (an EmbeddingBag's
+    flat input, a request at a time), are per-sample calls; a flat input with many offsets, a
+    batch with a (1,) timestep beside it, and a 1-D first input alone are not."""
+    import torch
+
+    def ones(*calls):
+        tally = SiteInputs()
+        for first, *others in calls:
+            tally.note(first, None, others)
+        return tally.to_json()["batch_of_one"]
+
+    ids, one, many = torch.arange(12), torch.zeros(1, dtype=torch.long), torch.tensor([0, 4, 9])
+    assert ones((torch.randn(1, 8),), (ids, one), (ids, one)) == 3
+    assert ones((ids, many), (torch.randn(4, 3, 8, 8), torch.tensor([5])), (ids,)) == 0
+
+
 def test_batches_padded_to_the_maximum_length_are_found(run_dir):
     """A real run: a collate function pads every batch to MAX_LEN; the finding names the line
     that sets the length, and the capture's tally of the encoder's inputs."""
@@ -330,6 +347,13 @@ def main(ap):
                      "        width = self.max_len if to_max else max(len(s) for s in seqs)\n"
                      "        return torch.full((len(seqs), width), 0)\n")
     assert fixed_length_lines(str(named), 512) == [7, 8]
+    config = tmp_path / "config.py"  # a config class's field: `args.max_length` read by the collator
+    config.write_text("import torch\nfrom dataclasses import dataclass\n@dataclass\nclass Args:\n"
+                      "    max_length: int = 160\n    batch_size: int = 160\nclass Collate:\n"
+                      "    def __init__(self, max_length):\n        self.max_length = max_length\n"
+                      "    def __call__(self, rows):\n        target = self.max_length\n"
+                      "        return torch.full((len(rows), target), 0)\n")
+    assert fixed_length_lines(str(config), 160) == [11, 12]
 
 
 def test_a_tokenizer_asked_to_pad_to_the_maximum_length_even_as_one_branch_of_a_choice(tmp_path):

@@ -831,13 +831,13 @@ def test_mask_group_by_reads_the_shapes_of_a_per_group_mask(tmp_path):
     assert mask_group_by(str(tmp_path / "missing.py"), 5) is None
 
 
-def _backward_facts(node_total_us, forward_line=36):
-    node = "autograd::engine::evaluate_function: IndexBackward0"
-    by_name = [_op("aten::fill_", 80_000.0, count=4000), OpRow(name=node, count=4000, self_us=2_000.0,
-                                                              total_us=node_total_us, mean_us=node_total_us / 4000)]
-    by_line = [{"op": "aten::fill_", "file": "/x/g.py", "line": 72, "function": "main", "self_us": 80_000.0},
+def _backward_facts(node_total_us, forward_line=36, node="IndexBackward0", top="aten::fill_", forward="aten::index"):
+    node = "autograd::engine::evaluate_function: " + node
+    by_name = [_op(top, 80_000.0, count=4000), OpRow(name=node, count=4000, self_us=2_000.0,
+                                                    total_us=node_total_us, mean_us=node_total_us / 4000)]
+    by_line = [{"op": top, "file": "/x/g.py", "line": 72, "function": "main", "self_us": 80_000.0},
                {"op": node, "file": "/x/g.py", "line": 72, "function": "main", "self_us": 2_000.0},
-               {"op": "aten::index", "file": "/x/g.py", "line": forward_line, "function": "forward",
+               {"op": forward, "file": "/x/g.py", "line": forward_line, "function": "forward",
                 "self_us": 9_000.0}]
     return facts(analysis=analysis(by_name=by_name), ops_by_line=by_line)
 
@@ -849,6 +849,14 @@ def test_op_hotspot_inside_a_backward_names_the_forward_line_it_differentiates()
     [f] = OpHotspot().check(_backward_facts(85_000.0))
     assert [w.line for w in f.where] == [36, 72] and f.evidence["backward_of"] == "aten::index"
     assert "IndexBackward0" in f.title and "once on all the rows" in f.fix
+
+
+def test_op_hotspot_inside_a_matmuls_backward_is_not_told_to_index_once():
+    """A deep MLP's mm in AddmmBackward0: the forward line leads, and the fix is the model's work
+    (or no_grad), not indexing's advice (a wrong fix text seen on a zoo program)."""
+    [f] = OpHotspot().check(_backward_facts(85_000.0, node="AddmmBackward0", top="aten::mm", forward="aten::addmm"))
+    assert [w.line for w in f.where] == [36, 72] and f.evidence["backward_of"] == "aten::addmm"
+    assert "gradient of aten::addmm" in f.fix and "index" not in f.fix
 
 
 @silent("op_hotspot")
@@ -905,6 +913,22 @@ def test_a_method_called_per_item_building_a_constant_is_loop_invariant(tmp_path
     assert invariant_call(str(src), 4, {"table"}, called_repeatedly=True) == "table"
     assert invariant_call(str(src), 5, {"table"}, called_repeatedly=True) is None  # reads the item
     assert invariant_call(str(src), 4, {"table"}) is None  # not known to be called per item
+
+
+def test_a_closure_without_parameters_calling_with_its_enclosing_values_is_loop_invariant(tmp_path):
+    """An L-BFGS `closure()` recomputing a spectrum of the fixed recordings on every evaluation:
+    the call's arguments read none of the names the closure assigns. One made from a name it
+    assigns, or called with no argument at all (`next_batch()`), is not."""
+    from torchneck.diagnose.idioms import invariant_call
+
+    src = tmp_path / "fit.py"
+    src.write_text("def fit(recordings, model, opt):\n    def closure():\n        opt.zero_grad()\n"
+                   "        freqs = welch(recordings, seg_len=SEG)\n        batch = next_batch()\n"
+                   "        other = welch(freqs)\n        loss = model(freqs, batch)\n        loss.backward()\n"
+                   "        return loss\n    opt.step(closure)\n")
+    assert invariant_call(str(src), 4, {"welch"}, called_repeatedly=True) == "welch"
+    assert invariant_call(str(src), 5, {"next_batch"}, called_repeatedly=True) is None
+    assert invariant_call(str(src), 6, {"welch"}, called_repeatedly=True) is None
 
 
 def test_with_callers_follows_the_first_line_the_sampler_saw_called():

@@ -196,3 +196,31 @@ def test_a_determinant_of_a_product_the_program_assembles(tmp_path):
     f = _check(src, 8, op="aten::mm")
     assert f.evidence["determinant_at"] == 8 and f.severity == "medium" and "log_s.sum()" in f.fix
     assert _check(src, 10, op="aten::mm").severity == "info"
+
+
+@fires("op_hotspot")
+def test_a_distance_matrix_in_training_counts_its_backward(tmp_path):
+    """A triplet loss's distance matrix: the pow / sub / sum at the line are half its cost, their
+    backward nodes at the `.backward()` line the rest, in the share of their forward calls the line
+    made (another line's pow keeps its own)."""
+    from torchneck.model.analysis import BackwardNode
+    src = tmp_path / "t.py"
+    src.write_text("import torch\n"
+                   "def d2(e):\n    return ((e[:, None, :] - e[None, :, :]) ** 2).sum(-1)\n"
+                   "def other(x):\n    return x ** 2\n"
+                   "def step(loss):\n    loss.backward()\n")
+    at = {"file": str(src), "function": "f"}
+    by_line = [{**at, "op": "aten::pow", "line": 3, "self_us": 30_000.0, "count": 5},
+               {**at, "op": "aten::sub", "line": 3, "self_us": 20_000.0, "count": 5},
+               {**at, "op": "aten::pow", "line": 5, "self_us": 1_000.0, "count": 5},
+               {**at, "op": "aten::mul", "line": 7, "self_us": 40_000.0, "count": 10},
+               {**at, "op": "autograd::engine::evaluate_function: PowBackward0", "line": 7, "self_us": 500.0,
+                "count": 10}]
+    nodes = [BackwardNode(node="PowBackward0", count=10, total_us=40_000.0, forward_op="aten::pow", forward_count=20),
+             BackwardNode(node="SubBackward0", count=5, total_us=6_000.0, forward_op="aten::sub", forward_count=5)]
+    f_ = facts(analysis=analysis(by_name=[_op("aten::pow", 31_000.0)], backward_nodes=nodes), ops_by_line=by_line)
+    assert f_.backward_us_at(Where(file=str(src), line=3, function="d2")) == 40_000.0 / 2 + 6_000.0
+    assert f_.backward_us_at(Where(file=str(src), line=7, function="step")) == 0.0  # the backward's own line
+    [f] = OpHotspot().check(f_)
+    assert f.evidence["pairwise_at"] == 3
+    assert abs(f.time_lost_s - (50_000.0 + 26_000.0) / 1e6) < 1e-9  # the line's ops and their backward

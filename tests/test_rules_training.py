@@ -474,6 +474,15 @@ def test_input_pipeline_of_a_dataset_indexing_its_own_tensors_row_by_row(tmp_pat
     f = InputPipeline().check(facts(analysis=a, python={"window": {"lines": []}, "loading": loading},
                                     call_sites=sites))[0]
     assert f.evidence["per_sample_from"] is None
+    kept = tmp_path / "kept.py"  # a dict of rows, each indexed from tensors the class made with torch
+    kept.write_text("import torch\nclass Clicks:\n    def __init__(self, users, hour):\n"
+                    "        self.users = torch.as_tensor(users)\n        self.hour = list(hour)\n"
+                    "    def __getitem__(self, idx):\n"
+                    "        return {'user': self.users[idx], 'hour': self.hour[idx]}\n")
+    loading = {"lines": [{"file": str(kept), "line": 7, "function": "Clicks.__getitem__", "total_s": 0.08}]}
+    f = InputPipeline().check(facts(analysis=a, python={"window": {"lines": []}, "loading": loading},
+                                    call_sites=sites))[0]
+    assert f.evidence["per_sample_from"] == "Rows"
 
 
 @fires("input_pipeline")

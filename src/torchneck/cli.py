@@ -46,8 +46,9 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", help="run directory (default ./torchneck-runs/<time>-<script>/)")
-    p.add_argument("--warmup", type=int, default=3, metavar="N",
-                   help="steps to skip before profiling (warm-up, compilation; default 3)")
+    p.add_argument("--warmup", type=int, default=None, metavar="N",
+                   help="steps to skip before profiling (warm-up, compilation; default 3, or 2 when the "
+                        "steps last seconds each)")
     p.add_argument("--steps", type=int, default=5, metavar="N", help="steps to profile (default 5)")
     p.add_argument("--duration", type=float, metavar="S",
                    help="profile for S seconds after warm-up instead of a number of steps")
@@ -274,7 +275,7 @@ def _cold_compile(ns: argparse.Namespace, run_dir: Path) -> dict:
 
     cold_dir = run_dir / "cold"
     argv = [sys.executable, "-m", "torchneck", "run", "--quiet", "--out", str(cold_dir),
-            "--warmup", str(ns.warmup), "--steps", str(ns.steps)]
+            "--steps", str(ns.steps)] + (["--warmup", str(ns.warmup)] if ns.warmup is not None else [])
     if ns.timeout:
         argv += ["--timeout", str(ns.timeout)]
     argv += ["-m", ns.module] if ns.module else []
@@ -311,7 +312,7 @@ def _capture_and_analyse(ns: argparse.Namespace) -> tuple[Report | None, Path | 
 
     target = _target(ns)
     for name in ("warmup", "steps"):
-        if getattr(ns, name) < 0 or (name == "steps" and ns.steps == 0):
+        if (getattr(ns, name) or 0) < 0 or (name == "steps" and ns.steps == 0):
             raise TorchneckError(f"--{name} must be a positive number of steps")
     bounds = {}
     for name in ("max_window_s", "max_window_mb", "slice"):
@@ -320,7 +321,8 @@ def _capture_and_analyse(ns: argparse.Namespace) -> tuple[Report | None, Path | 
             if value <= 0:
                 raise TorchneckError(f"--{name.replace('_', '-')} must be a positive number")
             bounds["slice_s" if name == "slice" else name] = value
-    options = WindowOptions(warmup=ns.warmup, steps=ns.steps, duration=ns.duration, all=ns.all,
+    warmup = {} if ns.warmup is None else {"warmup": ns.warmup, "warmup_s": None}  # asked for: as many steps
+    options = WindowOptions(**warmup, steps=ns.steps, duration=ns.duration, all=ns.all,
                             record_shapes=not ns.no_shapes, profile_memory=not ns.no_memory,
                             with_stack=ns.with_stack, nvtx=ns.nvtx, **bounds)
     err = _stderr_console()

@@ -58,8 +58,9 @@ ZEROS_COLUMNS_READ = 4096
 
 class SiteInputs:
     """The first tensor inputs of the top-level module calls made at one line of the user's code:
-    calls with a batch of one (2+ dimensions, the first of size 1: `model(x[None])` per sample) and
-    their mean size;
+    calls with a batch of one (2+ dimensions, the first of size 1: `model(x[None])` per sample; or
+    a flat input beside the offsets of one bag: `model(ids, offsets)` per request) and their mean
+    size;
     calls whose input is the previous call's grown by one along one dimension (a prefix fed again
     with one more token: generation without a cache) and that dimension's sizes summed; calls
     given again the very tensor of a recent call, unchanged since (same object, same version
@@ -82,9 +83,11 @@ class SiteInputs:
         self.zeros_looked: dict[int, tuple] = {}  # id(tensor) -> (weak reference, version, key, [calls])
         self.mostly_zero: dict[tuple, dict[str, Any]] = {}  # (rows, cols, argument) -> what was seen
 
-    def note(self, tensor: Any, caller: types.FrameType | None) -> None:
+    def note(self, tensor: Any, caller: types.FrameType | None, others: list | None = None) -> None:
         shape = tuple(tensor.shape)
-        if len(shape) >= 2 and shape[0] == 1:
+        # one sample: a batch dimension of 1, or a flat input with the offsets (or lengths) of
+        # one bag beside it (`EmbeddingBag(ids, offsets)`, packed sequences)
+        if len(shape) >= 2 and shape[0] == 1 or len(shape) == 1 and any(tuple(t.shape) == (1,) for t in others or ()):
             self.batch_of_one += 1
             self.single_elements += math.prod(shape)  # the shape, not numel(): no torch call
         last = self.last_shape
@@ -318,7 +321,7 @@ def note_site_input(site_inputs: dict, key: tuple, args: tuple, kwargs: dict | N
         tally.note_padding([value for _, value in tensors])
         for at, value in tensors:
             tally.note_zeros(value, at)
-        tally.note(tensors[0][1], caller)
+        tally.note(tensors[0][1], caller, [value for _, value in tensors[1:]])
     except Exception:
         pass
 

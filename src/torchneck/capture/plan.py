@@ -52,6 +52,10 @@ more events than the bound."""
 SLICE_S = 1.0
 """Length of the time slice profiled in a program without steps (`--slice`): ~1000 samples of
 Python beside it, and every op of a loop whose iterations last up to ~0.1 s, several times."""
+LONG_STEPS_WARMUP_S = 2.0
+"""Steps this long make two steps enough warm-up (unless `--warmup` is given): the first holds the
+one-time costs, and an L-BFGS fit of three 2.3 s steps waited for its third to end, which left
+its window at the end of the run, empty."""
 STEADY_HOLD_S = 0.3
 """How long the sampled stacks must keep repeating before a program without steps is taken to
 be in its steady state: longer than a burst of set-up code that happens to repeat."""
@@ -93,6 +97,7 @@ SAWTOOTH_SETTLE_MAX_S = 1.0
 @dataclass
 class WindowOptions:
     warmup: int = 3
+    warmup_s: float | None = LONG_STEPS_WARMUP_S  # None: `warmup` steps whatever they last (--warmup given)
     steps: int = 5
     duration: float | None = None  # seconds; overrides `steps` (and the slice length) when set
     all: bool = False  # profile the whole run

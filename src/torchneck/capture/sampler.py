@@ -153,6 +153,12 @@ class StackSampler:
         self._flushed = (0, 0, 0)  # frames, stacks, samples already in the partial file
         self._tool_sid: int | None = None
         self._unsampled_sid: int | None = None
+        # While the main thread is blocked waiting on other threads, the watcher (watcher.py)
+        # samples the one at work in its place; the lock keeps it and the handler apart.
+        self._record_lock = threading.Lock()
+        self.last_main_ns = 0  # the handler's latest sample
+        self.cpu_offset_ns = 0  # added to the main thread's CPU clock: the CPU time of those samples
+        self.watcher: Any = None
 
     def start(self) -> None:
         self.start_ns = time.monotonic_ns()
@@ -160,6 +166,9 @@ class StackSampler:
         self.start_runq_ns = self._runq()
         self._open_partial()
         if self.method in ("wall-timer", "signal"):
+            self.last_main_ns = self.start_ns
+            if self.watcher is not None:
+                self.watcher.start()
             record = self.samples.append
             stack_of = self._stack_id
             now = time.monotonic_ns
@@ -171,6 +180,8 @@ class StackSampler:
             next_flush = [self.start_ns + FIRST_FLUSH_NS]
             flush_every = [FIRST_FLUSH_NS]
 
+            lock = self._record_lock
+
             def on_signal(signum, frame):
                 # CPython runs a pending handler at any bytecode boundary, this handler's own
                 # included: a sample that overruns the interval (a descheduled thread) must not
@@ -179,8 +190,13 @@ class StackSampler:
                     return
                 busy[0] = True
                 try:
-                    at = now()
-                    record((stack_of(frame), at, cpu(), runq()))
+                    if not lock.acquire(blocking=False):  # the watcher is recording (capture/watcher.py)
+                        return
+                    try:
+                        at = sampler.last_main_ns = now()
+                        record((stack_of(frame), at, cpu() + sampler.cpu_offset_ns, runq()))
+                    finally:
+                        lock.release()
                     if at >= next_check[0]:
                         next_check[0] = at + sampler.check_interval_ns
                         sampler._check()
@@ -233,7 +249,25 @@ class StackSampler:
             if self._unsampled_sid is None:
                 self._unsampled_sid = self._synthetic_stack(what)
             sid = self._unsampled_sid
-        self.samples.append((sid, time.monotonic_ns(), time.thread_time_ns(), self._runq()))
+        self.samples.append((sid, time.monotonic_ns(), time.thread_time_ns() + self.cpu_offset_ns, self._runq()))
+
+    def record_other(self, frame, on_cpu_ns: int, main_cpu_ns: int) -> bool:
+        """A sample, now, of another thread's `frame` standing for the main thread, which is
+        blocked waiting on that thread (watcher.py): that thread's stack, and its CPU time over the
+        interval as the interval's. The main thread's own samples count its CPU time on from here
+        (`cpu_offset_ns`). False when the handler is recording."""
+        if not self._record_lock.acquire(blocking=False):
+            return False
+        try:
+            at = time.monotonic_ns()
+            last = self.samples[-1] if self.samples else None
+            base = last[2] if last is not None and last[2] >= 0 else main_cpu_ns + self.cpu_offset_ns
+            value = base + max(0, min(on_cpu_ns, at - (last[1] if last is not None else at)))
+            self.samples.append((self._stack_id(frame), at, value, -1))
+            self.cpu_offset_ns = value - main_cpu_ns
+            return True
+        finally:
+            self._record_lock.release()
 
     def _synthetic_stack(self, name: str) -> int:
         fid = len(self.frames)
@@ -249,8 +283,8 @@ class StackSampler:
         if self._paused_at is not None or self.start_ns is None:
             return
         if self._handler is not None and self._signum is not None:
-            self.samples.append((self._stack_id(sys._getframe(1)), time.monotonic_ns(), time.thread_time_ns(),
-                                 self._runq()))
+            self.samples.append((self._stack_id(sys._getframe(1)), time.monotonic_ns(),
+                                 time.thread_time_ns() + self.cpu_offset_ns, self._runq()))
             if self._timer:
                 self._timer.disarm()
             else:
@@ -282,6 +316,8 @@ class StackSampler:
             self._thread.start()
 
     def stop(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
         if self._paused_at is not None:
             self.resume()
         if self.method in ("wall-timer", "signal") and self._handler is not None and self._signum is not None:

@@ -100,6 +100,7 @@ class CaptureSession:
         from .profilers import ProfilerWatch
         from .sampler import PARTIAL_NAME, StackSampler
         from .unstepped import UnsteppedGradients
+        from .watcher import MainThreadWatcher
 
         self.target = target
         env = collect_env()
@@ -108,6 +109,7 @@ class CaptureSession:
         self.window = ProfiledWindow(self.options, self.trace_path, watch=self.watch,
                                      on_trace_written=self._trace_written)
         self.sampler = StackSampler(partial_path=self.run_dir / PARTIAL_NAME)
+        self.sampler.watcher = MainThreadWatcher(self.sampler)
         self.compile_guard = CompileGuard(on_compile=self.window.compile_started)
         self.compile_capture = CompileCapture(on_compile_start=self.compile_guard.compile_requested,
                                               run_dir=self.run_dir)

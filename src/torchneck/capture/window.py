@@ -135,13 +135,20 @@ class ProfiledWindow:
         """The sampler's periodic check drives windows of programs without steps, and the bounds."""
         self.sampler = sampler
         sampler.on_check = self.check
+        if getattr(sampler, "watcher", None) is not None:
+            from .watcher import ThreadsSlice
 
-    def _start_recording(self, plan: str, why: str) -> bool:
+            sampler.watcher.on_blocked = ThreadsSlice(self).check
+
+    def _start_recording(self, plan: str, why: str, all_threads: bool = False, mark_lines: bool = True) -> bool:
+        """Start the profiler; `all_threads` records every thread's ops (not only the main thread's
+        and those it starts later); `mark_lines` pushes the line marker (main thread only)."""
         now = time.monotonic_ns()
         try:
             with self._ours():
                 o = self.options
-                prof = Kineto(o.record_shapes, o.profile_memory, o.with_stack, self.log.thread_module_calls > 0)
+                prof = Kineto(o.record_shapes, o.profile_memory, o.with_stack,
+                              all_threads or self.log.thread_module_calls > 0)
                 prof.start()
         except Exception as exc:  # never let the profiler take the user's run down
             self.export_error = f"{type(exc).__name__}: {exc}"
@@ -165,7 +172,8 @@ class ProfiledWindow:
         self._mark_step()
         self._lines.marked = False
         self._calls_base = self._lines.open_spans[1]
-        self._lines.start()
+        if mark_lines:
+            self._lines.start()
         if plan in ("loop", "slice") and self.sampler is not None:
             self.sampler.check_interval_ns = RECORDING_CHECK_INTERVAL_NS
         self._charge_to_torchneck()
@@ -340,7 +348,9 @@ class ProfiledWindow:
         if self.state == "recording" and cap.plan == "all":
             self._next_step()
             return
-        if self.aside or opts.all or n < opts.warmup or cap.plan == "steps":
+        long_steps = opts.warmup_s is not None and n >= 2 and not self.compile_in_use and \
+            (now - log.ticks[0]) / 1e9 >= opts.warmup_s  # the second step alone took that long
+        if self.aside or opts.all or (n < opts.warmup and not long_steps) or cap.plan == "steps":
             return
         if self.state == "waiting":
             self._begin_step_window()
@@ -389,7 +399,7 @@ class ProfiledWindow:
     def _begin_step_window(self) -> None:
         log = self.log
         n = log.tick_count
-        why = (f"{log.kind} steps: {self.options.warmup} warm-up step(s) skipped, then "
+        why = (f"{log.kind} steps: {min(n, self.options.warmup)} warm-up step(s) skipped, then "
                + (f"{self.options.duration:g} s" if self.options.duration else f"{self.options.steps} step(s)"
                   + (f" ({MODULE_WINDOW_MIN_S:g} s at least of tiny ones)" if log.kind == "module" else "")))
         if self._start_recording("steps", why):

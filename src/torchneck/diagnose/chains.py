@@ -176,16 +176,3 @@ def determinant_of_product(file: str, line: int) -> bool:
                 return True
     return False
 
-
-def jacobian_fix(at: int) -> str:
-    return (f"Line {at} computes the whole Jacobian of a batch, (B, D, B, D) with one backward pass per output "
-            "element, and keeps only its per-sample blocks. With samples that do not interact, differentiate the "
-            "sum over the batch (jacobian(lambda x: f(x).sum(0), x), then move the batch axis first) or use "
-            "torch.func.vmap(torch.func.jacrev(f))(x): D passes instead of B x D.")
-
-
-def determinant_fix(at: int) -> str:
-    return (f"Line {at} assembles a matrix product to take its determinant: the log-determinant of a product is "
-            "the sum of its factors', and a triangular factor's is the sum of the log of its diagonal (an "
-            "LU-parametrised layer's log|det W| is log_s.sum()); a permutation's is 0. No N x N product and no "
-            "O(N^3) factorisation per call.")

@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 
+from ..analysis.ops import BACKWARD_NODE
 from ..model.analysis import RankAnalysis
 from ..model.findings import Where
 
@@ -89,6 +90,27 @@ class Facts(msgspec.Struct, kw_only=True):
     def ops_at(self, where: Where) -> list[dict[str, Any]]:
         """The trace's op entries (op, count, self time) placed on that line of the user's code."""
         return [e for e in self.ops_by_line if (e.get("file"), e.get("line")) == (where.file, where.line)]
+
+    def backward_us_at(self, where: Where) -> float:
+        """The backward pass's time spent differentiating the ops run at that line: each kind of
+        autograd node (`analysis.ops.backward_nodes`) in the share of its forward op's calls the
+        line made of those made outside backward passes (the lines running autograd's nodes). The
+        backward runs at the `.backward()` line, so an idiom's line holds only its forward half;
+        rewriting it removes both."""
+        a = self.analysis
+        backward_lines = {(e.get("file"), e.get("line")) for e in self.ops_by_line if e["op"].startswith(BACKWARD_NODE)}
+        if not a or (where.file, where.line) in backward_lines:
+            return 0.0
+        at_line: dict[str, int] = {}
+        forward: dict[str, int] = {}
+        for e in self.ops_by_line:
+            at = (e.get("file"), e.get("line"))
+            if at not in backward_lines:
+                forward[e["op"]] = forward.get(e["op"], 0) + int(e.get("count") or 0)
+                if at == (where.file, where.line):
+                    at_line[e["op"]] = at_line.get(e["op"], 0) + int(e.get("count") or 0)
+        return sum(n.total_us * at_line[n.forward_op] / forward[n.forward_op]
+                   for n in a.ops.backward_nodes if at_line.get(n.forward_op))
 
     def sampled_line_in_ops(self, min_share: float) -> list[Where]:
         """The steady state's sampled line spending the most time inside torch ops, if that is

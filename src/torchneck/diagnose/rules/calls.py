@@ -14,7 +14,8 @@ import msgspec
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
-from ..idioms import fixed_length_lines, loader_lines_of_loop, pads_to_max_length
+from ..idioms import loader_lines_of_loop
+from ..padding import fixed_length_lines, pads_to_max_length
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import argument_assigned_at, calls_backward, enclosing, function_at, repeats
 

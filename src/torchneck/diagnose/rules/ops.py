@@ -13,10 +13,8 @@ from ..chains import (
     GRADIENT_FILL_OPS,
     INDEXING_OPS,
     chain_ends_in_vector,
-    determinant_fix,
     determinant_of_product,
     gradient_asked_for,
-    jacobian_fix,
     jacobian_kept_diagonal,
     pairwise_difference,
 )
@@ -31,6 +29,7 @@ from ..idioms import (
     sorted_then_searched,
     sorted_then_sliced,
 )
+from ..line_fixes import backward_fix, line_idiom_fix
 from ..loop_invariants import invariant_statement, reads_recomputed
 from ..masks import mask_group_by
 from ..rule import DOCS, Explanation, Rule, register
@@ -155,9 +154,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
 
     Time lost: the op's self time, an upper bound (what removing the op entirely would save); for
     a per-group mask, the ops of the mask's line and the selecting ops of the lines using it
-    (grouping once removes them all); for a recomputed value or a squared broadcast difference,
-    all the ops of its line (and the op, when it is their backward); for a line outside the
-    window, its sampled time inside torch ops."""
+    (grouping once removes them all); for a recomputed value, all the ops of its line; for a
+    squared broadcast difference or a one-hot product, the ops of its line (its sampled time, for
+    the one-hot matrix) and the backward nodes differentiating them (`Facts.backward_us_at`); for
+    a line outside the window, its sampled time inside torch ops."""
 
     kind = "op_hotspot"
     summary = "One operator takes a large share of the steps (avoidable data movement, or context)."
@@ -301,10 +301,11 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                            None) if top.name in {*self.MATMULS, *self.FACTOR_OPS} else None  # at a line, or its caller
         if determinant is not None:  # the product's assembly and its factorisation go
             lost = max(lost, sampled_under(facts, determinant.file, determinant.line) * facts.window_s)
-        one_hot = next((w for w in where if one_hot_product(w.file, w.line)), None) \
-            if top.name in self.MATMULS else None
-        if one_hot is not None:  # the one-hot matrix's own ops at its line go too (its product's are the top op's)
-            lost = max(lost, sum(e["self_us"] for e in facts.ops_at(one_hot)) / 1e6)
+        one_hot = next((w for w in where if one_hot_product(w.file, w.line)), None)  # its product, or its fill
+        if one_hot is not None:  # the one-hot matrix's own ops, their Python and their backward go too
+            lost = max(lost, sum(e["self_us"] for e in facts.ops_at(one_hot)) / 1e6,
+                       sampled_under(facts, one_hot.file, one_hot.line) * facts.window_s) \
+                + facts.backward_us_at(one_hot) / 1e6
         factorised = next(((w, m) for w in where if (m := factorises_invariant_matrix(w.file, w.line))), None) \
             if top.name in self.FACTOR_OPS and top.count >= self.MIN_FACTORISATIONS else None
         table = self._dense_embedding_grad(facts, top)
@@ -321,7 +322,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         if pairwise is not None:  # the difference, its square and its sum at that line all go, and their backward
             at_line = facts.ops_at(pairwise)
             line_s = sum(e["self_us"] for e in at_line) / 1e6
-            lost = lost + line_s if all(e["op"] != top.name for e in at_line) else max(lost, line_s)
+            back = facts.backward_us_at(pairwise) / 1e6  # holding the top op's time when it runs in that backward
+            lost = max(lost, line_s) + back if any(e["op"] == top.name for e in at_line) \
+                else line_s + (max(lost, back) if paired else lost + back)
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
                                time_lost_is="upper bound (the op's whole self time)" if not (recomputed or pairwise)
                                else "upper bound (all the ops of the line, which the fix removes)", avoidable=avoidable,
@@ -574,71 +577,16 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                     "mark its loop's steps, to see its ops). If its result needs less than its ops compute, use "
                     "a cheaper op (e.g. topk instead of a full sort) or reduce their input; else it is the "
                     "program's work.")
-        if evidence.broadcast_at is not None:
-            return (f"Line {evidence.broadcast_at} builds every pairwise product of two broadcast tensors and then "
-                    "sums it: that is a matrix product, a @ b.T (or torch.einsum('id,jd->ij', a, b), torch.bmm): "
-                    "no pairwise tensor in memory, and a BLAS kernel instead of two element-wise passes.")
-        if evidence.gradient_asked_at is not None:
-            return (f"Line {evidence.gradient_asked_at} makes data require a gradient: every backward then fills and "
-                    "accumulates a gradient as large as the whole tensor, which no optimizer uses. Leave data "
-                    "without requires_grad (ask for input gradients only on the batch you attribute, "
-                    "`xb.requires_grad_()`, when you need them).")
-        if evidence.chain_at is not None:
-            return (f"Line {evidence.chain_at} evaluates its chain of products left to right: `A @ B @ v` first "
-                    "builds the whole matrix A @ B, then multiplies it by the vector v. Multiply right to left, "
-                    "A @ (B @ v) (an element-wise scale as s * (X @ v)): matrix-vector products only.")
-        if evidence.recomputed_at is not None:
-            return (f"Line {evidence.recomputed_at} recomputes, on every pass of its loop, a value whose inputs the "
-                    "loop never changes: compute it once before the loop and reuse it (slice or index the result "
-                    "inside the loop).")
-        if evidence.pairwise_at is not None:
-            return (f"Line {evidence.pairwise_at} builds every pairwise difference of two broadcast tensors (an "
-                    "N x M x D tensor) to square and sum it: use torch.cdist(a, b) (squared: cdist(a, b) ** 2), or the "
-                    "expansion (a * a).sum(1)[:, None] + (b * b).sum(1)[None] - 2 * a @ b.T: one matrix product, "
-                    "no pairwise tensor in memory (forward or backward).")
-        if evidence.rank_by_sort is not None:
-            return (f"Line {evidence.rank_by_sort} sorts the whole tensor only to find where given elements land: "
-                    "count the elements ranked above each instead, one pass and no sort: rank = (scores > "
-                    "scores.gather(1, target[:, None])).sum(1) + 1 (>= and ties as you need).")
-        if evidence.determinant_at is not None:
-            return determinant_fix(evidence.determinant_at)
-        if evidence.jacobian_diagonal_at is not None:
-            return jacobian_fix(evidence.jacobian_diagonal_at)
-        if evidence.diagonal_at is not None:
-            return (f"Line {evidence.diagonal_at} computes a whole N x N matrix product and keeps only its diagonal: "
-                    "compute the diagonal alone, row by row, as an element-wise product summed: diag(a @ b) is "
-                    "(a * b.T).sum(-1), diag(d @ P @ d.T) is ((d @ P) * d).sum(-1), trace(a @ b) is (a * b.T).sum() "
-                    "(or torch.einsum('ij,ji->i', a, b)): N x D work instead of N x N x D, and no N x N matrix.")
-        if evidence.one_hot_at is not None:
-            return (f"Line {evidence.one_hot_at} builds a one-hot matrix (batch x categories, all zeros but one per "
-                    "row) to multiply it by a table: index the table instead, `table[ids]` (or F.embedding(ids, "
-                    "table), an nn.Embedding): the same rows, with no product over the zeros and no one-hot "
-                    "matrix, backward included.")
-        if evidence.refactorised_at is not None:
-            return (f"Line {evidence.refactorised_at} factorises {evidence.refactorised} again on every call, and it "
-                    "never changes: factorise it once where it is built (lu, piv = torch.linalg.lu_factor(A); "
-                    "torch.linalg.cholesky(A) when it is symmetric positive definite) and solve each call with the "
-                    "factors (torch.linalg.lu_solve(lu, piv, b), torch.cholesky_solve(b, L)): a pair of "
-                    "triangular solves instead of a factorisation.")
-        if evidence.inverse_at is not None:
-            return (f"Line {evidence.inverse_at} inverts a matrix only to multiply by the inverse: solve instead, "
-                    "torch.linalg.solve(A, b) (or torch.cholesky_solve for a symmetric positive definite A, "
-                    "torch.linalg.lstsq when it is not square): one factorisation and a substitution, faster and "
-                    "more accurate than inv(A) @ b.")
-        if evidence.top_k_by_sort is not None:
-            return (f"Line {evidence.top_k_by_sort} sorts the whole tensor to keep its first elements: torch.topk(x, "
-                    "k, dim, largest=...) (indices: .indices) finds them without ordering the rest (or "
-                    "kthvalue / min / max for one of them).")
+        idiom = line_idiom_fix(evidence)
+        if idiom is not None:
+            return idiom
         if evidence.dense_embedding_rows is not None:
             at = f" at line {evidence.embedding_at}" if evidence.embedding_at else ""
             return (f"Make the embedding{at} with sparse=True (and update it with torch.optim.SparseAdam, SGD or "
                     f"Adagrad): its dense gradient zeroes, fills and updates all {evidence.dense_embedding_rows:,} "
                     "rows every step, while a batch touches only the rows it looks up.")
-        if evidence.backward_of is not None:
-            return (f"This op runs in the backward of {evidence.backward_of}, once for every call of it on the "
-                    "lines shown: each call's gradient is built separately (the gradient of indexing fills a "
-                    "zero tensor as big as the whole source, per call). Call it once on all the rows (index "
-                    "with a tensor of indices, not one row per Python iteration) so its backward runs once.")
+        if evidence.backward_of is not None and (evidence.backward_of in INDEXING_OPS or not evidence.avoidable):
+            return backward_fix(evidence.backward_of)
         if evidence.grouped_by_mask is not None:
             return (f"Line {evidence.grouped_by_mask} builds a boolean mask over the whole table for one group "
                     "per pass of a loop, and the selection with it scans every row again: a group-by costing "

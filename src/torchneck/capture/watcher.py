@@ -1,0 +1,195 @@
+"""Seeing the work a blocked main thread waits for: a server's worker thread, a thread pool.
+
+The sampler's signal reaches only the main thread, and CPython runs the Python handler only when
+that thread runs bytecode. A main thread blocked on a lock (`Thread.join()`, `queue.get()`,
+`Event.wait()`, `Future.result()`) runs none: a script whose main thread starts a worker and
+joins it left one sample of its whole run, "waits in Thread.join", and no profiled window (its
+checks never ran; measured on an intent server: 7.8 s in one sample, a window of 2 events).
+
+The watcher is a thread that looks, every `WATCH_INTERVAL_S`, whether the main thread still
+takes samples. When it has taken none for `BLOCKED_AFTER_NS` and its CPU clock says it waits
+(under `MAIN_IDLE_SHARE` of the time on the CPU), the watcher samples, every
+`WATCH_BLOCKED_INTERVAL_S`, the thread that is at work (on the CPU `OTHER_BUSY_SHARE` of the time
+at least, torchneck's threads aside) in the main thread's place: the time the main thread waits
+is that thread's time. It also runs `ThreadsSlice.check`, which profiles a slice of that work
+(the profiler recording every thread) when no step clock or check could. A main thread that waits
+while no other thread computes (a sleep, I/O) keeps its own wait sample, as before.
+
+Cost: one look takes the GIL from the script for some microseconds, 20 times a second; the
+faster sampling happens only while the main thread needs no GIL.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any
+
+WATCH_INTERVAL_S = 0.05
+"""How often the watcher looks while the main thread takes samples: each look takes the GIL
+from the script for a moment, so rarely; a blocked main thread is seen within this."""
+WATCH_BLOCKED_INTERVAL_S = 0.005
+"""The watcher's sampling interval while the main thread is blocked: the thread at work pays a
+GIL hand-over per sample (~0.1 ms on this VM when idle), 2 % at most."""
+BLOCKED_AFTER_NS = 20_000_000
+"""No sample from the main thread's handler for 20 ms (20 intervals) while it runs: the main
+thread is inside a C call that defers the handler."""
+MAIN_IDLE_SHARE = 0.2
+"""The main thread ran on the CPU under a fifth of the interval: it waits. A long C call of its
+own (a big op, which also defers the handler) runs on the CPU, and keeps its samples."""
+OTHER_BUSY_SHARE = 0.5
+"""Another thread on the CPU at least half of the interval is doing the work being waited for
+(a worker waiting in turn on a queue or a socket runs ~0 %)."""
+OWN_THREADS = "torchneck"
+"""torchneck's threads are named so: never sampled for the script."""
+
+
+def _cpu_clock(ident: int) -> int | None:
+    """The CPU-time clock of the thread `ident` (`threading.get_ident()`), or None."""
+    try:
+        return time.pthread_getcpuclockid(ident)
+    except (AttributeError, OSError, OverflowError):
+        return None
+
+
+def _read(clock: int) -> int | None:
+    try:
+        return time.clock_gettime_ns(clock)
+    except OSError:  # the thread ended
+        return None
+
+
+class MainThreadWatcher:
+    """Samples the thread a blocked main thread waits for, into `sampler` (StackSampler)."""
+
+    def __init__(self, sampler: Any, main_ident: int | None = None):
+        self.sampler = sampler
+        self.main_ident = main_ident if main_ident is not None else sampler.thread_id
+        self.on_blocked: Any = None  # called after each sample taken for the blocked main thread
+        self.samples_taken = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._clocks: dict[int, int | None] = {}
+        self._seen: dict[int, tuple[int, int]] = {}  # ident -> (monotonic ns, CPU ns) at the last look
+
+    def start(self) -> None:
+        if self._thread is not None or _cpu_clock(self.main_ident) is None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name=f"{OWN_THREADS}-watcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stop.set()
+            thread.join()
+
+    def _loop(self) -> None:
+        main_clock = _cpu_clock(self.main_ident)
+        if main_clock is None:
+            return
+        sampler = self.sampler
+        previous: tuple[int, int] | None = None  # the main thread's (monotonic ns, CPU ns) at the last look
+        interval = WATCH_INTERVAL_S
+        while not self._stop.wait(interval):
+            main_cpu = _read(main_clock)
+            now = time.monotonic_ns()
+            if main_cpu is None:
+                return
+            idle = previous is not None and main_cpu - previous[1] <= MAIN_IDLE_SHARE * (now - previous[0])
+            previous = (now, main_cpu)
+            blocked = idle and sampler._paused_at is None and now - sampler.last_main_ns >= BLOCKED_AFTER_NS
+            busiest = self._busiest_other(now)
+            interval = WATCH_BLOCKED_INTERVAL_S if blocked else WATCH_INTERVAL_S
+            if not blocked or busiest is None:
+                continue
+            frame, on_cpu = busiest
+            taken = sampler.record_other(frame, on_cpu, main_cpu)
+            del frame
+            if taken:
+                self.samples_taken += 1
+                if self.on_blocked is not None:
+                    self.on_blocked()
+
+    def _busiest_other(self, now: int) -> tuple[Any, int] | None:
+        """(the frame, CPU ns since the last look) of the thread that ran on the CPU the most since
+        the watcher's last look, if that was `OTHER_BUSY_SHARE` of the time; None otherwise."""
+        me = threading.get_ident()
+        names = {ident: t.name for ident, t in threading._active.items()}  # type: ignore[attr-defined]
+        best: tuple[Any, int] | None = None
+        frames = sys._current_frames()
+        for ident, frame in frames.items():
+            if ident in (self.main_ident, me) or names.get(ident, "").startswith(OWN_THREADS):
+                continue
+            if ident not in self._clocks:
+                self._clocks[ident] = _cpu_clock(ident)
+            clock = self._clocks[ident]
+            cpu = _read(clock) if clock is not None else None
+            if cpu is None:
+                continue
+            before = self._seen.get(ident)
+            self._seen[ident] = (now, cpu)
+            if before is None or now <= before[0]:
+                continue
+            used = cpu - before[1]
+            if used >= OTHER_BUSY_SHARE * (now - before[0]) and (best is None or used > best[1]):
+                best = (frame, used)
+        for gone in [i for i in self._seen if i not in frames]:  # ended threads (their ids come back)
+            del self._seen[gone]
+            self._clocks.pop(gone, None)
+        return best
+
+
+class ThreadsSlice:
+    """The capture plan's check while the main thread is blocked (run by the watcher's thread,
+    since the main thread's checks cannot run): once the other threads' work has gone on for
+    `STEADY_HOLD_S`, a time slice of it is profiled, every thread recorded; the slice ends at its
+    length or bounds. Only the windows it started: the main thread bounds its own."""
+
+    def __init__(self, window: Any):
+        self.window = window
+        self.since_ns: int | None = None  # the main thread has been blocked since, at least
+        self.started = False
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        window = self.window
+        if window._busy or not self._lock.acquire(blocking=False):
+            return
+        window._busy = True  # the main thread's own check, should it wake now, waits for the next one
+        try:
+            self._check(window)
+        except Exception as exc:  # a failing check must not take the script down: stop checking
+            window.capture.notes.append(f"the check for a blocked main thread failed ({type(exc).__name__}: {exc})")
+            if window.sampler is not None and window.sampler.watcher is not None:
+                window.sampler.watcher.on_blocked = None
+        finally:
+            window._busy = False
+            self._lock.release()
+
+    def _check(self, window: Any) -> None:
+        from .plan import STEADY_HOLD_S
+
+        now = time.monotonic_ns()
+        options = window.options
+        slice_s = options.duration or options.slice_s
+        if window.state == "recording":
+            if self.started:
+                bound = "slice" if window._elapsed_s(now) >= slice_s else \
+                    window._over_bounds(now, settle_s=window._rss.loop_settle_s())
+                if bound:
+                    window.finish(bound)
+            return
+        if window.state != "waiting" or window.aside or options.all or not window._slice_allowed(now):
+            return
+        if self.since_ns is None or window.sampler.last_main_ns > self.since_ns:
+            self.since_ns = now  # the main thread ran since: its wait starts again
+        if (now - self.since_ns) / 1e9 < STEADY_HOLD_S:
+            return
+        self.started = window._start_recording(
+            "slice", f"no step clock; the main thread waits on another thread at work: a {slice_s:g} s slice of "
+            "its work (every thread recorded)", all_threads=True, mark_lines=False)
+        if self.started:
+            window.capture.steady_from_ns = window.capture.steady_from_ns or self.since_ns
