@@ -483,6 +483,11 @@ def test_input_pipeline_of_a_dataset_indexing_its_own_tensors_row_by_row(tmp_pat
     f = InputPipeline().check(facts(analysis=a, python={"window": {"lines": []}, "loading": loading},
                                     call_sites=sites))[0]
     assert f.evidence["per_sample_from"] == "Rows"
+    featurizer = {"file": str(csv), "line": 3, "function": "frames", "total_s": 0.07}  # a transform's loop
+    loading = {"lines": [featurizer, {**loading["lines"][0], "total_s": 0.01}]}  # takes the time, not the fetch
+    f = InputPipeline().check(facts(analysis=a, python={"window": {"lines": []}, "loading": loading},
+                                    call_sites=sites))[0]
+    assert f.evidence["per_sample_from"] is None
 
 
 @fires("input_pipeline")

@@ -10,10 +10,11 @@ The watcher is a thread that looks, every `WATCH_INTERVAL_S`, whether the main t
 takes samples. When it has taken none for `BLOCKED_AFTER_NS` and its CPU clock says it waits
 (under `MAIN_IDLE_SHARE` of the time on the CPU), the watcher samples, every
 `WATCH_BLOCKED_INTERVAL_S`, the thread that is at work (on the CPU `OTHER_BUSY_SHARE` of the time
-at least, torchneck's threads aside) in the main thread's place: the time the main thread waits
-is that thread's time. It also runs `ThreadsSlice.check`, which profiles a slice of that work
-(the profiler recording every thread) when no step clock or check could. A main thread that waits
-while no other thread computes (a sleep, I/O) keeps its own wait sample, as before.
+at least, running the script's own code: not a library's thread, nor torchneck's) in the main
+thread's place: the time the main thread waits is that thread's time. It also runs
+`ThreadsSlice.check`, which profiles a slice of that work (the profiler recording every thread)
+when no step clock or check could. A main thread that waits while no other thread computes (a
+sleep, I/O) keeps its own wait sample, as before.
 
 Cost: one look takes the GIL from the script for some microseconds, 20 times a second; the
 faster sampling happens only while the main thread needs no GIL.
@@ -25,6 +26,8 @@ import sys
 import threading
 import time
 from typing import Any
+
+from ..sites import is_user_file
 
 WATCH_INTERVAL_S = 0.05
 """How often the watcher looks while the main thread takes samples: each look takes the GIL
@@ -58,6 +61,17 @@ def _read(clock: int) -> int | None:
         return time.clock_gettime_ns(clock)
     except OSError:  # the thread ended
         return None
+
+
+def _runs_user_code(frame: Any) -> bool:
+    """The script's own code is on the thread's stack: a library's thread (a DataLoader's
+    pin-memory thread, busy copying while the main thread waits in its queue) is no work of the
+    script's, and the main thread's wait in the DataLoader stays what it is."""
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class MainThreadWatcher:
@@ -134,7 +148,8 @@ class MainThreadWatcher:
             if before is None or now <= before[0]:
                 continue
             used = cpu - before[1]
-            if used >= OTHER_BUSY_SHARE * (now - before[0]) and (best is None or used > best[1]):
+            if used >= OTHER_BUSY_SHARE * (now - before[0]) and (best is None or used > best[1]) \
+                    and _runs_user_code(frame):
                 best = (frame, used)
         for gone in [i for i in self._seen if i not in frames]:  # ended threads (their ids come back)
             del self._seen[gone]

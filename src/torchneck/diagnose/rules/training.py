@@ -94,7 +94,10 @@ class InputPipeline(Rule[InputPipelineEvidence]):
         made = next((w for w in where if _builds_loader_in_loop(w)), None)
         loaders = facts.sites_of("dataloader")
         built = where_of(loaders[:2])
-        rows = any(indexes_own_tensors(w.file, w.line) for w in where)  # a __getitem__ indexing its tensors
+        # a __getitem__ indexing its tensors, and the loading time in it or in the loader's own fetch and
+        # collate, not in a transform it calls (a featurizer's loop: batching the fetch leaves that)
+        own = [ln for ln in lines[:5] if indexes_own_tensors(ln["file"], int(ln["line"]))]
+        rows = bool(own) and (own[0] is lines[0] or (lines[0].get("library") or "").startswith(self.LOADER_NEXT))
         per_sample = next((s for s in loaders if s.get("per_sample")
                            and (s.get("dataset") in self.IN_MEMORY_DATASETS or rows)), None)
         helpers = {w.function.rsplit(".", 1)[-1] for w in where if w.function}
@@ -132,6 +135,8 @@ class InputPipeline(Rule[InputPipelineEvidence]):
                 if inside and cause.evidence.get("per_sample_from") else None
         return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
+    LOADER_NEXT = "_BaseDataLoaderIter.__next__"
+    """The library frame of the loop line iterating a DataLoader: time there is the loader's own."""
     IN_MEMORY_DATASETS = ("TensorDataset",)
     """Datasets of tensors already in memory, which index a whole batch of rows in one op: fetched
     one sample at a time (automatic batching), each batch is `batch_size` index ops and a stack.
