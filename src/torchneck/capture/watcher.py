@@ -116,9 +116,10 @@ class MainThreadWatcher:
             previous = (now, main_cpu)
             blocked = idle and sampler._paused_at is None and now - sampler.last_main_ns >= BLOCKED_AFTER_NS
             busiest = self._busiest_other(now)
-            interval = WATCH_BLOCKED_INTERVAL_S if blocked else WATCH_INTERVAL_S
-            if not blocked or busiest is None:
+            if not blocked or busiest is None:  # nothing to sample: a wait on I/O is the main thread's own
+                interval = WATCH_INTERVAL_S
                 continue
+            interval = WATCH_BLOCKED_INTERVAL_S
             frame, on_cpu = busiest
             taken = sampler.record_other(frame, on_cpu, main_cpu)
             del frame
@@ -199,8 +200,11 @@ class ThreadsSlice:
             return
         if window.state != "waiting" or window.aside or options.all or not window._slice_allowed(now):
             return
-        if self.since_ns is None or window.sampler.last_main_ns > self.since_ns:
-            self.since_ns = now  # the main thread ran since: its wait starts again
+        sampler = window.sampler
+        last = sampler.samples[-1][0] if sampler.samples else None
+        starting = last is not None and last < len(sampler.stack_busy) and sampler.stack_busy[last]
+        if self.since_ns is None or sampler.last_main_ns > self.since_ns or starting:
+            self.since_ns = now  # the main thread ran since (its wait starts again), or the thread imports or compiles
         if (now - self.since_ns) / 1e9 < STEADY_HOLD_S:
             return
         self.started = window._start_recording(
