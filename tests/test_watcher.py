@@ -1,0 +1,101 @@
+"""The watcher of a blocked main thread (capture/watcher.py), on real threads: it samples the
+worker a joined main thread waits for, never a thread outside the script's code, and never keeps
+the main thread's temporaries alive while the main thread computes."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+
+from torchneck.capture.plan import MemoryProbe
+from torchneck.capture.watcher import MainThreadWatcher
+
+
+class _Sampler:
+    """What the watcher reads of a StackSampler, and the samples it records in its stead."""
+
+    def __init__(self) -> None:
+        self.thread_id = threading.get_ident()
+        self._paused_at = None
+        self.last_main_ns = 0  # the main thread's handler never sampled: blocked, if idle
+        self.recorded: list[tuple[str, int]] = []
+
+    def record_other(self, frame, on_cpu_ns: int, main_cpu_ns: int) -> bool:
+        self.recorded.append((frame.f_code.co_name, on_cpu_ns))
+        return True
+
+
+def _spin(seconds: float, done: threading.Event | None = None) -> float:
+    x, until = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < until and not (done is not None and done.is_set()):
+        x += sum(i * i for i in range(200))
+    return x
+
+
+def test_a_joined_worker_is_sampled_in_the_main_threads_place():
+    sampler = _Sampler()
+    watcher = MainThreadWatcher(sampler)
+    worker = threading.Thread(target=_spin, args=(0.6,))
+    watcher.start()
+    try:
+        worker.start()
+        worker.join()
+    finally:
+        watcher.stop()
+    assert watcher.samples_taken >= 5
+    assert {name for name, _ in sampler.recorded} <= {"_spin", "<genexpr>"}
+    assert all(on_cpu > 0 for _, on_cpu in sampler.recorded)
+
+
+def test_a_library_thread_or_an_idle_one_is_not_sampled():
+    """A busy thread whose stack holds no code of the script's (here: torch's own files only, as a
+    DataLoader's pin-memory thread) and a waiting one leave the main thread's wait its own."""
+    sampler = _Sampler()
+    watcher = MainThreadWatcher(sampler)
+    from torch.nn.modules import module as library  # a thread started on a library function
+
+    busy = threading.Thread(target=library._addindent, args=("x\n" * 3_000_000, 2))
+    idle = threading.Thread(target=time.sleep, args=(0.4,))
+    watcher.start()
+    try:
+        busy.start()
+        idle.start()
+        busy.join()
+        idle.join()
+    finally:
+        watcher.stop()
+    assert sampler.recorded == []
+
+
+def test_the_main_threads_temporaries_are_not_kept_while_it_computes():
+    """A generator pipeline building 100 MB temporaries, beside a busy worker thread: the watcher
+    reads the threads' CPU clocks only (a frame object made of the computing main thread's frame
+    kept each chunk's temporaries alive until the garbage collector ran: +100 MB a chunk)."""
+    sampler = _Sampler()
+    watcher = MainThreadWatcher(sampler)
+    bank, basis = torch.randn(3000, 64), torch.randn(600, 600)
+    done = threading.Event()
+
+    def distances(q):
+        torch.linalg.svd(basis + q.sum())
+        return ((q[:, None, :] - bank[None, :, :]) ** 2).sum(-1)
+
+    def scores(chunks):
+        for q in chunks:
+            yield distances(q).min()
+
+    probe = MemoryProbe()
+    worker = threading.Thread(target=_spin, args=(30.0, done))
+    watcher.start()
+    try:
+        worker.start()
+        readings = []
+        for _ in scores(torch.randn(128, 64) for _ in range(8)):
+            readings.append(probe.read())
+    finally:
+        watcher.stop()
+        done.set()
+        worker.join()
+    assert max(readings) - min(readings) < 60 << 20, [r >> 20 for r in readings]
