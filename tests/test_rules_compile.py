@@ -66,6 +66,24 @@ def test_recompiles_with_the_guard_in_plain_words():
 
 
 @silent("recompile")
+def test_a_recompile_limit_under_dynamic_false_names_that_compile_call(tmp_path):
+    """Batches of many lengths from a generator (no one line sets the size) given to a function
+    compiled with `dynamic=False`: the compile call is the line to change, and its fix says so; a
+    compile call without it is not named."""
+    src = tmp_path / "ev.py"
+    src.write_text("import torch\ndef loss_fn(pred):\n    return pred.sum()\n"
+                   "fast = torch.compile(loss_fn, dynamic=False)\nplain = torch.compile(loss_fn)\n")
+    rec = {**_recompile(7), "file": str(src), "line": 2}
+    sites = [{"what": "compile", "file": str(src), "line": 4, "function": "<module>"}]
+    run = facts(compile=_compile(recompiles=[rec], limit_hits=[rec]), run_wall_s=4.0, call_sites=sites)
+    [f] = Recompiles().check(run)
+    assert [w.line for w in f.where] == [4, 2] and f.fix.startswith("The torch.compile call passes dynamic=False")
+    assert f.severity == "high"
+    sites[0]["line"] = 5
+    [f] = Recompiles().check(run)
+    assert [w.line for w in f.where] == [2] and "dynamic=False" not in f.fix
+
+
 def test_one_recompile_is_normal():
     assert Recompiles().check(facts(compile=_compile(recompiles=[_recompile(1)]), run_wall_s=4.0)) == []
 

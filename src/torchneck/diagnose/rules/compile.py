@@ -9,6 +9,7 @@ compile ids. Compile costs are paid over the whole run, not per step, so those f
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from typing import Any
@@ -25,6 +26,7 @@ from ..source import (
     compile_call_lines,
     compile_dynamic,
     compiled_callee,
+    enclosing,
     function_at,
     mentions,
     parameter_position,
@@ -351,6 +353,9 @@ class Recompiles(Rule[RecompileEvidence]):
             if after_break:  # the recompiled code is the one resumed after a break: the break is the cause
                 where = where_of([{"file": r["file"], "line": after_break, "function": r["function"]}]) + where
             origin, dynamic = (None, None) if after_break else _size_set_at(facts, r, top)
+            static = [] if after_break or origin is not None else _static_compile_sites(facts, r)
+            if static:  # no line sets the size, but the compile call keeps every size static: that call first
+                dynamic, where = "False", where_of(static) + where
             specialised = origin is not None and (origin["guard_on_value"] or (
                 dynamic in ("", "True", "None") and len(top.get("sizes") or []) >= SPECIALISED_SIZES
                 and not any(mentions(f, STATIC_SHAPE_SWITCHES) for f in {r["file"], origin["file"]})))
@@ -408,9 +413,10 @@ class Recompiles(Rule[RecompileEvidence]):
                    "independent of the size (e.g. one library op instead of a Python loop over it).")
         elif at:
             fix += f" The size is set at line {at['line']} ({os.path.basename(at['file'])})."
-            if evidence.compile_dynamic not in (None, "", "True", "None"):
-                fix += (f" The torch.compile call passes dynamic={evidence.compile_dynamic}: dynamic=False keeps "
-                        "every size static, so leave dynamic at its default.")
+        if not (at and evidence.specialised) and evidence.compile_dynamic not in (None, "", "True", "None"):
+            fix = (f"The torch.compile call passes dynamic={evidence.compile_dynamic}: dynamic=False keeps every "
+                   "size static, so leave dynamic at its default (a changing size then compiles once more, as "
+                   "dynamic). " + fix)
         if evidence.hit_recompile_limit:
             fix += f" Raising torch._dynamo.config.{evidence.limit_name} only hides the problem."
         return fix
@@ -440,6 +446,29 @@ def _guarded_size(guard: str) -> tuple[str, int, bool] | None:
         name, dim = found.pop()
         return name, dim, True
     return None
+
+
+def _compiled_name(file: str, line: int) -> str | None:
+    """The last name of the first argument of the `torch.compile(...)` call at `line`
+    (`token_metrics` for `torch.compile(token_metrics, dynamic=False)`); None otherwise."""
+    path = enclosing(file, line)
+    for n in ast.walk(path[-1]) if path else ():
+        if isinstance(n, ast.Call) and n.lineno == line and ast.unparse(n.func) in ("torch.compile", "compile") \
+                and n.args:
+            return ast.unparse(n.args[0]).rsplit(".", 1)[-1]
+    return None
+
+
+def _static_compile_sites(facts: Facts, r: dict) -> list[dict[str, Any]]:
+    """The torch.compile calls the run made (recorded sites) that compile the recompiled function
+    by name with `dynamic=False` written: the line to change when the size comes from elsewhere
+    (a generator's batches). [] when another call compiles it, or none is readable."""
+    name = str(r.get("function") or "").rsplit(".", 1)[-1]
+    sites = [s for s in facts.sites_of("compile") if s.get("file") and s.get("line")
+             and _compiled_name(s["file"], int(s["line"])) == name]
+    if not sites or any(compile_dynamic(s["file"], int(s["line"])) != "False" for s in sites):
+        return []
+    return sites
 
 
 def _size_set_at(facts: Facts, r: dict, top: dict) -> tuple[dict[str, Any] | None, str | None]:
