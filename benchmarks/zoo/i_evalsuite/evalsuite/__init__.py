@@ -1,0 +1,1 @@
+"""Offline evaluation helpers for the sensor-activity classifier."""

@@ -1,0 +1,1 @@
+"""Parametric noise-spectrum fitting for multi-channel sensor recordings."""

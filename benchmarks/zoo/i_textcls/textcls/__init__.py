@@ -1,0 +1,1 @@
+"""Tiny TF-IDF + EmbeddingBag text classification package."""
