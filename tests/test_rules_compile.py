@@ -78,7 +78,12 @@ def test_a_recompile_limit_under_dynamic_false_names_that_compile_call(tmp_path)
     run = facts(compile=_compile(recompiles=[rec], limit_hits=[rec]), run_wall_s=4.0, call_sites=sites)
     [f] = Recompiles().check(run)
     assert [w.line for w in f.where] == [4, 2] and f.fix.startswith("The torch.compile call passes dynamic=False")
-    assert f.severity == "high"
+    assert f.severity == "high" and f.time_lost_s == 0.8  # the recompiles alone: no samples of its eager runs
+    eager = {"window": {"sampled_s": 3.0, "lines": [
+        {"file": str(src), "line": 3, "function": "loss_fn", "total_s": 1.5, "self_s": 0.2},
+        {"file": str(src), "line": 3, "function": "other", "total_s": 9.0, "self_s": 9.0}]}}
+    [f] = Recompiles().check(facts(compile=run.compile, run_wall_s=4.0, call_sites=sites, python=eager))
+    assert abs(f.time_lost_s - 2.3) < 1e-9 and f.confidence == "upper_bound"  # past the limit it ran eagerly
     sites[0]["line"] = 5
     [f] = Recompiles().check(run)
     assert [w.line for w in f.where] == [2] and "dynamic=False" not in f.fix

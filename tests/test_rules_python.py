@@ -84,6 +84,13 @@ def test_python_hotspot_a_hot_loop_and_its_body_are_one_finding(tmp_path):
     cold_header = _window(line(4, 0.05), line(5, 0.3))  # the body's own work, the loop line not hot
     [body] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=cold_header))
     assert [w.line for w in body.where] == [5]
+    # the `for` line's time inside torch ops: iterating the tensors (a select per element) holds a
+    # tenth of the window itself, though little of it is Python: the loop is still one finding
+    iterating = [{"op": "aten::select", "file": str(script), "line": 4, "function": "confusion",
+                  "self_us": 150_000.0, "count": 8192}]
+    [loop] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=cold_header,
+                                         ops_by_line=iterating))
+    assert [w.line for w in loop.where] == [4, 5] and abs(loop.time_lost_s - 0.35) < 1e-12
 
 
 CHECKPOINT_SCRIPT = """\

@@ -282,6 +282,8 @@ class StackSampler:
         a signal already pending is dropped, not handled). Main thread only."""
         if self._paused_at is not None or self.start_ns is None:
             return
+        if self.watcher is not None:  # its thread too: a profiler recording Python calls sees every thread's
+            self.watcher.stop()
         if self._handler is not None and self._signum is not None:
             self.samples.append((self._stack_id(sys._getframe(1)), time.monotonic_ns(),
                                  time.thread_time_ns() + self.cpu_offset_ns, self._runq()))
@@ -303,6 +305,9 @@ class StackSampler:
         self.paused_s += (time.monotonic_ns() - self._paused_at) / 1e9
         self._paused_at = None
         self.record_synthetic(UNSAMPLED_FRAME)
+        if self.watcher is not None and self.method in ("wall-timer", "signal"):
+            self.last_main_ns = time.monotonic_ns()
+            self.watcher.start()
         if self._handler is not None and self._signum is not None:
             if signal.getsignal(self._signum) == signal.SIG_IGN:
                 signal.signal(self._signum, self._handler)

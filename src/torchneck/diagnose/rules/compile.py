@@ -304,6 +304,9 @@ class RecompileEvidence(Record):
     size_set_at: dict[str, Any] | None = None
     """The user's line that decides the changing size (file, line, the argument and dimension),
     followed back from the compiled call (diagnose/source.size_origin); None when unclear."""
+    eager_s: float = 0.0
+    """Past the recompile limit, the sampled seconds the function then ran eagerly, an upper bound
+    of what compiling it once more (its compiled code's own time unknown) saves beside the recompiles."""
     compile_dynamic: str | None = None
     """The `dynamic=` the torch.compile call of the recompiled code passes, as written ("" when not given)."""
     specialised: bool = False
@@ -318,7 +321,8 @@ class Recompiles(Rule[RecompileEvidence]):
 
     Time lost: the seconds spent on the recompilations (compile time beyond each function's
     first compilation), as a share of the run. A function that hit `recompile_limit` runs
-    eagerly from then on: that is `high` whatever the seconds. From a trace alone (compile ids
+    eagerly from then on: that is `high` whatever the seconds, and its sampled eager seconds count
+    too, an upper bound (compiled once more, its generated code would still take some). From a trace alone (compile ids
     of the regions) the recompiles are seen but not timed: `medium`."""
 
     kind = "recompile"
@@ -366,13 +370,15 @@ class Recompiles(Rule[RecompileEvidence]):
                 # Where dynamo may make the size dynamic, the line that sets it is the one to change;
                 # under dynamic=False (or an expression that may be False) the compile call comes first.
                 where = [at] + where if dynamic in ("", "True", "None") else where + [at]
+            eager_s = _eager_seconds(facts, r) if hit else 0.0
             ev = RecompileEvidence(recompilations=r["count"], recompile_s=r["recompile_s"], reasons=r["reasons"],
                                    hit_recompile_limit=bool(hit), limit_name=limit,
                                    caused_by_break_at_line=int(str(after_break)) if after_break else None,
-                                   size_set_at=origin, specialised=specialised, compile_dynamic=dynamic)
-            out.append(self.finding(ev, title=title, lost_s=ev.recompile_s,
-                                    pct=_wall_pct(ev.recompile_s, facts.run_wall_s), where=where,
-                                    severity="high" if hit else None))
+                                   size_set_at=origin, specialised=specialised, compile_dynamic=dynamic,
+                                   eager_s=eager_s)
+            lost = ev.recompile_s + eager_s
+            out.append(self.finding(ev, title=title, lost_s=lost, pct=_wall_pct(lost, facts.run_wall_s), where=where,
+                                    severity="high" if hit else None, confidence="upper_bound" if eager_s else None))
         return out
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
@@ -457,6 +463,15 @@ def _compiled_name(file: str, line: int) -> str | None:
                 and n.args:
             return ast.unparse(n.args[0]).rsplit(".", 1)[-1]
     return None
+
+
+def _eager_seconds(facts: Facts, r: dict) -> float:
+    """The steady state's sampled seconds on the lines of the recompiled function (its own frames,
+    which run only eagerly: a compiled call runs generated code), once it ran past the limit."""
+    name = r.get("function")
+    lines = ((facts.python or {}).get("window") or {}).get("lines") or []
+    return sum(ln.get("total_s") or 0.0 for ln in lines
+               if ln.get("file") == r.get("file") and ln.get("function") == name)
 
 
 def _static_compile_sites(facts: Facts, r: dict) -> list[dict[str, Any]]:

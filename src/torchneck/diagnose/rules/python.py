@@ -147,6 +147,9 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
     i, n in ...])` over a batch of 256): replaced by a few batched ops, the loop's ops go with its
     Python, their dispatch and, on a GPU, the launches the device waits for (a text CNN's pooling
     loop: 73 % of the program's work, of which 21 points were Python)."""
+    ELEMENT_TAKING_OPS = frozenset({"aten::unbind", "aten::select", "aten::as_strided", "aten::slice"})
+    """What iterating a tensor runs (`for x in t`, `zip(a, b)`: an unbind, then a view per element):
+    on a `for` line, the loop takes a tensor's elements one by one (a step loop's line runs none)."""
     LINES_CONSIDERED = 5
     """Only the top sampled lines: below them no line reaches MIN_SHARE."""
     TORCH_MACHINERY_FILES = ("module.py", "optimizer.py", "lr_scheduler.py", "functional.py", "_compile.py",
@@ -185,8 +188,14 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 continue  # torch's own overhead (autograd engine, optimizer loop): other rules' evidence
             hot.append((line, outside))
         hot = _with_shared_headers(_one_place(hot), win["lines"])
+        taken_s: dict[tuple, float] = {}  # per line, the ops that take a tensor's elements one by one
+        for e in facts.ops_by_line:
+            if e.get("file") and e["op"] in self.ELEMENT_TAKING_OPS:
+                taken_s[(e["file"], e["line"])] = taken_s.get((e["file"], e["line"]), 0.0) + e["self_us"] / 1e6
+        iterating = {k for k, s in taken_s.items() if facts.window_s > 0 and s >= self.MIN_SHARE * facts.window_s}
         out = []
-        for line, outside, body, helper in _one_call(_loops(hot, total * self.MIN_SHARE), total * self.MIN_SHARE):
+        for line, outside, body, helper in _one_call(_loops(hot, total * self.MIN_SHARE, iterating),
+                                                     total * self.MIN_SHARE):
             share = outside / total
             if share < self.MIN_SHARE or outside < self.MIN_SAMPLED_S:
                 continue
@@ -252,8 +261,9 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
             callers = line.get("callers") or []  # one call path carries the line's time: the fix may go there
             if helper and callers and not ev.called_at:
                 title += f" (lines {', '.join(str(ln['line']) for ln in lines)}, called at line {callers[0]['line']})"
-            where = where_of([*callers[:1], line, *helper, *body, *callers[1:]] if ev.called_at
-                             else [line, *helper, *body, *callers])
+            body = sorted(body, key=lambda ln: -ln["total_s"])  # the loop's own lines before the helper's others
+            where = where_of([*callers[:1], line, *body, *helper, *callers[1:]] if ev.called_at
+                             else [line, *body, *helper, *callers])
             if line.get("shared_header") and body:  # a cold `for` line: its body's busiest line first
                 busiest = max(body, key=lambda ln: ln["total_s"])
                 first = [w for w in where if w.line == busiest["line"]][:1]
@@ -477,18 +487,22 @@ def _with_guard(where: list[Where]) -> list[Where]:
     return where
 
 
-def _loops(hot: list[tuple[dict, float]], least_s: float) -> list[tuple[dict, float, list[dict]]]:
+def _loops(hot: list[tuple[dict, float]], least_s: float,
+           iterating: set[tuple[str, int]] = frozenset()) -> list[tuple[dict, float, list[dict]]]:  # type: ignore[assignment]
     """The hot lines, with the lines of a hot loop's body folded into its header's: iterating
     (`for p, t in zip(pred, target)`: a 0-d tensor per element) and the per-element work in the
     body (`conf[t.item(), p.item()] += 1`) are one problem, fixed by replacing the loop. A header
-    counts as hot with `least_s` of its own; each entry is (line, seconds, body lines)."""
+    counts as hot with `least_s` of its own outside torch ops, or when it is among `iterating`:
+    a `for` whose own torch ops (a tensor's elements taken one by one) hold a tenth of the window;
+    each entry is (line, seconds, body lines)."""
     at = {(ln["file"], ln["line"]): i for i, (ln, s) in enumerate(hot)}
     into: dict[int, int] = {}
     for i, (ln, _) in enumerate(hot):
         for stmt in enclosing(ln["file"], ln["line"]):
             header = at.get((ln["file"], stmt.lineno))
             if isinstance(stmt, LOOPS) and stmt.lineno != ln["line"] and header is not None \
-                    and (hot[header][1] >= least_s or hot[header][0].get("shared_header")):
+                    and (hot[header][1] >= least_s or hot[header][0].get("shared_header")
+                         or isinstance(stmt, ast.For) and (ln["file"], stmt.lineno) in iterating):
                 into[i] = header
                 break  # the outermost hot loop
     out = []
