@@ -87,6 +87,16 @@ def test_unbatched_calls_at_a_comprehension_calling_the_model_per_row(tmp_path):
     assert f.where[0].line == 3 and "once per sample" in f.title and "5,000 calls" in f.title
     assert abs(f.time_lost_pct - 100 * 0.8 * 0.9) < 1e-9 and "torch.stack" in f.fix
     assert f.evidence["calls_share"] == 0.8 and abs(f.evidence["work_share"] - 0.1) < 1e-12
+    # those products take one row by a matrix each ([1, 256] x [256, 2048]): batched, the matrix is
+    # read once for all rows, so they are not the work a batched call keeps; a batch's product is
+    a = _ops(10_000.0)
+    a.ops.by_shape = [OpRow(name="aten::addmm", count=100, self_us=8_000.0, total_us=8_000.0, mean_us=80.0,
+                            shapes="[[2048], [1, 256], [256, 2048], [], []]")]
+    [f] = UnbatchedCalls().check(facts(analysis=a, python=_python(src, 3, 0.8), clock=clock))
+    assert abs(f.evidence["work_share"] - 0.02) < 1e-12 and abs(f.time_lost_pct - 100 * 0.8 * 0.98) < 1e-9
+    a.ops.by_shape[0].shapes = "[[2048], [64, 256], [256, 2048], [], []]"
+    [f] = UnbatchedCalls().check(facts(analysis=a, python=_python(src, 3, 0.8), clock=clock))
+    assert abs(f.evidence["work_share"] - 0.1) < 1e-12
 
 
 @silent("unbatched_calls")
