@@ -173,11 +173,13 @@ class MainThreadWatcher:
         finally:
             del frames
 
+
 class ThreadsSlice:
     """The capture plan's check while the main thread is blocked (run by the watcher's thread,
     since the main thread's checks cannot run): once the other threads' work has gone on for
     `STEADY_HOLD_S`, a time slice of it is profiled, every thread recorded; the slice ends at its
-    length or bounds. Only the windows it started: the main thread bounds its own."""
+    length or bounds, here while the main thread stays blocked, or at the main thread's next
+    check (a profiler started on one thread stops on another: measured, its trace whole)."""
 
     def __init__(self, window: Any):
         self.window = window
