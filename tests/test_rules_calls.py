@@ -372,6 +372,10 @@ def test_a_tokenizer_asked_to_pad_to_the_maximum_length_even_as_one_branch_of_a_
                    "c2 = Collator(tok, padding='longest' if fast else 'max_length')\n"
                    "c3 = Collator(tok, padding='longest')\nc4 = tok(texts, pad_to_max_length=False)\n")
     assert pads_to_max_length(str(src)) == [1, 2]
+    named = tmp_path / "named.py"  # the choice made in a name the call passes
+    named.write_text("padding = 'longest' if fast else 'max_length'\nbatch = tok(texts, padding=padding)\n"
+                     "other = 'longest'\nb2 = tok(texts, padding=other)\n")
+    assert pads_to_max_length(str(named)) == [1]
 
 
 def test_an_input_rebuilt_from_the_same_constant_counts_as_repeated():

@@ -931,6 +931,24 @@ def test_a_closure_without_parameters_calling_with_its_enclosing_values_is_loop_
     assert invariant_call(str(src), 6, {"welch"}, called_repeatedly=True) is None
 
 
+def test_a_datasets_stats_of_self_alone_are_invariant_but_not_a_fresh_draw(tmp_path):
+    """A Dataset's `stats` property recomputing the whole table's statistics per sample:
+    `self._compute_stats()` without arguments is the same every time; an argument drawn anew
+    (`xt = self.sample_points()`, `torch.rand`) is not, whatever else is fixed."""
+    from torchneck.diagnose.idioms import invariant_call
+
+    src = tmp_path / "ds.py"
+    src.write_text("import torch\nclass Sales:\n    @property\n    def stats(self):\n"
+                   "        return self._compute_stats()\n    def __getitem__(self, i):\n"
+                   "        return self.rows[i]\nclass Pinn:\n    def loss(self, fixed=False):\n"
+                   "        xt = self.sample_points()\n        r = self.residual(xt, fixed=fixed)\n"
+                   "        noise = torch.rand(4)\n        q = self.other(noise, fixed)\n        return r, q\n")
+    assert invariant_call(str(src), 5, {"_compute_stats"}, called_repeatedly=True) == "_compute_stats"
+    fixed = frozenset({"fixed"})
+    assert invariant_call(str(src), 11, {"residual"}, called_repeatedly=True, invariant_params=fixed) is None
+    assert invariant_call(str(src), 13, {"other"}, called_repeatedly=True, invariant_params=fixed) is None
+
+
 def test_with_callers_follows_the_first_line_the_sampler_saw_called():
     """A recursion's slicing line issues most ops but was never sampled with a caller; the call
     path of the next line (the leaf product) reaches the line choosing the leaf size."""

@@ -379,7 +379,8 @@ def _invariant_in_function(file: str, line: int, stmt: ast.stmt, functions: set[
     `functions` whose arguments read no parameter of the function holding it (`self` aside: a
     constant table built from the object's config), nor a local name made from one (`length =
     history.shape[1] + 28`), in a function that reads one elsewhere. A Dataset's `__getitem__`
-    index is no such parameter: what is made from it is the same for that sample every epoch."""
+    index is no such parameter: what is made from it is the same for that sample every epoch; and
+    in a Dataset's method of `self` alone, `self.helper()` without arguments is the same too."""
     tree = _tree(file)
     holding = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                and n.lineno <= line <= (n.end_lineno or n.lineno)] if tree is not None else []
@@ -389,10 +390,20 @@ def _invariant_in_function(file: str, line: int, stmt: ast.stmt, functions: set[
     params = {a.arg for a in [*fdef.args.posonlyargs, *fdef.args.args, *fdef.args.kwonlyargs]} - {"self", "cls"}
     reads = {n.id for n in walk_own(fdef) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     stored = {n.id for n in walk_own(fdef) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    owner = next((c for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and fdef in c.body), None)  # type: ignore[arg-type]
+    if not (params or fdef.args.vararg or fdef.args.kwarg) and owner is not None and any(
+            isinstance(f, ast.FunctionDef) and f.name == "__getitem__" for f in owner.body):
+        # a Dataset's method of `self` alone (a `stats` property recomputing the whole table's
+        # statistics): per sample, `self.helper()` without arguments gives the same every time
+        for call in walk_own(stmt):
+            if isinstance(call, ast.Call) and call_name(call) in functions and not (call.args or call.keywords) \
+                    and isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) == "self":
+                return call_name(call)
     if not params & reads and (params or fdef.args.vararg or fdef.args.kwarg or not stored):
         return None  # the function does nothing per item itself (a closure without parameters: its stores vary)
     index = {fdef.args.args[1].arg} if fdef.name == "__getitem__" and len(fdef.args.args) > 1 else set()
     varying = _varying(fdef, params - invariant_params - index) if params else stored  # an index: same each epoch
+    varying |= _drawn(fdef)
     for call in walk_own(stmt):
         if not isinstance(call, ast.Call) or call_name(call) not in functions:
             continue
@@ -402,6 +413,24 @@ def _invariant_in_function(file: str, line: int, stmt: ast.stmt, functions: set[
         if not {n.id for a in arguments for n in ast.walk(a) if isinstance(n, ast.Name)} & varying:
             return call_name(call)
     return None
+
+
+DRAWING_CALLS = frozenset({"rand", "randn", "randint", "randperm", "normal", "uniform", "choice", "shuffle",
+                           "sample", "multinomial", "bernoulli", "next"})
+"""Calls whose result differs from one call to the next (random draws, an iterator's next item)."""
+
+
+def _drawn(fdef: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The local names the function assigns from a draw (`DRAWING_CALLS`) or from a method of
+    `self` (`xt = self.sample_collocation()`: the object's state, random or not, may differ at
+    every call), and those assigned from them: what a call given them may compute anew."""
+    drawn = set()
+    for node in walk_own(fdef):
+        if isinstance(node, ast.Assign) and any(
+                isinstance(c, ast.Call) and (call_name(c) in DRAWING_CALLS or ast.unparse(c.func).startswith("self."))
+                for c in ast.walk(node.value)):
+            drawn |= {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return _varying(fdef, drawn) if drawn else drawn
 
 
 def _varying(fdef: ast.FunctionDef | ast.AsyncFunctionDef, names: set[str]) -> set[str]:

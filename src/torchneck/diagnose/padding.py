@@ -137,18 +137,26 @@ of another kind that happens to have the same value (`batch_size=64`) sets no pa
 
 def pads_to_max_length(file: str) -> list[int]:
     """Lines of `file` asking a tokenizer or collator to pad every batch to a fixed length:
-    `padding="max_length"` (or a choice that may give it), `pad_to_max_length=True`,
-    `PaddingStrategy.MAX_LENGTH`; [] when none or unreadable."""
+    `padding="max_length"` (or a choice that may give it, there or in the name it passes:
+    `padding = "longest" if fast else "max_length"`, then `padding=padding`),
+    `pad_to_max_length=True`, `PaddingStrategy.MAX_LENGTH`; [] when none or unreadable."""
     tree = _tree(file)
     if tree is None:
         return []
+
+    def asks_max_length(value: ast.AST) -> bool:  # a branch of a choice too
+        return any(isinstance(n, ast.Constant) and n.value == "max_length" for n in ast.walk(value))
+
+    chosen = {t.id: n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assign) and asks_max_length(n.value)
+              for t in n.targets if isinstance(t, ast.Name)}
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.keyword):
             value = node.value
-            if node.arg == "padding" and any(isinstance(n, ast.Constant) and n.value == "max_length"
-                                             for n in ast.walk(value)):  # a branch of a choice too
+            if node.arg == "padding" and asks_max_length(value):
                 out.add(value.lineno)
+            elif node.arg == "padding" and isinstance(value, ast.Name) and value.id in chosen:
+                out.add(chosen[value.id])
             elif node.arg == "pad_to_max_length" and not (isinstance(value, ast.Constant) and not value.value):
                 out.add(value.lineno)
         elif isinstance(node, ast.Attribute) and node.attr == "MAX_LENGTH" \

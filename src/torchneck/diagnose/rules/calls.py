@@ -525,15 +525,18 @@ class PaddingWaste(_SiteRule):
     @staticmethod
     def _where(facts: Facts, site: dict[str, Any], length: float) -> list[Where]:
         """Where the length is chosen first: in the user's files the trace or the sampler saw, the
-        lines making a padded buffer of that fixed length (`torch.full((n, pad_len), PAD)` after
-        `pad_len = MAX_LEN`), or asking a tokenizer to pad to `max_length`; then the model call."""
+        lines asking a tokenizer to pad to `max_length`, then those making a padded buffer of that
+        fixed length (`torch.full((n, pad_len), PAD)` after `pad_len = MAX_LEN`); then the model
+        call."""
         files = [site["file"], *(w.file for w in facts.lines_for_ops(None, limit=20))]
         window = (facts.python or {}).get("window") or {}
         files += [ln["file"] for ln in window.get("inclusive_lines") or [] if ln.get("file")]
         out: list[Where] = []
         for file in dict.fromkeys(files):
-            lines = fixed_length_lines(file, round(length)) if float(length).is_integer() else []
-            lines += pads_to_max_length(file)
+            # asking for max_length first (the program's choice), then the lines padding to it
+            lines = pads_to_max_length(file)
+            lines += [ln for ln in (fixed_length_lines(file, round(length)) if float(length).is_integer() else [])
+                      if ln not in lines]
             out += [Where(file=file, line=ln, function=function_at(file, ln)) for ln in lines]
         for w in where_of([site]):
             if (w.file, w.line) not in {(o.file, o.line) for o in out}:
