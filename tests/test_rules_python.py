@@ -259,3 +259,29 @@ def test_python_hotspot_a_helper_called_per_batch_is_one_finding_with_its_loops(
     append = _at(script, 5, "basis", 0.3, callers=callers)
     [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(convert, append)))
     assert [w.line for w in f.where][:3] == [6, 5, 8] and abs(f.time_lost_s - 0.7) < 1e-9
+
+
+def test_a_loop_issuing_ops_element_by_element_explains_the_tiny_ops_and_their_backward():
+    """A PINN's residual takes `autograd.grad` per collocation point in a loop: the tiny ops are
+    the loop's (and their backward's, at the `.backward()` line the per-op finding leads with);
+    a loop issuing few ops, none of the symptom's lines, or a per-op finding leading with the
+    loop's own line (that loop's per-op cost, the zoo's dispatch_overhead), explains nothing."""
+    from torchneck.model.findings import Finding, Where
+
+    def at(*lines):
+        return [Where(file="/x/pinn.py", line=n, function="f") for n in lines]
+
+    loop = Finding(kind="python_hotspot", title="", time_lost_s=4.0, time_lost_pct=60.0, fix="", severity="high",
+                   where=at(55, 53, 54), evidence={"element_ops_per_step": 2304.0})
+    tiny = Finding(kind="dispatch_overhead", title="", time_lost_s=3.0, time_lost_pct=50.0, fix="",
+                   severity="high", where=at(88, 55, 54))
+    assert PythonHotspot().explained(loop, tiny, facts()) is not None
+    few = Finding(**{**{f: getattr(loop, f) for f in ("kind", "title", "time_lost_s", "time_lost_pct", "fix",
+                                                      "severity", "where")}, "evidence": {"element_ops_per_step": 8.0}})
+    assert PythonHotspot().explained(few, tiny, facts()) is None
+    elsewhere = Finding(kind="dispatch_overhead", title="", time_lost_s=3.0, time_lost_pct=50.0, fix="",
+                        severity="high", where=at(88, 12))
+    assert PythonHotspot().explained(loop, elsewhere, facts()) is None
+    own = Finding(kind="dispatch_overhead", title="", time_lost_s=3.0, time_lost_pct=50.0, fix="",
+                  severity="high", where=at(55, 54))  # the loop's own per-op cost: a cause of its own
+    assert PythonHotspot().explained(loop, own, facts()) is None

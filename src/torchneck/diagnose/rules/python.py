@@ -286,7 +286,9 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         Tiny ops issued from this very line by work it asks a library for too often (formatting a
         tensor every step, a deep copy, a checkpoint: `asks_too_often`) are that call's cost: the
         fix is to call it less, not to vectorise the ops. So are a loop's element reads
-        (`reads_elements`): the fix is one read of all the values."""
+        (`reads_elements`): the fix is one read of all the values; and the ops of a loop issuing
+        them one element at a time (`element_ops_per_step`) when the per-op finding leads with
+        their backward's line."""
         if symptom.kind == "op_hotspot":  # ops run below a helper call that the fix makes rarer
             same_line = bool(cause.where and symptom.where) \
                 and (symptom.where[0].file, symptom.where[0].line) == (cause.where[0].file, cause.where[0].line)
@@ -305,8 +307,15 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         if symptom.kind == "dispatch_overhead":
             here = (cause.where[0].file, cause.where[0].line) if cause.where else None
             issued_here = any((w.file, w.line) == here for w in symptom.where)  # it may lead with its loop
-            if not (issued_here and (asks_too_often(cause.evidence.get("calls_into") or "")
-                                     or cause.evidence.get("reads_elements"))):
+            # a loop issuing its ops one element at a time, whose backward's ops the symptom leads with
+            # (at the .backward() line: autograd.grad per point); one leading with the loop's own line
+            # is the per-op cost of that loop, a cause of its own
+            mine = {(w.file, w.line) for w in cause.where}
+            looped = (cause.evidence.get("element_ops_per_step") or 0.0) >= self.ELEMENT_OPS_PER_STEP and \
+                bool(symptom.where) and (symptom.where[0].file, symptom.where[0].line) not in mine and \
+                bool(mine & {(w.file, w.line) for w in symptom.where})
+            if not (looped or issued_here and (asks_too_often(cause.evidence.get("calls_into") or "")
+                                               or cause.evidence.get("reads_elements"))):
                 return None
         return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
 
