@@ -22,6 +22,7 @@ from ...trace.normalise import COMPILE_STAGE_SUFFIX
 from ..facts import Facts, where_of
 from ..rule import MEDIUM_SHARE, Explanation, Rule, register, severity_for, worse
 from ..source import (
+    _is_compile,
     calls_of,
     compile_call_lines,
     compile_dynamic,
@@ -459,8 +460,7 @@ def _compiled_name(file: str, line: int) -> str | None:
     (`token_metrics` for `torch.compile(token_metrics, dynamic=False)`); None otherwise."""
     path = enclosing(file, line)
     for n in ast.walk(path[-1]) if path else ():
-        if isinstance(n, ast.Call) and n.lineno == line and ast.unparse(n.func) in ("torch.compile", "compile") \
-                and n.args:
+        if isinstance(n, ast.Call) and n.lineno == line and _is_compile(n.func) and n.args:
             return ast.unparse(n.args[0]).rsplit(".", 1)[-1]
     return None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Collection
 
 from ...analysis.ops import BACKWARD_NODE
 from ...model.base import Record
@@ -167,10 +168,13 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         if total <= 0:
             return []
         op_s: dict[tuple, float] = {}
+        taken_s: dict[tuple, float] = {}  # per line, the ops that take a tensor's elements one by one
         for e in facts.ops_by_line:
             if e.get("file"):
                 k = (e["file"], e["line"])
                 op_s[k] = op_s.get(k, 0.0) + e["self_us"] / 1e6
+                if e["op"] in self.ELEMENT_TAKING_OPS:
+                    taken_s[k] = taken_s.get(k, 0.0) + e["self_us"] / 1e6
         loading = {(ln["file"], ln["line"]): ln["total_s"]
                    for ln in facts.python.get("loading", {}).get("lines", [])}
         hot: list[tuple[dict, float]] = []  # the lines considered, with their time outside torch ops
@@ -188,10 +192,6 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 continue  # torch's own overhead (autograd engine, optimizer loop): other rules' evidence
             hot.append((line, outside))
         hot = _with_shared_headers(_one_place(hot), win["lines"])
-        taken_s: dict[tuple, float] = {}  # per line, the ops that take a tensor's elements one by one
-        for e in facts.ops_by_line:
-            if e.get("file") and e["op"] in self.ELEMENT_TAKING_OPS:
-                taken_s[(e["file"], e["line"])] = taken_s.get((e["file"], e["line"]), 0.0) + e["self_us"] / 1e6
         iterating = {k for k, s in taken_s.items() if facts.window_s > 0 and s >= self.MIN_SHARE * facts.window_s}
         out = []
         for line, outside, body, helper in _one_call(_loops(hot, total * self.MIN_SHARE, iterating),
@@ -497,7 +497,7 @@ def _with_guard(where: list[Where]) -> list[Where]:
 
 
 def _loops(hot: list[tuple[dict, float]], least_s: float,
-           iterating: set[tuple[str, int]] = frozenset()) -> list[tuple[dict, float, list[dict]]]:  # type: ignore[assignment]
+           iterating: Collection[tuple[str, int]] = ()) -> list[tuple[dict, float, list[dict]]]:
     """The hot lines, with the lines of a hot loop's body folded into its header's: iterating
     (`for p, t in zip(pred, target)`: a 0-d tensor per element) and the per-element work in the
     body (`conf[t.item(), p.item()] += 1`) are one problem, fixed by replacing the loop. A header
