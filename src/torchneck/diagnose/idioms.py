@@ -357,13 +357,8 @@ def invariant_call(file: str, line: int, functions: set[str], called_repeatedly:
     for comp in comps:
         bound |= {n.id for g in comp.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
     varying = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} & bound
-    targets = {n.id for loop in loops if isinstance(loop, (ast.For, ast.AsyncFor))
-               for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
-    per_item = any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in targets
-                   for loop in loops for n in ast.walk(loop)
-                   if not isinstance(loop, (ast.For, ast.AsyncFor)) or n is not loop.target)  # the item is used
-    if not varying and not per_item:
-        return None  # nothing is done per item: a loop repeating the statement on purpose (a benchmark)
+    if not varying:
+        return None  # the statement does nothing per item: a loop repeating it on purpose (a benchmark)
     for call in walk_own(stmt):
         if not isinstance(call, ast.Call) or call_name(call) not in functions:
             continue
@@ -372,8 +367,6 @@ def invariant_call(file: str, line: int, functions: set[str], called_repeatedly:
         arguments = [*call.args, *(k.value for k in call.keywords)]
         if any(isinstance(n, ast.Call) for a in arguments for n in ast.walk(a)):
             continue  # an argument made by a call may differ every pass (torch.rand, next(it))
-        if not varying and not isinstance(call.func, ast.Name):
-            continue  # alone in a statement, an object's method may change the object (a training epoch)
         used = {n.id for a in arguments for n in ast.walk(a) if isinstance(n, ast.Name)}
         if not used & bound:
             return call_name(call)
