@@ -901,6 +901,43 @@ def test_a_call_repeated_alone_or_with_fresh_arguments_is_not_loop_invariant(tmp
     assert invariant_call(str(src), 8, {"fb"}) == "fb" and invariant_call(str(src), 8, {"g"}) is None
 
 
+def test_a_helper_recomputed_in_a_loop_that_uses_its_item_elsewhere_is_loop_invariant(tmp_path):
+    """`ref = reference(BANK, n)` on a line of its own in a loop whose other lines use the item: the
+    same result every pass, when the samples show the call holds the time (`item_used_elsewhere`;
+    not by default: other rules read a statement reading no loop name as repeated on purpose);
+    an object's method alone on its line (`fitter.fit_epoch(data)` per epoch) may change the
+    object, and is not."""
+    from torchneck.diagnose.idioms import invariant_call
+
+    src = tmp_path / "stream.py"
+    src.write_text("def scores(stream, n):\n    for chunk in stream:\n        ref = reference(BANK, n)\n"
+                   "        yield compare(chunk, ref)\n"
+                   "def train(fitter, data, epochs):\n    for epoch in range(epochs):\n"
+                   "        loss = fitter.fit_epoch(data)\n        print(epoch, loss)\n")
+    assert invariant_call(str(src), 3, {"reference"}, item_used_elsewhere=True) == "reference"
+    assert invariant_call(str(src), 3, {"reference"}) is None
+    assert invariant_call(str(src), 7, {"fit_epoch"}, item_used_elsewhere=True) is None
+
+
+@fires("op_hotspot")
+def test_op_hotspot_in_a_helper_called_the_same_way_every_pass_names_the_call(tmp_path):
+    """The op runs in a helper; the line calling it in a loop passes what never changes: that line
+    leads, and the sampled time under it is what computing it once saves."""
+    src = tmp_path / "spectra.py"
+    src.write_text("import torch\ndef reference(bank, n):\n    return torch.fft.rfft(bank, n).abs().mean(0)\n"
+                   "def scores(stream, n):\n    for chunk in stream:\n        ref = reference(BANK, n)\n"
+                   "        yield (chunk * ref).sum()\n")
+    by_line = [{"op": "aten::abs", "file": str(src), "line": 3, "function": "reference", "self_us": 60_000.0}]
+    lines = [{"file": str(src), "line": 3, "function": "reference", "total_s": 8.0, "self_s": 0.0,
+              "callers": [{"file": str(src), "line": 6, "function": "scores"}]}]
+    inclusive = [{"file": str(src), "line": 6, "function": "scores", "total_s": 8.0}]
+    python = {"window": {"sampled_s": 10.0, "lines": lines, "inclusive_lines": inclusive}}
+    [f] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::abs", 60_000.0)]), ops_by_line=by_line,
+                                  python=python))
+    assert [w.line for w in f.where][:2] == [6, 3] and f.evidence["recomputed_at"] == 6
+    assert abs(f.time_lost_s - 0.08) < 1e-9  # 80 % of the 0.1 s window
+
+
 def test_a_method_called_per_item_building_a_constant_is_loop_invariant(tmp_path):
     """`tag(self, ids)` is called once per sentence and builds the same transition table from its
     config each time: the call reads no parameter of `tag` but `self`, and `tag` reads `ids`."""

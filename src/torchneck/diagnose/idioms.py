@@ -6,6 +6,7 @@ padding.py). Each answers for one statement, and False (or None) when the source
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 
 from .source import (
     COMPREHENSIONS,
@@ -329,7 +330,7 @@ def indexes_own_tensors(file: str, line: int) -> bool:
 
 
 def invariant_call(file: str, line: int, functions: set[str], called_repeatedly: bool = False,
-                   invariant_params: frozenset[str] = frozenset()) -> str | None:
+                   invariant_params: frozenset[str] = frozenset(), item_used_elsewhere: bool = False) -> str | None:
     """The name of a call at `line` to one of `functions` made on every pass of a loop or
     comprehension around it with arguments that do not change from pass to pass (no name the
     loop binds or assigns, none made by a call): `[log_mel(w, mel_filterbank()) for w in clips]`
@@ -340,7 +341,10 @@ def invariant_call(file: str, line: int, functions: set[str], called_repeatedly:
     whose arguments read none of the function's parameters but `self` counts too, when the
     function reads a parameter elsewhere (`invariant_params`: parameters every caller passes the
     same value, `loop_invariants.invariant_parameters`, do not count), or, in a closure without
-    parameters (an optimizer's `closure()`), none of the names it assigns."""
+    parameters (an optimizer's `closure()`), none of the names it assigns. With
+    `item_used_elsewhere` (the call is known to hold the time, from the samples under it), the
+    statement may read nothing that changes when the loop reads its item in another statement,
+    unless the call is an object's method alone (`trainer.fit_epoch(data)` changes the trainer)."""
     path = enclosing(file, line)
     if not path or not functions:
         return None
@@ -357,8 +361,12 @@ def invariant_call(file: str, line: int, functions: set[str], called_repeatedly:
     for comp in comps:
         bound |= {n.id for g in comp.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
     varying = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} & bound
-    if not varying:
-        return None  # the statement does nothing per item: a loop repeating it on purpose (a benchmark)
+    targets = _loop_targets(loops) if item_used_elsewhere else set()
+    per_item = any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in targets
+                   for loop in loops for n in ast.walk(loop)
+                   if not isinstance(loop, (ast.For, ast.AsyncFor)) or n is not loop.target)
+    if not varying and not per_item:
+        return None  # nothing is done per item: a loop repeating the statement on purpose (a benchmark)
     for call in walk_own(stmt):
         if not isinstance(call, ast.Call) or call_name(call) not in functions:
             continue
@@ -367,10 +375,18 @@ def invariant_call(file: str, line: int, functions: set[str], called_repeatedly:
         arguments = [*call.args, *(k.value for k in call.keywords)]
         if any(isinstance(n, ast.Call) for a in arguments for n in ast.walk(a)):
             continue  # an argument made by a call may differ every pass (torch.rand, next(it))
+        if not varying and not isinstance(call.func, ast.Name):
+            continue  # alone in a statement, an object's method may change the object (a training epoch)
         used = {n.id for a in arguments for n in ast.walk(a) if isinstance(n, ast.Name)}
         if not used & bound:
             return call_name(call)
     return None
+
+
+def _loop_targets(loops: Sequence[ast.AST]) -> set[str]:
+    """The names `for` loops among `loops` bind to their items."""
+    return {n.id for loop in loops if isinstance(loop, (ast.For, ast.AsyncFor))
+            for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
 
 
 def _invariant_in_function(file: str, line: int, stmt: ast.stmt, functions: set[str],

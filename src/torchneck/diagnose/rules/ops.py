@@ -24,6 +24,7 @@ from ..idioms import (
     diagonal_of_product,
     embedding_defined_at,
     factorises_invariant_matrix,
+    invariant_call,
     inverse_then_multiply,
     one_hot_product,
     sorted_then_searched,
@@ -154,7 +155,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
 
     Time lost: the op's self time, an upper bound (what removing the op entirely would save); for
     a per-group mask, the ops of the mask's line and the selecting ops of the lines using it
-    (grouping once removes them all); for a recomputed value, all the ops of its line; for a
+    (grouping once removes them all); for a recomputed value, all the ops of its line (or, for a
+    helper called the same way on every pass of a loop, the sampled time under that call); for a
     squared broadcast difference or a one-hot product, the ops of its line (its sampled time, for
     the one-hot matrix) and the backward nodes differentiating them (`Facts.backward_us_at`); for
     a line outside the window, its sampled time inside torch ops."""
@@ -319,6 +321,12 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             if pairwise is None and broadcast is None else None
         if recomputed is not None:  # every pass after the first redoes all of that line's ops
             lost = max(lost, sum(e["self_us"] for e in facts.ops_at(recomputed)) / 1e6)
+        elif pairwise is None and broadcast is None:  # or a helper running the op, called so from a loop
+            helpers = {(w.function or "").rsplit(".", 1)[-1] for w in where} - {""}
+            recomputed = next((c for c in facts.with_each_caller(where)[len(where):]
+                               if invariant_call(c.file, c.line, helpers, item_used_elsewhere=True)), None)
+            if recomputed is not None:  # all the helper's work under that call goes, but its first
+                lost = max(lost, sampled_under(facts, recomputed.file, recomputed.line) * facts.window_s)
         if pairwise is not None:  # the difference, its square and its sum at that line all go, and their backward
             at_line = facts.ops_at(pairwise)
             line_s = sum(e["self_us"] for e in at_line) / 1e6
