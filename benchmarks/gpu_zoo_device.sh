@@ -16,6 +16,7 @@ fi
 nvidia-smi -L 2>&1 | tee "$OUT/device.txt"
 python3 -c "import torch, msgspec, isal, greenlet, rich; print('torch', torch.__version__, torch.cuda.is_available())" 2>&1 | tee -a "$OUT/device.txt"
 GPU_PROGRAMS=${GPU_PROGRAMS:-"g_launch_server g_metrics_item g_loader_trainer g_fp32_hf_loop g_bow_half g_slow_rank"}
+VERIFY_PROGRAMS=${VERIFY_PROGRAMS:-$GPU_PROGRAMS}  # measured (planted vs fixed): the new ones, when time is short
 KEEP=/tmp/gpu-zoo-runs
 rm -rf "$KEEP"
 echo "== score (torchneck run of each program)"
@@ -23,8 +24,8 @@ timeout "${SCORE_TIMEOUT:-270}" python3 benchmarks/zoo_score.py --only $GPU_PROG
 find "$KEEP" -name "report.*" -delete  # the kept runs are re-diagnosed; their samples are kept (callers of helpers)
 tar czf "$OUT/runs.tgz" -C "$KEEP" . && ls -la "$OUT/runs.tgz"
 echo "== measure (planted vs fixed)"
-timeout "${VERIFY_TIMEOUT:-200}" python3 benchmarks/zoo_verify.py --only $GPU_PROGRAMS --repeat "${REPEAT:-2}" --write 2>&1 | tee "$OUT/verify.txt"
-cp benchmarks/zoo/manifest-gpu.json "$OUT/"
+timeout "${VERIFY_TIMEOUT:-200}" python3 benchmarks/zoo_verify.py --only $VERIFY_PROGRAMS --repeat "${REPEAT:-2}" --write 2>&1 | tee "$OUT/verify.txt"
+cp benchmarks/zoo/manifest-gpu.json benchmarks/zoo/manifest-zook.json "$OUT/"
 if [ "${GEMM:-1}" = 1 ]; then
   echo "== GEMM alignment"
   timeout 45 python3 benchmarks/gemm_alignment.py --json "$OUT/gemm_alignment.json" 2>&1 | tee "$OUT/gemm.txt"

@@ -130,7 +130,9 @@ def test_cuda_graph_replay_launches_the_step_at_once(analyses):
 
 
 def test_host_sync_every_step(analyses):
-    """`loss.item()` and a `.cpu()` copy each step: the syncs, their causes and the copies."""
+    """`loss.item()` and a `.cpu()` copy each step: the syncs, their causes and the copies. The
+    GPU stays busy 88 % of the steps (FP32 matmuls without Tensor Cores): the CPU's waits are
+    that work, so removing the syncs saves at most the GPU's idle time, and the matmuls lead."""
     events = raw_events("host_sync")
     lo, hi, _ = cpu_step_window(events)
     syncs = [e for e in events if e["name"] == "cudaStreamSynchronize" and lo <= e["ts"] < hi]
@@ -141,8 +143,13 @@ def test_host_sync_every_step(analyses):
     assert s["dtoh_copies"] == len(dtoh)
     assert {c["op"]: c["count"] for c in s["by_cause"]} == {"aten::item": 3, "aten::to": 3}
     r = torchneck("analyze", str(GPU["host_sync"]), "--json", "-")
-    top = json.loads(r.stdout)["findings"][0]
-    assert top["kind"] == "host_sync" and "aten::item" in top["ops"]
+    findings = json.loads(r.stdout)["findings"]
+    sync = next(f for f in findings if f["kind"] == "host_sync")
+    assert "aten::item" in sync["ops"]
+    idle_s = analyses["host_sync"]["gpu"]["devices"][0]["idle_us"] / 1e6
+    assert sync["evidence"]["gpu_idle_s"] == pytest.approx(idle_s) and sync["time_lost_s"] == pytest.approx(idle_s)
+    assert sync["time_lost_s"] < s["sync_wait_us"] / 1e6 / 3
+    assert findings[0]["kind"] == "tensor_cores"
 
 
 def test_compiled_training_shows_triton_kernels_and_compiled_regions(analyses):

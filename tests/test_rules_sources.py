@@ -1,7 +1,7 @@
 """Source readings added for programs of unseen round 12: the statement turning TF32 off, and
 the parameters a call passes unchanged on every pass of its loop. Each on both sides."""
 
-from torchneck.diagnose.idioms import invariant_call
+from torchneck.diagnose.idioms import float64_conversions, invariant_call, keyword_line
 from torchneck.diagnose.loop_invariants import invariant_parameters
 from torchneck.diagnose.rules.gpu import _tf32_turned_off
 
@@ -15,6 +15,41 @@ def test_the_statements_turning_tf32_off(tmp_path):
                    "torch.set_float32_matmul_precision('high')\n"                 # 5: on
                    "torch.backends.cudnn.allow_tf32 = False\n")                   # 6: convolutions, not matmuls
     assert [ln for ln, _ in _tf32_turned_off(str(src))] == [2, 4]
+
+
+def test_a_config_field_set_to_highest_precision_is_named_before_the_call_passing_it(tmp_path):
+    """`set_float32_matmul_precision(cfg.matmul_precision)` turns TF32 off through a config
+    class's field: the field's line is the one to change (an unseen GPU trainer, round 15)."""
+    src = tmp_path / "trainer.py"
+    src.write_text("import torch\nfrom dataclasses import dataclass\n@dataclass\nclass RunConfig:\n"
+                   "    lr: float = 1e-3\n"
+                   "    matmul_precision: str = 'high' if FAST else 'highest'\n"    # 6
+                   "def configure(cfg):\n"
+                   "    torch.set_float32_matmul_precision(cfg.matmul_precision)\n"  # 8
+                   "    torch.set_float32_matmul_precision(cfg.other)\n")           # 9: a name, no "highest" seen
+    assert [ln for ln, _ in _tf32_turned_off(str(src))] == [6, 8, 9]
+
+
+def test_float64_conversions_keep_models_and_tensors_not_reductions(tmp_path):
+    """A model or tensor converted to float64 and kept is the line to change; a metric's sum read
+    in float64 (`(a == b).sum().double()`) makes one number and is not."""
+    src = tmp_path / "score.py"
+    src.write_text("import torch\n"
+                   "model = model.to(DEVICE, dtype=torch.float32 if FIXED else torch.float64)\n"  # 2
+                   "x = x.double()\n"                                                           # 3
+                   "net.double().cuda()\n"                                                      # 4
+                   "total += (pred == y).sum().double()\n"                                     # 5: a reduction
+                   "acc = torch.stack([(a == b).sum().double(), logits.double().sum()])\n"    # 6: inside others
+                   "y = y.to(torch.float32)\n")                                                # 7: float32
+    assert float64_conversions(str(src)) == [2, 3, 4]
+
+
+def test_the_num_workers_keyword_of_a_loader_built_over_several_lines(tmp_path):
+    src = tmp_path / "loader.py"
+    src.write_text("loader = DataLoader(\n    dataset,\n    batch_size=64,\n    num_workers=0,\n)\n"
+                   "other = DataLoader(dataset)\n")
+    assert keyword_line(str(src), 1, "num_workers") == 4
+    assert keyword_line(str(src), 6, "num_workers") is None
 
 
 def test_a_helper_called_with_what_its_callers_loop_passes_unchanged(tmp_path):

@@ -430,8 +430,9 @@ def streamed_quantiles(blocks: Callable[[], Iterable[np.ndarray]], qs: tuple[flo
 
 def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int = 10,
                 place: Callable[[np.ndarray], list[CodeSite]] | None = None) -> Float64Ops:
-    """CPU ops with a float64 *tensor* input (needs record_shapes): self time and the top ops;
-    with `place`, also `where`: `place(rows)` of those ops (the user's code that ran them).
+    """CPU ops with a float64 *tensor* input (needs record_shapes): self time, the top ops and
+    the GPU time of the kernels they launched (that of convolutions apart); with `place`, also
+    `where`: `place(rows)` of those ops (the user's code that ran them).
 
     An input counts when its type is `double` and its shape has at least one dimension: a Python
     float passed to an op (`x * 0.5`) arrives as a 0-dim double "wrapped number", and ops on those
@@ -444,9 +445,40 @@ def float64_ops(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int 
     recorded, hit = ops_by_arg_pairs(table, rows, typed, double_tensor)
     if not recorded:
         return Float64Ops(recorded=False)
+    kernels = launched_kernels(table, hit)
+    conv = launched_kernels(table, hit[table.names_matching(lambda s: "conv" in s)[table.name[hit]]])
     return Float64Ops(recorded=True, self_us=float(nesting.self_time(hit).sum(dtype=np.float64)), count=int(len(hit)),
+                      kernel_us=float(table.dur[kernels].sum(dtype=np.float64)),
+                      conv_kernel_us=float(table.dur[conv].sum(dtype=np.float64)),
                       ops=op_table(table, nesting, hit, by_shape=True, top=top) if len(hit) else [],
                       where=place(hit) if place is not None and len(hit) else [])
+
+
+def launched_kernels(table: EventTable, ops: np.ndarray) -> np.ndarray:
+    """The kernel rows launched under these host ops: kernels whose launching call
+    (`EventTable.launcher`, a runtime or driver call) starts inside an op's span, on its thread;
+    each kernel once, however many of the ops (nested ones) hold its call."""
+    link = table.launcher
+    kernels = link.rows[table.cat[link.rows] == Cat.KERNEL]
+    if not len(ops) or not len(kernels):
+        return np.empty(0, dtype=np.int64)
+    calls = link[kernels]
+    out = []
+    for thread in np.unique(table.thread[ops]).tolist():  # a few threads: one sweep each
+        mine = table.thread[calls] == thread
+        k, c = kernels[mine], calls[mine]
+        if not len(k):
+            continue
+        order = np.argsort(table.ts[c], kind="stable")
+        k, call_ts = k[order], table.ts[c][order]
+        held = ops[table.thread[ops] == thread]
+        lo = np.searchsorted(call_ts, table.ts[held], side="left")
+        hi = np.searchsorted(call_ts, table.ts[held] + table.dur[held], side="left")
+        depth = np.zeros(len(k) + 1, dtype=np.int64)  # how many op spans cover each call
+        np.add.at(depth, lo, 1)
+        np.add.at(depth, hi, -1)
+        out.append(k[np.cumsum(depth[:-1]) > 0])
+    return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
 
 
 def _double_tensor_input(types_json: str, shapes_json: str) -> bool:

@@ -14,7 +14,7 @@ from ..trace.table import Cat, EventTable, search_sorted
 from .groups import positions_in
 from .intervals import ascending
 from .nesting import Nesting
-from .ops import callers, cpu_ops_among, ops_by_arg_pairs, row_blocks, rows_matching
+from .ops import callers, cpu_ops_among, launched_kernels, ops_by_arg_pairs, row_blocks, rows_matching
 
 HALF_MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm")
 TENSOR_CORE_MULTIPLE = 8
@@ -34,24 +34,8 @@ def _json(table: EventTable, sid: int, cache: dict):
 
 
 def _launched_kernel_us(table: EventTable, ops: np.ndarray) -> float:
-    """GPU time of the kernels launched under these host ops: kernels whose launching call
-    (`EventTable.launcher`, a runtime or driver call) starts inside an op's span, on its thread."""
-    if not len(ops):
-        return 0.0
-    link = table.launcher
-    kernels = link.rows[table.cat[link.rows] == Cat.KERNEL]
-    if not len(kernels):
-        return 0.0
-    calls = link[kernels]
-    by_start = np.argsort(table.ts[calls], kind="stable")
-    kernels, calls = kernels[by_start], calls[by_start]
-    call_ts = table.ts[calls]
-    total = 0.0
-    for op in ops.tolist():
-        lo, hi = np.searchsorted(call_ts, [table.ts[op], table.ts[op] + table.dur[op]], side="left")
-        inside = table.thread[calls[lo:hi]] == table.thread[op]
-        total += float(table.dur[kernels[lo:hi][inside]].astype(np.float64).sum())
-    return total
+    """GPU time of the kernels launched under these host ops (`ops.launched_kernels`)."""
+    return float(table.dur[launched_kernels(table, ops)].astype(np.float64).sum())
 
 
 def unaligned_half_matmuls(table: EventTable, nesting: Nesting, rows: np.ndarray, top: int = 5,

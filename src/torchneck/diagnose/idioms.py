@@ -258,6 +258,52 @@ def float64_dtype_constant(file: str) -> int | None:
     return None
 
 
+_PLACING_METHODS = frozenset({"to", "double", "type", "cuda", "cpu", "eval", "train", "requires_grad_", "contiguous"})
+"""Methods that move or convert an object and keep it whole: a chain of them is one conversion."""
+
+
+def float64_conversions(file: str) -> list[int]:
+    """Lines converting a model or tensor to float64 and keeping it: the whole value of an
+    assignment or a statement is a chain of conversions with one to float64 among them
+    (`model = model.to(device, dtype=torch.float64)`, `x = x.double()`, `net.double()`,
+    `.type(torch.double)`; a choice that can be float64 counts). A reduction read in float64
+    (`loss.sum().double()`, a metric's accumulator) is not: it makes one number. [] when
+    unreadable."""
+    tree = _tree(file)
+    if tree is None:
+        return []
+    found = set()
+    for stmt in ast.walk(tree):
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr)) or stmt.value is None:
+            continue
+        node, converts = stmt.value, False
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in _PLACING_METHODS:
+            arguments = [*node.args, *(k.value for k in node.keywords)]
+            converts = converts or (node.func.attr == "double" and not arguments) or (
+                node.func.attr in ("to", "type") and any(
+                    isinstance(n, ast.Attribute) and n.attr in FLOAT64_NAMES and ast.unparse(n.value) == "torch"
+                    for a in arguments for n in ast.walk(a)))
+            node = node.func.value
+        if converts and not isinstance(node, ast.Call):  # of a name, not of a reduction's result
+            found.add(stmt.lineno)
+    return sorted(found)
+
+
+def keyword_line(file: str, line: int, keyword: str) -> int | None:
+    """The line of the `keyword=` argument of the call starting at `line` (a DataLoader built
+    over several lines: `num_workers=0` is the line to change), or None."""
+    path = enclosing(file, line)
+    if not path:
+        return None
+    for node in walk_own(path[-1]):
+        if isinstance(node, ast.Call) and node.lineno == line:
+            for k in node.keywords:
+                if k.arg == keyword:
+                    return k.value.lineno
+    return None
+
+
 REDUCTIONS = frozenset({"sum", "mean"})
 """Reductions that turn a broadcast product into a matrix product (`(a * b).sum(-1)`)."""
 

@@ -161,6 +161,10 @@ class Float64Ops(Record):
     recorded: bool
     self_us: float = 0.0
     count: int = 0
+    kernel_us: float = 0.0
+    """GPU time of the kernels those ops launched."""
+    conv_kernel_us: float = 0.0
+    """... of them, the kernels of convolutions."""
     ops: list[OpRow] = []
     where: list[CodeSite] = []
 

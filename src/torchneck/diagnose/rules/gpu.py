@@ -36,6 +36,9 @@ class HostSyncEvidence(Syncs):
     tensor element by element (`t[i].item()`): the loop is what to remove, not one sync."""
     loop_s: float = 0.0
     """That loop's time in the window (its lines' sampled time, at least its ops' wall time)."""
+    gpu_idle_s: float | None = None
+    """The busiest GPU's idle time in the window, when under the time the syncs cost: the CPU
+    waited for work the GPU ran anyway, and no sync removed gives back more than the idle."""
 
 
 @register
@@ -46,7 +49,9 @@ class HostSync(Rule[HostSyncEvidence]):
 
     Time lost: the sync calls' wall time in the window (what the CPU spent blocked); for a loop
     reading elements one by one (`pred[i].item()` per example), the whole loop's time: each read
-    is a tiny op, a copy and a sync, and reading the values at once removes all of them."""
+    is a tiny op, a copy and a sync, and reading the values at once removes all of them. At most
+    the busiest GPU's idle time: while the CPU waits on a GPU that stays busy (slow kernels), the
+    wait is the GPU's work, which no removed sync shortens."""
 
     kind = "host_sync"
     summary = "The CPU blocks on the GPU inside the step (.item(), .cpu(), printing tensors)."
@@ -84,6 +89,9 @@ class HostSync(Rule[HostSyncEvidence]):
             lost = min(ev.loop_s, facts.window_s)
             title = (f"{reads_per_step:.0f} tensor elements read one by one per step at line {where[0].line}: "
                      "each read is a tiny op, a copy to the host and a sync")
+        busiest = max(a.gpu.devices, key=lambda d: d.busy_us, default=None)
+        if busiest is not None and busiest.idle_us / 1e6 < lost:  # a GPU kept busy: the wait was its work
+            ev.gpu_idle_s = lost = busiest.idle_us / 1e6
         return [self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost), ops=causes, where=where)]
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
@@ -554,4 +562,27 @@ def _tf32_turned_off(file: str) -> list[tuple[int, str]]:
         elif isinstance(node, ast.Call) and call_name(node) == "set_float32_matmul_precision" and node.args \
                 and not (isinstance(node.args[0], ast.Constant) and node.args[0].value in ("high", "medium")):
             out.append((node.lineno, ast.unparse(node)))
-    return sorted(out)
+            setting = node.args[0]
+            name = setting.attr if isinstance(setting, ast.Attribute) else getattr(setting, "id", None)
+            out += [(ln, text) for ln, text in _settings_to_highest(tree, name)] if tree is not None and name else []
+    return sorted(set(out))
+
+
+def _settings_to_highest(tree: ast.Module, name: str) -> list[tuple[int, str]]:
+    """Where a setting `name` given to `set_float32_matmul_precision` gets "highest": a config
+    class's field (`matmul_precision: str = "highest"`) or an assignment of it; the line to change
+    before the call passing it on."""
+    out = []
+    for node in ast.walk(tree):
+        target: ast.expr
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        else:
+            continue
+        named = target.id if isinstance(target, ast.Name) else \
+            target.attr if isinstance(target, ast.Attribute) else None
+        if named == name and any(isinstance(c, ast.Constant) and c.value == "highest" for c in ast.walk(value)):
+            out.append((node.lineno, ast.unparse(node)))
+    return out

@@ -11,7 +11,7 @@ from ...model.analysis import Annotation, OpRow, SpanOps
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
-from ..idioms import indexes_own_tensors, invariant_call, lazy_archive_at, written_parameter
+from ..idioms import indexes_own_tensors, invariant_call, keyword_line, lazy_archive_at, written_parameter
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import LOOPS, call_name, enclosing, walk_own
 from .ops import is_backward_op
@@ -93,7 +93,9 @@ class InputPipeline(Rule[InputPipelineEvidence]):
         where = facts.with_callers(where_of(lines[: self.LINES_SHOWN]), "loading")
         made = next((w for w in where if _builds_loader_in_loop(w)), None)
         loaders = facts.sites_of("dataloader")
-        built = where_of(loaders[:2])
+        built = [Where(file=w.file, line=keyword_line(w.file, w.line, "num_workers") or w.line, function=w.function)
+                 if not site.get("num_workers") else w  # no workers: the keyword to change, in a call of many lines
+                 for site in loaders[:2] for w in where_of([site])]
         # a __getitem__ indexing its tensors, and the loading time in it or in the loader's own fetch and
         # collate, not in a transform it calls (a featurizer's loop: batching the fetch leaves that)
         own = [ln for ln in lines[:5] if indexes_own_tensors(ln["file"], int(ln["line"]))]
