@@ -357,6 +357,23 @@ def test_a_main_thread_joining_its_worker_is_sampled_through_the_worker(run_dir)
     assert on_cpu <= 1.05 * sum(s[1] for s in samples)  # the worker's CPU time stands in for the wait, not beside it
 
 
+def test_a_thread_pool_the_main_thread_waits_on_is_sampled_and_its_window_bounded(run_dir):
+    """The main thread iterates `pool.map`: its handler runs once per finished chunk, in the
+    wait (`Future.result()`), so its samples said "waits in result_iterator", its checks ran
+    rarely, and the worker's tiny ops, recorded on every thread, ran the window to 160,000 events
+    for a 4 MB bound (2 s to stop; the script ran twice as long). The watcher samples the worker
+    in the waiting main thread's place and checks the window's bounds itself: the per-document
+    model calls are found at the worker's line."""
+    script = SCRIPTS / "pool_scorer.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = read_report(run_dir)
+    assert report["capture"]["window"]["stopped_by"] == "memory_bound"
+    assert report["capture"]["window"]["events"] < 80_000, report["capture"]["window"]
+    top = report["findings"][0]
+    assert top["kind"] == "unbatched_calls" and top["where"][0]["line"] == planted_line(script), top
+
+
 def test_a_window_whose_first_step_is_already_far_over_the_memory_bound_keeps_that_step(run_dir):
     """One C++ call running hundreds of thousands of internal ops (torch.unique over an edge list's
     columns) records far more than the bound in one step: the window stops at that step's end

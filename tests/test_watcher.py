@@ -20,6 +20,7 @@ class _Sampler:
         self.thread_id = threading.get_ident()
         self._paused_at = None
         self.last_main_ns = 0  # the main thread's handler never sampled: blocked, if idle
+        self.main_waits = False
         self.recorded: list[tuple[str, int]] = []
 
     def record_other(self, frame, on_cpu_ns: int, main_cpu_ns: int) -> bool:
@@ -47,6 +48,44 @@ def test_a_joined_worker_is_sampled_in_the_main_threads_place():
     assert watcher.samples_taken >= 5
     assert {name for name, _ in sampler.recorded} <= {"_spin", "<genexpr>"}
     assert all(on_cpu > 0 for _, on_cpu in sampler.recorded)
+
+
+def test_a_thread_pool_a_sampled_main_thread_waits_for_is_sampled_in_its_place():
+    """`Future.result()` waits in a way the signal interrupts: the main thread's handler keeps
+    sampling "waits in result_iterator" (its latest sample waits: `main_waits`) while the worker
+    runs the script's code; the watcher samples the worker in its place all the same. A main
+    thread whose samples are fresh and not waiting is left alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sampler = _Sampler()
+    watcher = MainThreadWatcher(sampler)
+    sampler.main_waits = True
+    watcher.start()
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            for _ in pool.map(_spin, [0.15] * 4):
+                sampler.last_main_ns = time.monotonic_ns()  # the handler sampled the wait just now
+    finally:
+        watcher.stop()
+    assert watcher.samples_taken >= 5
+    assert {name for name, _ in sampler.recorded} <= {"_spin", "<genexpr>"}
+
+    running = _Sampler()
+    watcher = MainThreadWatcher(running)
+    done = threading.Event()
+    worker = threading.Thread(target=_spin, args=(30.0, done))
+    watcher.start()
+    try:
+        worker.start()
+        until = time.monotonic() + 0.5
+        while time.monotonic() < until:  # the main thread waits, sampled, but not on another thread
+            running.last_main_ns = time.monotonic_ns()
+            time.sleep(0.005)
+    finally:
+        watcher.stop()
+        done.set()
+        worker.join()
+    assert running.recorded == []
 
 
 def test_a_library_thread_or_an_idle_one_is_not_sampled():

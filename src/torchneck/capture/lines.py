@@ -14,6 +14,7 @@ make it recompile in the middle of the measurement.
 from __future__ import annotations
 
 import sys
+import threading
 
 from ..sites import MARKER_CALL_FUNCTION, is_torchneck_file, is_user_file, site_name
 from .spans import own_span
@@ -169,7 +170,10 @@ class LineMarking:
         mode.active = False  # whatever happens below, it no longer marks anything
         self._pending = mode
         self.retry(_script_frame())
-        if self._pending is not None and sys.getprofile() is None:
+        # a profile hook is the calling thread's: only the script's (main) thread gets one, not the
+        # watcher's thread ending a window for a main thread that waits (watcher.ThreadsSlice.guard)
+        if self._pending is not None and sys.getprofile() is None \
+                and threading.current_thread() is threading.main_thread():
             marking = self
 
             def pop_when_on_top(frame, event, arg):

@@ -41,11 +41,13 @@ charged to a "torchneck" sample, not to the user's line the signal interrupted.
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import ctypes.util
 import dis
 import json
 import os
+import queue
 import signal
 import sys
 import threading
@@ -63,6 +65,10 @@ step of a few ms; a sample costs ~10-20 µs in the handler, 1-2 % of the run."""
 THREAD_INTERVAL_S = 0.005
 """The fallback thread sampler's interval: each of its samples forces a GIL hand-over."""
 
+STAND_IN_NS = 10_000_000
+"""After the watcher's latest sample of the thread a waiting main thread waits for (watcher.py),
+the handler records none of its own for this long (two of the watcher's intervals): the time is
+that thread's, and the main thread's own samples come back within it once it computes again."""
 CHECK_INTERVAL_NS = 10_000_000
 """Time between two capture-plan checks (at the first sample after it): 10 ms, fine enough to
 bound a window in time, rare enough that a check (~10-30 µs) costs well under 1 %."""
@@ -83,6 +89,10 @@ PARTIAL_NAME = "samples.partial.jsonl"
 
 _BUSY_MARKS = ("<frozen importlib", "torch/_dynamo/convert_frame.py", "torch/_inductor/")
 """A stack with one of these files is start-up work (importing, compiling), not a steady state."""
+_WAIT_FILES = frozenset({threading.__file__, queue.__file__, concurrent.futures._base.__file__})
+"""A stack whose innermost frame is in these modules waits on another thread, or handles what one
+handed over: `Future.result()`, `Queue.get()` and `Event.wait()` all wait in a `Condition`,
+`Thread.join()` in its lock, and a pool's `map` takes each result in `_base.py` as it wakes."""
 
 
 
@@ -141,6 +151,7 @@ class StackSampler:
         self._stack_ids: dict[tuple[int, ...], int] = {}
         self.stacks: list[tuple[int, ...]] = []
         self.stack_busy: list[bool] = []  # per stack: importing or compiling (start-up work)
+        self.stack_waits: list[bool] = []  # per stack: waiting on another thread (`_WAIT_FILES`)
         self.fresh = 0  # samples whose stack had never been seen: many while a program starts up
         # (stack id, monotonic ns at the sample, the thread's CPU ns at the sample)
         self.samples: list[tuple[int, int, int, int]] = []  # ... and the thread's run-queue ns
@@ -157,6 +168,8 @@ class StackSampler:
         # samples the one at work in its place; the lock keeps it and the handler apart.
         self._record_lock = threading.Lock()
         self.last_main_ns = 0  # the handler's latest sample
+        self.main_waits = False  # ... which waits on another thread (a wait the signal interrupts)
+        self.stand_in_until_ns = 0  # the watcher samples in the main thread's place until then
         self.cpu_offset_ns = 0  # added to the main thread's CPU clock: the CPU time of those samples
         self.watcher: Any = None
 
@@ -175,6 +188,7 @@ class StackSampler:
             cpu = time.thread_time_ns  # the handler runs on the sampled (main) thread
             runq = self._runq
             sampler = self
+            waits = self.stack_waits
             busy = [False]
             next_check = [self.start_ns + CHECK_INTERVAL_NS]
             next_flush = [self.start_ns + FIRST_FLUSH_NS]
@@ -193,8 +207,13 @@ class StackSampler:
                     if not lock.acquire(blocking=False):  # the watcher is recording (capture/watcher.py)
                         return
                     try:
-                        at = sampler.last_main_ns = now()
-                        record((stack_of(frame), at, cpu() + sampler.cpu_offset_ns, runq()))
+                        at = now()
+                        # waiting while the watcher samples the thread it waits for: those samples stand for it
+                        if at >= sampler.stand_in_until_ns or frame.f_code.co_filename not in _WAIT_FILES:
+                            sampler.last_main_ns = at
+                            sid = stack_of(frame)
+                            sampler.main_waits = waits[sid]
+                            record((sid, at, cpu() + sampler.cpu_offset_ns, runq()))
                     finally:
                         lock.release()
                     if at >= next_check[0]:
@@ -265,6 +284,7 @@ class StackSampler:
             value = base + max(0, min(on_cpu_ns, at - (last[1] if last is not None else at)))
             self.samples.append((self._stack_id(frame), at, value, -1))
             self.cpu_offset_ns = value - main_cpu_ns
+            self.stand_in_until_ns = at + STAND_IN_NS
             return True
         finally:
             self._record_lock.release()
@@ -275,6 +295,7 @@ class StackSampler:
         sid = len(self.stacks)
         self.stacks.append((fid,))
         self.stack_busy.append(False)
+        self.stack_waits.append(False)
         return sid
 
     def pause(self) -> None:
@@ -395,6 +416,7 @@ class StackSampler:
             self.stacks.append(stack)
             frames = self.frames
             self.stack_busy.append(any(m in frames[f][1] for f in stack for m in _BUSY_MARKS))
+            self.stack_waits.append(frames[stack[-1]][1] in _WAIT_FILES if stack else False)
             self.fresh += 1
         return sid
 

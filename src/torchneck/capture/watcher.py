@@ -7,11 +7,15 @@ joins it left one sample of its whole run, "waits in Thread.join", and no profil
 checks never ran; measured on an intent server: 7.8 s in one sample, a window of 2 events).
 
 The watcher is a thread that looks, every `WATCH_INTERVAL_S`, whether the main thread still
-takes samples. When it has taken none for `BLOCKED_AFTER_NS` and its CPU clock says it waits
+takes samples. When it has taken none for `BLOCKED_AFTER_NS`, or its latest waits on another
+thread in a wait the signal interrupts (`Future.result()` of a thread pool, `Queue.get()`: their
+samples said "waits in result_iterator" while a worker ran the script's code unseen), and its
+CPU clock says it waits
 (under `MAIN_IDLE_SHARE` of the time on the CPU), the watcher samples, every
 `WATCH_BLOCKED_INTERVAL_S`, the thread that is at work (on the CPU `OTHER_BUSY_SHARE` of the time
 at least, running the script's own code: not a library's thread, nor torchneck's) in the main
-thread's place: the time the main thread waits is that thread's time. It also runs
+thread's place: the time the main thread waits is that thread's time (the handler records
+none of its own meanwhile, `sampler.STAND_IN_NS`). It also runs
 `ThreadsSlice.check`, which profiles a slice of that work (the profiler recording every thread)
 when no step clock or check could. A main thread that waits while no other thread computes (a
 sleep, I/O) keeps its own wait sample, as before.
@@ -22,6 +26,7 @@ faster sampling happens only while the main thread needs no GIL.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -41,9 +46,17 @@ thread is inside a C call that defers the handler."""
 MAIN_IDLE_SHARE = 0.2
 """The main thread ran on the CPU under a fifth of the interval: it waits. A long C call of its
 own (a big op, which also defers the handler) runs on the CPU, and keeps its samples."""
+WAITING_MAIN_SHARE = 0.5
+"""A main thread whose latest sample waits on another thread may be on the CPU up to half the
+interval: its handler runs there, and the capture plan's checks with it (measured 20-45 % while a
+pool's worker ran tiny ops); a main thread computing takes samples outside the wait."""
 OTHER_BUSY_SHARE = 0.5
 """Another thread on the CPU at least half of the interval is doing the work being waited for
 (a worker waiting in turn on a queue or a socket runs ~0 %)."""
+STALE_CHECK_NS = 10_000_000
+"""The main thread's checks (every 2 ms while a window records) have not run for 10 ms: its
+handler waits for the thread it waits on (a pool's `Future.result()` wakes it once per result).
+Workers issuing tiny ops record ~700,000 events a second: 10 ms is some 2 MB."""
 OWN_THREADS = "torchneck"
 """torchneck's threads are named so: never sampled for the script."""
 
@@ -61,6 +74,23 @@ def _read(clock: int) -> int | None:
         return time.clock_gettime_ns(clock)
     except OSError:  # the thread ended
         return None
+
+
+def _ready_clock(native_id: int | None) -> str | None:
+    """The schedstat file of a thread (Linux): its second field, the ns it has waited ready to run
+    while other processes held the CPUs."""
+    path = f"/proc/self/task/{native_id}/schedstat"
+    return path if native_id is not None and os.path.exists(path) else None
+
+
+def _read_ready(path: str | None) -> int:
+    if path is None:
+        return 0
+    try:
+        with open(path, "rb") as f:
+            return int(f.read(96).split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _runs_user_code(frame: Any) -> bool:
@@ -81,11 +111,14 @@ class MainThreadWatcher:
         self.sampler = sampler
         self.main_ident = main_ident if main_ident is not None else sampler.thread_id
         self.on_blocked: Any = None  # called after each sample taken for the blocked main thread
+        self.on_look: Any = None  # called at every look (ThreadsSlice.guard)
         self.samples_taken = 0
+        self.failed = False
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set to look now (a window started, stop)
         self._thread: threading.Thread | None = None
-        self._clocks: dict[int, int | None] = {}
-        self._seen: dict[int, tuple[int, int]] = {}  # ident -> (monotonic ns, CPU ns) at the last look
+        self._clocks: dict[int, tuple[int | None, str | None]] = {}  # ident -> (CPU clock, schedstat file)
+        self._seen: dict[int, tuple[int, int, int]] = {}  # ident -> (monotonic, CPU, ready) ns at the last look
 
     def start(self) -> None:
         if self._thread is not None or _cpu_clock(self.main_ident) is None:
@@ -98,27 +131,50 @@ class MainThreadWatcher:
         thread, self._thread = self._thread, None
         if thread is not None:
             self._stop.set()
+            self._wake.set()
             thread.join()
 
+    def wake(self) -> None:
+        """Look now rather than at the end of the interval (a profiled window started)."""
+        self._wake.set()
+
     def _loop(self) -> None:
+        try:
+            self._watch()
+        except Exception:  # never a traceback in the script's output: the main thread keeps its own samples
+            self.failed = True
+
+    def _watch(self) -> None:
         main_clock = _cpu_clock(self.main_ident)
         if main_clock is None:
             return
         sampler = self.sampler
-        previous: tuple[int, int] | None = None  # the main thread's (monotonic ns, CPU ns) at the last look
+        main = next((t for t in threading.enumerate() if t.ident == self.main_ident), None)
+        main_ready = _ready_clock(main.native_id if main is not None else None)
+        previous: tuple[int, int] | None = None  # the main thread's (monotonic, CPU + ready) ns at the last look
         interval = WATCH_INTERVAL_S
-        while not self._stop.wait(interval):
+        while not self._stop.is_set():
+            self._wake.wait(interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             main_cpu = _read(main_clock)
             now = time.monotonic_ns()
             if main_cpu is None:
                 return
-            idle = previous is not None and main_cpu - previous[1] <= MAIN_IDLE_SHARE * (now - previous[0])
-            previous = (now, main_cpu)
-            blocked = idle and sampler._paused_at is None and now - sampler.last_main_ns >= BLOCKED_AFTER_NS
+            running = main_cpu + _read_ready(main_ready)  # on the CPU, or ready to be (a loaded machine)
+            share = (running - previous[1]) / (now - previous[0]) \
+                if previous is not None and now > previous[0] else 1.0  # of the interval
+            previous = (now, running)
+            waits = sampler._paused_at is None and share <= WAITING_MAIN_SHARE and sampler.main_waits
+            blocked = waits or (  # in a wait the signal interrupts (torchneck's checks run there), or none
+                sampler._paused_at is None and share <= MAIN_IDLE_SHARE
+                and now - sampler.last_main_ns >= BLOCKED_AFTER_NS)
+            guarding = self.on_look is not None and self.on_look(waits)
             busy = self._busy_others(now)
             frame = self._user_frame(busy) if blocked else None  # frames only then: see _user_frame
             if frame is None:  # nothing to sample: a wait on I/O is the main thread's own
-                interval = WATCH_INTERVAL_S
+                interval = WATCH_BLOCKED_INTERVAL_S if guarding else WATCH_INTERVAL_S
                 continue
             interval = WATCH_BLOCKED_INTERVAL_S
             taken = sampler.record_other(frame, busy[0][1], main_cpu)
@@ -129,9 +185,10 @@ class MainThreadWatcher:
                     self.on_blocked()
 
     def _busy_others(self, now: int) -> list[tuple[int, int]]:
-        """(thread id, CPU ns since the last look) of the threads that ran on the CPU
-        `OTHER_BUSY_SHARE` of the time since the watcher's last look, busiest first (torchneck's
-        and the main thread aside). Read from the threads' CPU clocks alone: no frame is touched."""
+        """(thread id, CPU ns since the last look) of the threads that ran on the CPU, or waited
+        ready to run while other processes held the CPUs (a loaded machine), `OTHER_BUSY_SHARE`
+        of the time since the watcher's last look, busiest first (torchneck's and the main thread
+        aside). Read from the threads' CPU clocks and schedstat alone: no frame is touched."""
         me = threading.get_ident()
         active = dict(threading._active)  # type: ignore[attr-defined]
         busy = []
@@ -139,14 +196,16 @@ class MainThreadWatcher:
             if ident in (self.main_ident, me) or thread.name.startswith(OWN_THREADS):
                 continue
             if ident not in self._clocks:
-                self._clocks[ident] = _cpu_clock(ident)
-            clock = self._clocks[ident]
+                self._clocks[ident] = (_cpu_clock(ident), _ready_clock(getattr(thread, "native_id", None)))
+            clock, ready_file = self._clocks[ident]
             cpu = _read(clock) if clock is not None else None
             if cpu is None:
                 continue
+            ready = _read_ready(ready_file)
             before = self._seen.get(ident)
-            self._seen[ident] = (now, cpu)
-            if before is not None and now > before[0] and cpu - before[1] >= OTHER_BUSY_SHARE * (now - before[0]):
+            self._seen[ident] = (now, cpu, ready)
+            if before is not None and now > before[0] \
+                    and cpu - before[1] + ready - before[2] >= OTHER_BUSY_SHARE * (now - before[0]):
                 busy.append((ident, cpu - before[1]))
         for gone in [i for i in self._seen if i not in active]:  # ended threads (their ids come back)
             del self._seen[gone]
@@ -198,6 +257,42 @@ class ThreadsSlice:
             window.capture.notes.append(f"the check for a blocked main thread failed ({type(exc).__name__}: {exc})")
             if window.sampler is not None and window.sampler.watcher is not None:
                 window.sampler.watcher.on_blocked = None
+        finally:
+            window._busy = False
+            self._lock.release()
+
+    def guard(self, main_waits: bool) -> bool:
+        """The window's bounds, checked from the watcher's thread while the window records and the
+        main thread's checks have stopped (`STALE_CHECK_NS`): a main thread waiting on a thread
+        pool's futures runs its handler once per result, and the workers' ops, recorded on every
+        thread, ran far past the memory bound between two checks (measured: 168,000 events for a
+        4 MB bound, 2 s of the profiler's processing to stop it, the script 2x slower). Only while
+        the main thread's latest sample waits on another thread (`main_waits`) and it is off the
+        CPU: a main thread deferring its handler inside a long op of its own, on a loaded machine,
+        looks idle, and stopping the profiler under that op crashed the process. True
+        while the window records: the watcher then looks every `WATCH_BLOCKED_INTERVAL_S` (a window
+        lasts a second at most)."""
+        window = self.window
+        now = time.monotonic_ns()
+        if window.state != "recording" or window.options.all:
+            return False
+        if not main_waits or now - window.last_check_ns < STALE_CHECK_NS or window._busy \
+                or not self._lock.acquire(blocking=False):
+            return True
+        window._busy = True
+        try:
+            slice_s = window.options.duration or window.options.slice_s
+            bound = "slice" if window.capture.plan in ("loop", "slice") and window._elapsed_s(now) >= slice_s \
+                else window._over_bounds(now, settle_s=0.0)  # this reading: the workers' events grow fast
+            if bound:
+                window.finish(bound)
+            return not bound
+        except Exception as exc:  # a failing check must not take the script down: stop guarding
+            window.capture.notes.append(
+                f"the bounds check for a waiting main thread failed ({type(exc).__name__}: {exc})")
+            if window.sampler is not None and window.sampler.watcher is not None:
+                window.sampler.watcher.on_look = None
+            return False
         finally:
             window._busy = False
             self._lock.release()

@@ -81,6 +81,7 @@ class ProfiledWindow:
         self.state = "waiting"  # waiting -> recording -> done
         self.aside = False  # the script's own profiler has run: torchneck records nothing more
         self._busy = False  # a hook or check is running: a signal-handler check must not re-enter
+        self.last_check_ns = 0  # the main thread's latest check (watcher.ThreadsSlice.guard reads it)
         self._handles: list = []
         self._module_handles: list = []
         self._module_depth = 0
@@ -138,7 +139,8 @@ class ProfiledWindow:
         if getattr(sampler, "watcher", None) is not None:
             from .watcher import ThreadsSlice
 
-            sampler.watcher.on_blocked = ThreadsSlice(self).check
+            threads = ThreadsSlice(self)
+            sampler.watcher.on_blocked, sampler.watcher.on_look = threads.check, threads.guard
 
     def _start_recording(self, plan: str, why: str, all_threads: bool = False, mark_lines: bool = True) -> bool:
         """Start the profiler; `all_threads` records every thread's ops (not only the main thread's
@@ -169,6 +171,8 @@ class ProfiledWindow:
         log.step_marks = []
         self._rss.reset()
         self._rss_base = self._bound_base = self._rss.settled(0.0)
+        if self.sampler is not None and getattr(self.sampler, "watcher", None) is not None:
+            self.sampler.watcher.wake()  # it checks the bounds should the main thread's checks stop
         self._mark_step()
         self._lines.marked = False
         self._calls_base = self._lines.open_spans[1]
@@ -411,6 +415,7 @@ class ProfiledWindow:
         if self._busy:
             return
         self._busy = True
+        self.last_check_ns = time.monotonic_ns()
         try:
             self._check()
         except Exception as exc:  # a failing check must not take the script down: stop checking
