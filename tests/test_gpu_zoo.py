@@ -148,13 +148,14 @@ def test_round_12_gpu_programs_name_the_line_to_change(reports):
 ROUND_15 = {e["script"].removesuffix(".py"): e for e in json.loads((ZOO / "manifest-zook.json").read_text())["scripts"]}
 
 
-@pytest.mark.parametrize("name", ["k_resnet_holdout", "k_distill_trainer", "k_texture_stream"])
+@pytest.mark.parametrize("name", ["k_resnet_holdout", "k_distill_trainer", "k_texture_stream", "k_rerank_service"])
 def test_round_15_gpu_programs_name_their_cause_at_the_line_to_change(name, tmp_path):
     """GPU programs written without torchneck in view (unseen round 15), kept runs from an H100
     (tests/data/gpu_h100_unseen__*): a model converted to float64 (the GPU busy with FP64
     convolutions: the CPU's waits in syncs are that work, not a cause), a config class's field
     setting the matmul precision to "highest", a DataLoader built over several lines whose
-    `num_workers=0` keyword is the line to change."""
+    `num_workers=0` keyword is the line to change, a service scoring each request alone because
+    its config's chunk size is 1 (the idle GPU between its tiny kernels folded under it)."""
     entry = ROUND_15[name]
     run_dir = tmp_path / "run"
     shutil.copytree(DATA / f"gpu_h100_unseen__{name}", run_dir)
@@ -172,3 +173,6 @@ def test_round_15_gpu_programs_name_their_cause_at_the_line_to_change(name, tmp_
         assert sync["evidence"]["gpu_idle_s"] is not None and sync["saving_pct"] < 10
     if name == "k_distill_trainer":
         assert top["where"][0]["line"] == planted_line(entry["script"]) and "turns TF32 off" in top["fix"]
+    if name == "k_rerank_service":
+        assert top["where"][0]["line"] == planted_line(entry["script"]) and "chunk" in top["fix"]
+        assert any(s["kind"] == "launch_bound" for s in top["symptoms"]), top["symptoms"]

@@ -1,7 +1,7 @@
 """Source readings added for programs of unseen round 12: the statement turning TF32 off, and
 the parameters a call passes unchanged on every pass of its loop. Each on both sides."""
 
-from torchneck.diagnose.idioms import float64_conversions, invariant_call, keyword_line
+from torchneck.diagnose.idioms import chunk_size_setting, float64_conversions, invariant_call, keyword_line
 from torchneck.diagnose.loop_invariants import invariant_parameters
 from torchneck.diagnose.rules.gpu import _tf32_turned_off
 
@@ -42,6 +42,21 @@ def test_float64_conversions_keep_models_and_tensors_not_reductions(tmp_path):
                    "acc = torch.stack([(a == b).sum().double(), logits.double().sum()])\n"    # 6: inside others
                    "y = y.to(torch.float32)\n")                                                # 7: float32
     assert float64_conversions(str(src)) == [2, 3, 4]
+
+
+def test_a_chunk_size_of_one_set_in_a_config_class(tmp_path):
+    """`for start in range(0, n, self.cfg.max_batch)` around the model call, `max_batch` a config
+    field that can be 1: the field's line; a chunk of 64, or a loop without a step, names none."""
+    src = tmp_path / "service.py"
+    src.write_text("class Config:\n    max_batch: int = 64 if FAST else 1\n    chunk: int = 64\n"   # 2, 3
+                   "def score(self, feats):\n"
+                   "    for start in range(0, len(feats), self.cfg.max_batch):\n"
+                   "        out = self.model(feats[start:start + self.cfg.max_batch])\n"                  # 6
+                   "    for start in range(0, len(feats), self.cfg.chunk):\n"
+                   "        out = self.model(feats[start:start + self.cfg.chunk])\n"                      # 8
+                   "    for x in feats:\n        out = self.model(x)\n")                                 # 10
+    assert chunk_size_setting(str(src), 6) == 2
+    assert chunk_size_setting(str(src), 8) is None and chunk_size_setting(str(src), 10) is None
 
 
 def test_the_num_workers_keyword_of_a_loader_built_over_several_lines(tmp_path):

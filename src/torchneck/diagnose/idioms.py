@@ -304,6 +304,42 @@ def keyword_line(file: str, line: int, keyword: str) -> int | None:
     return None
 
 
+def chunk_size_setting(file: str, line: int) -> int | None:
+    """The line setting to 1 the step of a `range(start, stop, step)` loop around `line` (a chunk
+    size taken from a config: `for i in range(0, n, self.cfg.max_batch)` with `max_batch: int = 1`
+    in a config class, an assignment, a keyword argument or a parameter's default; a choice that
+    can be 1 counts): the program asks for batches of one there. None when none or unreadable."""
+    path, tree = enclosing(file, line), _tree(file)
+    if not path or tree is None:
+        return None
+    steps = [loop.iter.args[2] for loop in path if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)
+             and call_name(loop.iter) == "range" and len(loop.iter.args) == 3]
+    names = {s.attr if isinstance(s, ast.Attribute) else s.id for s in steps
+             if isinstance(s, (ast.Attribute, ast.Name))}
+    if not names:
+        return None
+
+    def one(value: ast.AST | None) -> bool:
+        return value is not None and any(
+            isinstance(c, ast.Constant) and c.value == 1 and not isinstance(c.value, bool) for c in ast.walk(value))
+
+    targets: list[ast.expr]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign):
+            targets, value = [node.target], node.value
+        elif isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.keyword) and node.arg in names and one(node.value):
+            return node.value.lineno
+        else:
+            continue
+        named = {t.id if isinstance(t, ast.Name) else t.attr for t in targets
+                 if isinstance(t, (ast.Name, ast.Attribute))}
+        if named & names and one(value) and node.lineno != line:
+            return node.lineno
+    return None
+
+
 REDUCTIONS = frozenset({"sum", "mean"})
 """Reductions that turn a broadcast product into a matrix product (`(a * b).sum(-1)`)."""
 

@@ -15,7 +15,7 @@ import msgspec
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
-from ..idioms import loader_lines_of_loop
+from ..idioms import chunk_size_setting, loader_lines_of_loop
 from ..padding import fixed_length_lines, pads_to_max_length
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import argument_assigned_at, calls_backward, enclosing, function_at, repeats
@@ -174,10 +174,16 @@ class _SiteRule(Rule[ModelCallsEvidence]):
         lost = saving * facts.window_s
         return self.finding(evidence, title=title, lost_s=lost, pct=facts.pct(lost), where=where)
 
+    @staticmethod
+    def call_site(cause: Finding) -> Where | None:
+        """The line calling the model (after the line setting a chunk of one, when named first)."""
+        chunk = cause.evidence.get("batch_size_at") if cause.evidence.get("loader_at") is None else None
+        return next((w for w in cause.where if w.line != chunk), None)
+
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
-        if not cause.where:
+        site = self.call_site(cause)
+        if site is None:
             return None
-        site = cause.where[0]
         if symptom.kind in ("python_hotspot", "op_hotspot") and symptom.where \
                 and _under_site(symptom.where[0], site, facts):
             return Explanation(symptom.time_lost_s)
@@ -210,6 +216,7 @@ class UnbatchedCalls(_SiteRule):
     evidence_type = ModelCallsEvidence
     saving_basis = ("the sampled time under the calling line, less its part inside torch ops times their "
                     "arithmetic share (their time beyond the per-op floor): what a batched call still does")
+    explains: ClassVar[tuple[str, ...]] = (*_SiteRule.explains, "launch_bound", "gpu_idle")
     MIN_CALLS = 200
     """Fewer calls of one line are too few for their per-call overhead to add up."""
     MIN_SINGLE_SHARE = 0.9
@@ -220,6 +227,17 @@ class UnbatchedCalls(_SiteRule):
     MAX_SAMPLE_ELEMENTS = 65_536
     """A sample this large (a 512 x 512 frame) keeps every call busy with its own arithmetic: the
     per-call overhead batching removes is small beside it (a video denoiser's frames)."""
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """On a GPU, a model called per sample launches its tiny kernels one row at a time and the
+        GPU idles between them: the launches a batched call saves are the idle time (the symptom's
+        lines, the model's, run under the calling line)."""
+        if symptom.kind in ("launch_bound", "gpu_idle"):
+            site = self.call_site(cause)
+            if site is None or (symptom.where and not any(_under_site(w, site, facts) for w in symptom.where)):
+                return None
+            return Explanation(min(symptom.time_lost_s, cause.time_lost_s))
+        return super().explained(cause, symptom, facts)
 
     def check(self, facts: Facts) -> list[Finding]:
         out = []
@@ -243,6 +261,10 @@ class UnbatchedCalls(_SiteRule):
                                           share_kept=kept)
             at = where_of([site])
             where = at if (loop.file, loop.line) == (site["file"], site["line"]) else [loop, *at]
+            chunk = chunk_size_setting(site["file"], site["line"])  # `range(0, n, cfg.max_batch)`, max_batch = 1
+            if chunk is not None:
+                evidence.batch_size_at = chunk
+                where = [Where(file=site["file"], line=chunk, function=function_at(site["file"], chunk)), *where]
             out.append(self.found(evidence, f"the model is called once per sample: {single:,} calls with a batch of "
                                             f"one at this line take {100 * share:.0f}% of the time",
                                   saving, facts, where))
@@ -316,6 +338,10 @@ class UnbatchedCalls(_SiteRule):
                     "splitting the batched outputs (torch.cat of the per-batch results, or .unbind()); at "
                     "batch_size=1 every sample pays the loader's fetch and collate, and every module's Python and "
                     "op dispatch (a compiled model's guards too).")
+        if evidence.batch_size_at is not None:
+            return (f"Line {evidence.batch_size_at} sets the chunk the loop calls the model on to one sample: raise "
+                    "it (e.g. 64) and split the batched outputs per sample; called per sample, every module's Python "
+                    "and every op's dispatch (on a GPU, every kernel launch) is paid once per row.")
         return ("Call the model once on a batch: stack the samples (torch.stack, or pad them to one length) and "
                 "call it once, then split its output; called per sample, every module's Python and every op's "
                 "dispatch is paid once per row. Requests that arrive one by one can be collected for a few "
