@@ -59,6 +59,21 @@ def test_a_chunk_size_of_one_set_in_a_config_class(tmp_path):
     assert chunk_size_setting(str(src), 8) is None and chunk_size_setting(str(src), 10) is None
 
 
+def test_the_line_turning_a_generators_cache_off(tmp_path):
+    """The uncached call runs under `if self.use_cache:`: the line giving the flag something other
+    than True is the one to change; a call under no cache flag names none."""
+    from torchneck.diagnose.rules.calls import cache_switched_off
+
+    src = tmp_path / "gen.py"
+    src.write_text("class Generator:\n    def generate(self, tokens):\n        if self.use_cache:\n"
+                   "            out = self.model(tokens[:, -1:], cache=self.cache)\n"
+                   "        else:\n            out = self.model(tokens)\n"                      # 6
+                   "        return self.model(tokens)\n"                                          # 7
+                   "gen = Generator(model, use_cache=FIXED)\n")                                    # 8
+    assert cache_switched_off(str(src), 6) == 8
+    assert cache_switched_off(str(src), 7) is None
+
+
 def test_the_num_workers_keyword_of_a_loader_built_over_several_lines(tmp_path):
     src = tmp_path / "loader.py"
     src.write_text("loader = DataLoader(\n    dataset,\n    batch_size=64,\n    num_workers=0,\n)\n"

@@ -11,6 +11,7 @@ import json
 from typing import Any, ClassVar
 
 import msgspec
+import numpy as np
 
 from ...model.base import Record
 from ...model.findings import Finding, Where
@@ -18,7 +19,7 @@ from ..facts import Facts, where_of
 from ..idioms import chunk_size_setting, loader_lines_of_loop
 from ..padding import fixed_length_lines, pads_to_max_length
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import argument_assigned_at, calls_backward, enclosing, function_at, repeats
+from ..source import _tree, argument_assigned_at, calls_backward, enclosing, function_at, repeats
 
 
 class ModelCallsEvidence(Record):
@@ -44,7 +45,10 @@ class ModelCallsEvidence(Record):
     loader_at: int | None = None
     """The line making the DataLoader of batch_size=1 whose samples the model is called on."""
     batch_size_at: int | None = None
-    """The line choosing that batch size (the variable passed as `batch_size=`), when not the loader's."""
+    """The line choosing that batch size (the variable passed as `batch_size=`), when not the loader's;
+    or the line setting the chunk a loop calls the model on to one sample."""
+    cache_off_at: int | None = None
+    """The line turning off the cache the calls' branch depends on (`use_cache=False`)."""
 
 
 def model_call_sites(facts: Facts) -> list[dict[str, Any]]:
@@ -162,6 +166,30 @@ def _under_site(hot: Where, site: Where, facts: Facts) -> bool:
     return False
 
 
+def cache_switched_off(file: str, line: int) -> int | None:
+    """The line turning a cache off for the model call at `line`, when that call runs under an
+    `if` on a cache flag (`if self.use_cache: ... else: logits = self.model(tokens)`): where the
+    flag is given something other than True (`Generator(model, use_cache=FIXED)`, a keyword, or
+    an assignment of False). None when none or unreadable."""
+    path, tree = enclosing(file, line), _tree(file)
+    if not path or tree is None:
+        return None
+    flags = {n.attr if isinstance(n, ast.Attribute) else n.id for stmt in path if isinstance(stmt, ast.If)
+             for n in ast.walk(stmt.test) if isinstance(n, (ast.Attribute, ast.Name))
+             and "cache" in (n.attr if isinstance(n, ast.Attribute) else n.id).lower()}
+    if not flags:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg in flags \
+                and not (isinstance(node.value, ast.Constant) and node.value.value is True):
+            return node.value.lineno
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value is False \
+                and any(getattr(t, "id", getattr(t, "attr", None)) in flags for t in node.targets):
+            return node.lineno
+    return None
+
+
 class _SiteRule(Rule[ModelCallsEvidence]):
     """What the two rules share: the site's sampled time is the cost; the model's Python, its
     tiny ops and their dominant op are symptoms of calling it that way."""
@@ -178,7 +206,7 @@ class _SiteRule(Rule[ModelCallsEvidence]):
     def call_site(cause: Finding) -> Where | None:
         """The line calling the model (after the line setting a chunk of one, when named first)."""
         chunk = cause.evidence.get("batch_size_at") if cause.evidence.get("loader_at") is None else None
-        return next((w for w in cause.where if w.line != chunk), None)
+        return next((w for w in cause.where if w.line not in (chunk, cause.evidence.get("cache_off_at"))), None)
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         site = self.call_site(cause)
@@ -357,7 +385,11 @@ class UncachedGeneration(_SiteRule):
 
     Time lost: the sampled share of the steady state under that line, times the arithmetic's
     share of the window (the ops' time beyond the per-op floor), less the one position in
-    `mean_length` a cached call still computes; the calls' per-op overhead stays."""
+    `mean_length` a cached call still computes; the calls' per-op overhead stays. On a GPU, the
+    CPU ops' time is launch overhead, not the arithmetic, and the window sees only a few calls
+    (early ones, short prefixes): there, when the model's calls are the step clock, each call's
+    time beyond the shortest calls' (`SHORT_CALLS_PERCENTILE`) is what the prefix's growth cost,
+    over the whole run, if more."""
 
     kind = "uncached_generation"
     summary = "Generation feeds the whole prefix to the model for every new token (no KV cache)."
@@ -373,6 +405,9 @@ class UncachedGeneration(_SiteRule):
     """A prefix shorter than this on average costs little to recompute."""
     MIN_SHARE = 0.10
     """What a cache would save must be a tenth of the steady state to be worth the change."""
+    SHORT_CALLS_PERCENTILE = 5
+    """The calls of the shortest prefixes (a round's first tokens): what every call would cost
+    with a cache, at most (a cached call computes one position)."""
     explains: ClassVar[tuple[str, ...]] = (*_SiteRule.explains, "padding_waste")
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
@@ -380,7 +415,8 @@ class UncachedGeneration(_SiteRule):
         new token alone, and no padded prefix is computed again (an LM server padding each step's
         whole sequence)."""
         if symptom.kind == "padding_waste":
-            site = (cause.where[0].file, cause.where[0].line) if cause.where else None
+            call = self.call_site(cause)
+            site = (call.file, call.line) if call is not None else None
             padded_here = site in {(w.file, w.line) for w in symptom.where}
             return Explanation(min(symptom.time_lost_s, cause.time_lost_s)) if padded_here else None
         return super().explained(cause, symptom, facts)
@@ -395,16 +431,43 @@ class UncachedGeneration(_SiteRule):
             share = sampled_under(facts, site["file"], site["line"])
             work = arithmetic_share(facts)
             saving = share * work * (1.0 - 1.0 / length)
+            if facts.analysis is not None and facts.analysis.gpu.present:
+                saving = max(saving, self._growth_share(facts, calls))
             if saving < self.MIN_SHARE:
                 continue
             evidence = ModelCallsEvidence(calls=calls, matching_calls=grown, calls_share=share, work_share=work,
                                           mean_length=length, share_kept=1.0 - work * (1.0 - 1.0 / length))
+            where = where_of([site])
+            switched = cache_switched_off(site["file"], site["line"])  # `use_cache=False` given to the generator
+            if switched is not None:
+                evidence.cache_off_at = switched
+                where = [Where(file=site["file"], line=switched, function=function_at(site["file"], switched)), *where]
             out.append(self.found(evidence, f"{grown:,} model calls each recompute the whole prefix (one position "
                                             f"longer than the last, {length:.0f} on average) take {100 * share:.0f}% "
-                                            "of the time", saving, facts, where_of([site])))
+                                            "of the time", saving, facts, where))
         return out[:1]
 
+    def _growth_share(self, facts: Facts, calls: int) -> float:
+        """Of the steady state (the run after start-up), what each model call spent beyond the
+        shortest calls, from one tick of the step clock to the next (the call and the sampling
+        between calls), when the calls at the line are its ticks (the module clock)."""
+        clock = facts.clock or {}
+        ticks = clock.get("ticks") or []
+        if clock.get("kind") != "module" or len(ticks) < 16 or abs(len(ticks) - calls) > 0.1 * calls:
+            return 0.0
+        took = np.diff(np.asarray(ticks, dtype=np.float64))
+        took = took[took > 0]
+        if not len(took):
+            return 0.0
+        floor = float(np.percentile(took, self.SHORT_CALLS_PERCENTILE))
+        startup = float(((facts.phases or {}).get("phases") or {}).get("startup_s") or 0.0)
+        steady_ns = max(facts.run_wall_s - startup, 0.0) * 1e9
+        return min(float(np.clip(took - floor, 0.0, None).sum()) / max(steady_ns, float(took.sum())), 1.0)
+
     def fix(self, evidence: ModelCallsEvidence) -> str:
+        if evidence.cache_off_at is not None:
+            return (f"Line {evidence.cache_off_at} turns the key/value cache off: turn it on, so that each call "
+                    "feeds only the new token; re-running the whole prefix makes generation quadratic in its length.")
         return ("Keep a key/value cache and feed only the new token each call (Hugging Face: use_cache=True and "
                 "past_key_values, or model.generate(); your own attention: append each step's keys and values to a "
                 "preallocated cache); re-running the whole prefix makes generation quadratic in its length.")

@@ -166,14 +166,29 @@ def _idle_devices(facts: Facts) -> list[_IdleDevice]:
     return out
 
 
+GROWN_STEPS = 1.25
+"""The run's steps take 1.25x the profiled ones on average at least: the steps grew (generation
+over a longer prefix) or others are long (an evaluation, a checkpoint), the window saw short ones.
+The GPU's idle time per step, the host's launches, recurs per step: over the run, its share of
+the mean step."""
+
+
 def _unprofiled_busy(facts: Facts, dev: Device) -> tuple[float, float, str]:
     """(busy %, idle seconds in the window, a note for the title) of a device. On a live run
     whose profiled steps ran markedly slower than its unprofiled ones, the profiler's per-op
     cost lengthened the CPU side only (kernels run as fast): the GPU then looks idle because
-    of the profiler. Busy % is then the GPU time per step over the unprofiled step time."""
+    of the profiler. Busy % is then the GPU time per step over the unprofiled step time. When the
+    run's steps are the longer ones (`GROWN_STEPS`), the idle time per step over their mean."""
     busy_pct, idle_s = dev.busy_pct, dev.idle_us / 1e6
     phases = facts.phases or {}
     slow, unprofiled = phases.get("profiling_slowdown"), phases.get("unprofiled_step_s")
+    profiled, steps_s = phases.get("profiled_step_s"), phases.get("step_s") or []
+    run_step_s = sum(steps_s[1:]) / (len(steps_s) - 1) if len(steps_s) > 2 else None  # the first: set-up
+    if profiled and run_step_s and run_step_s >= GROWN_STEPS * profiled and facts.steps:  # short ones profiled
+        per_step_s = idle_s / facts.steps
+        return (100.0 * (1.0 - min(per_step_s / run_step_s, 1.0)), idle_s * profiled / run_step_s,
+                f" over the run's steps ({run_step_s * 1e3:.1f} ms on average; {100 - busy_pct:.0f}% of the "
+                f"profiled ones, {profiled * 1e3:.1f} ms)")
     if not (slow and slow >= PROFILING_SLOWDOWN_WARN and unprofiled and facts.steps):
         return busy_pct, idle_s, ""
     gpu_per_step_s = dev.busy_us / 1e6 / facts.steps
