@@ -7,11 +7,11 @@ joins it left one sample of its whole run, "waits in Thread.join", and no profil
 checks never ran; measured on an intent server: 7.8 s in one sample, a window of 2 events).
 
 The watcher is a thread that looks, every `WATCH_INTERVAL_S`, whether the main thread still
-takes samples. When it has taken none for `BLOCKED_AFTER_NS`, or its latest waits on another
-thread in a wait the signal interrupts (`Future.result()` of a thread pool, `Queue.get()`: their
-samples said "waits in result_iterator" while a worker ran the script's code unseen), and its
-CPU clock says it waits
-(under `MAIN_IDLE_SHARE` of the time on the CPU), the watcher samples, every
+takes samples. When it has taken none for `BLOCKED_AFTER_NS` and its CPU clock says it waits
+(under `MAIN_IDLE_SHARE` of the time on the CPU), or its latest sample waits on another thread in
+a wait the signal interrupts (`Future.result()` of a thread pool, `Queue.get()`: their samples
+said "waits in result_iterator" while a worker ran the script's code unseen) and it is on the
+CPU under `WAITING_MAIN_SHARE` of the time (its handler and checks), the watcher samples, every
 `WATCH_BLOCKED_INTERVAL_S`, the thread that is at work (on the CPU `OTHER_BUSY_SHARE` of the time
 at least, running the script's own code: not a library's thread, nor torchneck's) in the main
 thread's place: the time the main thread waits is that thread's time (the handler records
