@@ -226,14 +226,22 @@ class _MallInfo2(ctypes.Structure):  # glibc's struct mallinfo2 (2.33+)
                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]
 
 
+SLOW_MALLINFO_NS = 1_000_000
+"""`mallinfo2` walks every free chunk of every arena: ~1 µs on a young heap, 57 ms on one holding
+100,000 small tensors half freed (measured). Past 1 ms a reading, the probe reads the resident
+size instead (the capture plan's checks run every few ms; at 57 ms each they took the main
+thread's time: a thread-pool script ran 2x its bare time)."""
+
+
 class MemoryProbe:
     """The process's memory in use by malloc (glibc's `mallinfo2`: bytes allocated and not
     freed, all arenas, mmapped blocks included; ~1 µs), with the smallest reading over a recent
     span. Bytes in use, not resident pages: the profiler's event buffers fill memory a freed
     tensor left in the heap without raising the resident size (measured: a second session of
     84 k events raised RSS by 0, malloc's bytes in use by 21 MB, as the first), and Python's own
-    objects (pymalloc arenas, mapped directly) do not count. Where glibc's call is missing, the
-    resident size (/proc/self/statm) stands in."""
+    objects (pymalloc arenas, mapped directly) do not count. Where glibc's call is missing, or
+    slow (`SLOW_MALLINFO_NS`), the resident size (/proc/self/statm) stands in, continued from the
+    last malloc reading (`_offset`) so that bounds measured from an earlier reading hold."""
 
     def __init__(self) -> None:
         self._mallinfo = None
@@ -252,14 +260,27 @@ class MemoryProbe:
             except OSError:
                 self._fd = None
         self.kind = "malloc" if self._mallinfo is not None else "rss"
+        self._offset = 0  # added to resident sizes read after a switch from malloc's count
         self._recent: deque[tuple[int, int]] = deque()  # (ns, bytes)
         self._high = 0  # the highest reading since memory last fell
         self._falls: deque[int] = deque(maxlen=4)  # when memory fell by SAWTOOTH_DROP_MB or more (ns)
 
     def read(self) -> int:
         if self._mallinfo is not None:
+            t0 = time.perf_counter_ns()
             info = self._mallinfo()
-            return int(info.uordblks + info.hblkhd)
+            reading = int(info.uordblks + info.hblkhd)
+            if time.perf_counter_ns() - t0 > SLOW_MALLINFO_NS:  # a fragmented heap: the resident size from now on
+                self._mallinfo, self.kind = None, "rss"
+                try:
+                    self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+                except OSError:
+                    self._fd = None
+                self._offset = reading - self._resident()
+            return reading
+        return self._resident() + self._offset
+
+    def _resident(self) -> int:
         if self._fd is not None:
             try:
                 return int(os.pread(self._fd, 128, 0).split()[1]) * self._page
