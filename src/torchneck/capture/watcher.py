@@ -283,7 +283,7 @@ class ThreadsSlice:
         try:
             slice_s = window.options.duration or window.options.slice_s
             bound = "slice" if window.capture.plan in ("loop", "slice") and window._elapsed_s(now) >= slice_s \
-                else window._over_bounds(now, settle_s=0.0)  # this reading: the workers' events grow fast
+                else window._over_bounds(now, settle_s=window._rss.loop_settle_s())  # as the main thread's check
             if bound:
                 window.finish(bound)
             return not bound

@@ -506,6 +506,17 @@ class RepeatedCall(_SiteRule):
     MIN_VARIED_SHARE = 0.5
     """Calls on new inputs at another line, per repeated call, that make the repeats a request's
     constant part rather than a benchmark's loop."""
+    explains: ClassVar[tuple[str, ...]] = (*_SiteRule.explains, "unbatched_calls")
+
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """Requests served one at a time whose time is mostly the constant recomputed for each
+        (a catalog encoded again per request, under the request loop): the per-request calls'
+        sampled time holds the recomputation, which keeping its result removes."""
+        if symptom.kind == "unbatched_calls":  # the repeated call's lines (the call, the model's) under a request's
+            if not any(_under_site(c, w, facts) for c in cause.where[:2] for w in symptom.where):
+                return None
+            return Explanation(min(symptom.time_lost_s, cause.time_lost_s))
+        return super().explained(cause, symptom, facts)
 
     def check(self, facts: Facts) -> list[Finding]:
         if (facts.clock or {}).get("kind") == "optimizer" or (facts.analysis and facts.analysis.ops.training_ops):

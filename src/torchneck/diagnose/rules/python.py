@@ -268,6 +268,11 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 busiest = max(body, key=lambda ln: ln["total_s"])
                 first = [w for w in where if w.line == busiest["line"]][:1]
                 where = first + [w for w in where if w not in first]
+            if ev.reads_elements and not body and not ev.called_at:  # `for t, p in zip(a, b): m[t, p] += 1`
+                loop = next((s for s in reversed(enclosing(line["file"], int(line["line"]))[:-1])
+                             if isinstance(s, (ast.For, ast.AsyncFor))), None)
+                if loop is not None and loop.lineno != line["line"]:  # the loop over elements is what to replace
+                    where = [Where(file=line["file"], line=loop.lineno, function=line["function"]), *where]
             if ev.invariant_call:  # the call to make once first
                 first = [w for w in where if w.line == ev.called_at][:1]
                 where = first + [w for w in where if w not in first]
@@ -305,8 +310,9 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                                                                 for c in ln.get("callers") or []) for ln in lines)
             return Explanation(symptom.time_lost_s) if under else None
         if symptom.kind == "dispatch_overhead":
-            here = (cause.where[0].file, cause.where[0].line) if cause.where else None
-            issued_here = any((w.file, w.line) == here for w in symptom.where)  # it may lead with its loop
+            # the line issuing them (after the `for` line, named first, of a loop reading elements)
+            heres = {(w.file, w.line) for w in cause.where[:2 if cause.evidence.get("reads_elements") else 1]}
+            issued_here = any((w.file, w.line) in heres for w in symptom.where)  # it may lead with its loop
             # a loop issuing its ops one element at a time, whose backward's ops the symptom leads with
             # (at the .backward() line: autograd.grad per point); one leading with the loop's own line
             # is the per-op cost of that loop, a cause of its own
