@@ -271,7 +271,10 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
             if ev.reads_elements and not body and not ev.called_at:  # `for t, p in zip(a, b): m[t, p] += 1`
                 loop = next((s for s in reversed(enclosing(line["file"], int(line["line"]))[:-1])
                              if isinstance(s, (ast.For, ast.AsyncFor))), None)
-                if loop is not None and loop.lineno != line["line"]:  # the loop over elements is what to replace
+                # a loop over the tensors themselves (their elements are taken there, one by one), not
+                # over indices (`for i in range(len(t))`: the reading line is the one to change)
+                if loop is not None and loop.lineno != line["line"] and not (
+                        isinstance(loop.iter, ast.Call) and call_name(loop.iter) == "range"):
                     where = [Where(file=line["file"], line=loop.lineno, function=line["function"]), *where]
             if ev.invariant_call:  # the call to make once first
                 first = [w for w in where if w.line == ev.called_at][:1]
