@@ -82,6 +82,7 @@ class ProfiledWindow:
         self.aside = False  # the script's own profiler has run: torchneck records nothing more
         self._busy = False  # a hook or check is running: a signal-handler check must not re-enter
         self.last_check_ns = 0  # the main thread's latest check (watcher.ThreadsSlice.guard reads it)
+        self._finishing = threading.Lock()
         self._handles: list = []
         self._module_handles: list = []
         self._module_depth = 0
@@ -207,13 +208,14 @@ class ProfiledWindow:
 
     def finish(self, stopped_by: str = "end", export: bool = True) -> None:
         """Stop recording and write the trace (idempotent)."""
-        if self.state != "recording" or self._prof is None:
-            return
-        try:
-            with interrupts_held_back():  # a whole trace.json.gz, then the Ctrl-C
-                self._finish(stopped_by, export)
-        finally:
-            self._charge_to_torchneck()
+        with self._finishing:  # the main thread's exit and the watcher's bounds check may both get here
+            if self.state != "recording" or self._prof is None:
+                return
+            try:
+                with interrupts_held_back():  # a whole trace.json.gz, then the Ctrl-C
+                    self._finish(stopped_by, export)
+            finally:
+                self._charge_to_torchneck()
 
     def _finish(self, stopped_by: str, export: bool) -> None:
         self.state = "done"
