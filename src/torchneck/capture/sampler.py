@@ -139,7 +139,7 @@ class StackSampler:
         self._signum: int | None = None
         self.start_ns: int | None = None
         self.start_cpu_ns: int | None = None
-        self._runq = _RunQueueClock()  # opened here: the sampled (calling) thread's
+        self._runq = RunQueueClock()  # opened here: the sampled (calling) thread's
         self.start_runq_ns = -1
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -605,13 +605,15 @@ class _PosixTimer:
             self._id = None
 
 
-class _RunQueueClock:
-    """ns the calling thread has spent ready to run but waiting for a CPU (the second field of
-    /proc/thread-self/schedstat, kept by Linux for every thread); -1 where unavailable."""
+class RunQueueClock:
+    """ns a thread has spent ready to run but waiting for a CPU (the second field of its
+    schedstat, kept by Linux for every thread: the calling thread's, or another's by its native
+    id, `/proc/self/task/<id>/schedstat`); -1 where unavailable."""
 
-    def __init__(self) -> None:
+    def __init__(self, native_id: int | None = None) -> None:
+        path = "/proc/thread-self/schedstat" if native_id is None else f"/proc/self/task/{native_id}/schedstat"
         try:
-            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+            self._fd: int | None = os.open(path, os.O_RDONLY)
         except OSError:
             self._fd = None
 

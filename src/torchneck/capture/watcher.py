@@ -26,13 +26,13 @@ faster sampling happens only while the main thread needs no GIL.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 from typing import Any
 
 from ..sites import is_user_file
+from .sampler import RunQueueClock
 
 WATCH_INTERVAL_S = 0.05
 """How often the watcher looks while the main thread takes samples: each look takes the GIL
@@ -76,23 +76,6 @@ def _read(clock: int) -> int | None:
         return None
 
 
-def _ready_clock(native_id: int | None) -> str | None:
-    """The schedstat file of a thread (Linux): its second field, the ns it has waited ready to run
-    while other processes held the CPUs."""
-    path = f"/proc/self/task/{native_id}/schedstat"
-    return path if native_id is not None and os.path.exists(path) else None
-
-
-def _read_ready(path: str | None) -> int:
-    if path is None:
-        return 0
-    try:
-        with open(path, "rb") as f:
-            return int(f.read(96).split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 def _runs_user_code(frame: Any) -> bool:
     """The script's own code is on the thread's stack: a library's thread (a DataLoader's
     pin-memory thread, busy copying while the main thread waits in its queue) is no work of the
@@ -115,9 +98,10 @@ class MainThreadWatcher:
         self.samples_taken = 0
         self.failed = False
         self._stop = threading.Event()
+        self._main_ready = RunQueueClock(-1)  # the main thread's, opened when watching starts
         self._wake = threading.Event()  # set to look now (a window started, stop)
         self._thread: threading.Thread | None = None
-        self._clocks: dict[int, tuple[int | None, str | None]] = {}  # ident -> (CPU clock, schedstat file)
+        self._clocks: dict[int, tuple[int | None, RunQueueClock]] = {}  # ident -> (CPU clock, ready clock)
         self._seen: dict[int, tuple[int, int, int]] = {}  # ident -> (monotonic, CPU, ready) ns at the last look
 
     def start(self) -> None:
@@ -143,6 +127,11 @@ class MainThreadWatcher:
             self._watch()
         except Exception:  # never a traceback in the script's output: the main thread keeps its own samples
             self.failed = True
+        finally:  # the schedstat files' descriptors
+            for ready in [r for _, r in self._clocks.values()] + [self._main_ready]:
+                ready.close()
+            self._clocks.clear()
+            self._seen.clear()
 
     def _watch(self) -> None:
         main_clock = _cpu_clock(self.main_ident)
@@ -150,7 +139,7 @@ class MainThreadWatcher:
             return
         sampler = self.sampler
         main = next((t for t in threading.enumerate() if t.ident == self.main_ident), None)
-        main_ready = _ready_clock(main.native_id if main is not None else None)
+        main_ready = self._main_ready = RunQueueClock(main.native_id if main is not None else -1)
         previous: tuple[int, int] | None = None  # the main thread's (monotonic, CPU + ready) ns at the last look
         interval = WATCH_INTERVAL_S
         while not self._stop.is_set():
@@ -162,7 +151,7 @@ class MainThreadWatcher:
             now = time.monotonic_ns()
             if main_cpu is None:
                 return
-            running = main_cpu + _read_ready(main_ready)  # on the CPU, or ready to be (a loaded machine)
+            running = main_cpu + max(main_ready(), 0)  # on the CPU, or ready to be (a loaded machine)
             share = (running - previous[1]) / (now - previous[0]) \
                 if previous is not None and now > previous[0] else 1.0  # of the interval
             previous = (now, running)
@@ -196,12 +185,12 @@ class MainThreadWatcher:
             if ident in (self.main_ident, me) or thread.name.startswith(OWN_THREADS):
                 continue
             if ident not in self._clocks:
-                self._clocks[ident] = (_cpu_clock(ident), _ready_clock(getattr(thread, "native_id", None)))
-            clock, ready_file = self._clocks[ident]
+                self._clocks[ident] = (_cpu_clock(ident), RunQueueClock(getattr(thread, "native_id", None) or -1))
+            clock, ready_clock = self._clocks[ident]
             cpu = _read(clock) if clock is not None else None
             if cpu is None:
                 continue
-            ready = _read_ready(ready_file)
+            ready = max(ready_clock(), 0)
             before = self._seen.get(ident)
             self._seen[ident] = (now, cpu, ready)
             if before is not None and now > before[0] \
@@ -209,7 +198,9 @@ class MainThreadWatcher:
                 busy.append((ident, cpu - before[1]))
         for gone in [i for i in self._seen if i not in active]:  # ended threads (their ids come back)
             del self._seen[gone]
-            self._clocks.pop(gone, None)
+            gone_clocks = self._clocks.pop(gone, None)
+            if gone_clocks is not None:
+                gone_clocks[1].close()
         return sorted(busy, key=lambda b: -b[1])
 
     @staticmethod

@@ -33,9 +33,7 @@ def estimate_savings(findings: list[Finding], facts: Facts) -> None:
     (its steps); without a run (a trace alone) the window is the horizon. Severity stays what
     the rule judged from the share of the span the problem affects (a problem taking half of
     every step is high even in a short run dominated by start-up); the ranking uses the saving."""
-    wall = facts.run_wall_s
-    startup = float(((facts.phases or {}).get("phases") or {}).get("startup_s") or 0.0)
-    steady = max(wall - startup, 0.0)
+    wall, steady = facts.run_wall_s, facts.steady_s
     window = facts.window_s
     for f in findings:
         f.saving_of = "run" if wall > 0 else "window"

@@ -46,6 +46,13 @@ class Facts(msgspec.Struct, kw_only=True):
         return 0.0
 
     @property
+    def steady_s(self) -> float:
+        """The run after start-up (its steps), the horizon a share of the window applies to; 0
+        without a run (a trace alone)."""
+        startup = float(((self.phases or {}).get("phases") or {}).get("startup_s") or 0.0)
+        return max(self.run_wall_s - startup, 0.0)
+
+    @property
     def steps(self) -> int:
         return self.analysis.steps.count if self.analysis else 0
 

@@ -6,7 +6,7 @@ padding.py). Each answers for one statement, and False (or None) when the source
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .source import (
     COMPREHENSIONS,
@@ -307,8 +307,8 @@ def keyword_line(file: str, line: int, keyword: str) -> int | None:
 def chunk_size_setting(file: str, line: int) -> int | None:
     """The line setting to 1 the step of a `range(start, stop, step)` loop around `line` (a chunk
     size taken from a config: `for i in range(0, n, self.cfg.max_batch)` with `max_batch: int = 1`
-    in a config class, an assignment, a keyword argument or a parameter's default; a choice that
-    can be 1 counts): the program asks for batches of one there. None when none or unreadable."""
+    in a config class, an assignment or a keyword argument, `setting_lines`; a choice that can be
+    1 counts): the program asks for batches of one there. None when none or unreadable."""
     path, tree = enclosing(file, line), _tree(file)
     if not path or tree is None:
         return None
@@ -318,26 +318,34 @@ def chunk_size_setting(file: str, line: int) -> int | None:
              if isinstance(s, (ast.Attribute, ast.Name))}
     if not names:
         return None
+    found = setting_lines(tree, names, lambda value: any(
+        isinstance(c, ast.Constant) and c.value == 1 and not isinstance(c.value, bool) for c in ast.walk(value)),
+        besides=line)
+    return found[0] if found else None
 
-    def one(value: ast.AST | None) -> bool:
-        return value is not None and any(
-            isinstance(c, ast.Constant) and c.value == 1 and not isinstance(c.value, bool) for c in ast.walk(value))
 
-    targets: list[ast.expr]
+def setting_lines(tree: ast.Module, names: set[str], gives: Callable[[ast.expr], bool], besides: int = 0) -> list[int]:
+    """Lines of `tree` giving a setting named in `names` a value `gives(value)` accepts: an
+    assignment to that name or attribute (a config class's field `max_batch: int = 1`,
+    `self.x = ...`) or a keyword argument (`Service(max_batch=1)`), in the file's order, the
+    line `besides` (the one using the setting) left out."""
+    out = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.AnnAssign):
+        targets: list[ast.expr]
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
             targets, value = [node.target], node.value
         elif isinstance(node, ast.Assign):
             targets, value = node.targets, node.value
-        elif isinstance(node, ast.keyword) and node.arg in names and one(node.value):
-            return node.value.lineno
+        elif isinstance(node, ast.keyword) and node.arg in names and gives(node.value):
+            out.add(node.value.lineno)
+            continue
         else:
             continue
         named = {t.id if isinstance(t, ast.Name) else t.attr for t in targets
                  if isinstance(t, (ast.Name, ast.Attribute))}
-        if named & names and one(value) and node.lineno != line:
-            return node.lineno
-    return None
+        if named & names and node.lineno != besides and gives(value):
+            out.add(node.lineno)
+    return sorted(out)
 
 
 REDUCTIONS = frozenset({"sum", "mean"})

@@ -460,9 +460,7 @@ class UncachedGeneration(_SiteRule):
         if not len(took):
             return 0.0
         floor = float(np.percentile(took, self.SHORT_CALLS_PERCENTILE))
-        startup = float(((facts.phases or {}).get("phases") or {}).get("startup_s") or 0.0)
-        steady_ns = max(facts.run_wall_s - startup, 0.0) * 1e9
-        return min(float(np.clip(took - floor, 0.0, None).sum()) / max(steady_ns, float(took.sum())), 1.0)
+        return min(float(np.clip(took - floor, 0.0, None).sum()) / max(facts.steady_s * 1e9, float(took.sum())), 1.0)
 
     def fix(self, evidence: ModelCallsEvidence) -> str:
         if evidence.cache_off_at is not None:

@@ -24,6 +24,7 @@ from ...model.analysis import (
 from ...model.base import Record
 from ...model.findings import Finding
 from ..facts import Facts, Where, where_of
+from ..idioms import setting_lines
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import _tree, call_name, function_at
 from .calls import model_call_sites, sampled_under
@@ -587,17 +588,7 @@ def _settings_to_highest(tree: ast.Module, name: str) -> list[tuple[int, str]]:
     """Where a setting `name` given to `set_float32_matmul_precision` gets "highest": a config
     class's field (`matmul_precision: str = "highest"`) or an assignment of it; the line to change
     before the call passing it on."""
-    out = []
-    for node in ast.walk(tree):
-        target: ast.expr
-        if isinstance(node, ast.AnnAssign) and node.value is not None:
-            target, value = node.target, node.value
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, value = node.targets[0], node.value
-        else:
-            continue
-        named = target.id if isinstance(target, ast.Name) else \
-            target.attr if isinstance(target, ast.Attribute) else None
-        if named == name and any(isinstance(c, ast.Constant) and c.value == "highest" for c in ast.walk(value)):
-            out.append((node.lineno, ast.unparse(node)))
-    return out
+    statements = {n.lineno: n for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign))}
+    highest = setting_lines(tree, {name}, lambda value: any(
+        isinstance(c, ast.Constant) and c.value == "highest" for c in ast.walk(value)))
+    return [(ln, ast.unparse(statements[ln])) for ln in highest if ln in statements]
