@@ -422,3 +422,15 @@ def test_a_model_loaded_per_request_three_calls_below_the_loop_is_named_at_its_c
     assert top["kind"] == "python_hotspot" and top["where"][0]["line"] in calls
     assert top["evidence"]["called_at"] in calls and "once" in top["fix"]
     assert top["saving_pct"] > 50  # the load, the model's construction and its initialisation
+
+
+def test_a_model_converted_to_float64_is_named_before_its_datas_entry(run_dir):
+    """A scorer class converts its model with `.double()` and each NumPy chunk to the model's
+    dtype (from a generator, no step loop): the float64 finding leads with the conversion, the
+    line to change (the data's `torch.from_numpy` entry follows), and its fix says so."""
+    script = SCRIPTS / "float64_model_scorer.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    top = read_report(run_dir)["findings"][0]
+    assert top["kind"] == "dtype_float64" and top["where"][0]["line"] == planted_line(script), top["where"]
+    assert top["evidence"]["conversion_line"] == planted_line(script) and "drop the conversion" in top["fix"]

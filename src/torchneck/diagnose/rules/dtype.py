@@ -83,12 +83,16 @@ class DtypeFloat64(Rule[Float64Evidence]):
             chosen = float64_dtype_constant(file)
             if chosen is not None and all((w.file, w.line) != (file, chosen) for w in entered):
                 entered.insert(0, Where(file=file, line=chosen, function="<module>"))
-        conversion = None
-        if not entered:  # none seen entering: a conversion to float64 (`model.to(dtype=torch.float64)`)
-            files = dict.fromkeys(w.file for w in ran)
-            entered = [Where(file=file, line=line, function=function_at(file, line))
-                       for file in files for line in float64_conversions(file)][: self.SOURCES_SHOWN]
-            conversion = entered[0].line if entered else None
+        # a model converted to float64 (`net = net.double()`): its inputs are converted to its dtype
+        # (`x.to(param.dtype)`), so the conversion comes before the data's own entry; after the
+        # default dtype, which makes the model float64 in the first place
+        files = dict.fromkeys(w.file for w in ran)
+        converted = [Where(file=file, line=line, function=function_at(file, line))
+                     for file in files for line in float64_conversions(file)][: self.SOURCES_SHOWN]
+        by_default = any(c.get("how") == "set_default_dtype" for c in sources)
+        conversion = converted[0].line if converted and not by_default else None
+        if conversion is not None:
+            entered = converted + [w for w in entered if (w.file, w.line) not in {(c.file, c.line) for c in converted}]
         at = {(w.file, w.line) for w in entered}
         where = entered + [w for w in ran if (w.file, w.line) not in at]
         return [self.finding(Float64Evidence(float64_self_s=s, ops=f.ops[:5], where=f.where, sources=sources,
