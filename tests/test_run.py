@@ -434,3 +434,19 @@ def test_a_model_converted_to_float64_is_named_before_its_datas_entry(run_dir):
     top = read_report(run_dir)["findings"][0]
     assert top["kind"] == "dtype_float64" and top["where"][0]["line"] == planted_line(script), top["where"]
     assert top["evidence"]["conversion_line"] == planted_line(script) and "drop the conversion" in top["fix"]
+
+
+def test_a_forward_hook_attached_at_every_batch_is_named_at_the_per_batch_call(run_dir):
+    """A logger attaches a forward hook to every layer at every batch and never removes it:
+    batch k runs k copies. The pile is the top finding, at the per-batch call of the logger's
+    attach() (its registering line after it), with the copies counted; two hooks set up at once
+    on the head and a hook on each step's fresh loss are not piles."""
+    script = SCRIPTS / "activation_logger.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    findings = read_report(run_dir)["findings"]
+    top = findings[0]
+    assert top["kind"] == "hook_pileup" and top["where"][0]["line"] == planted_line(script), top
+    assert top["where"][1]["function"] == "ActivationLogger.attach"
+    assert top["evidence"]["copies"] >= 250 and top["evidence"]["method"] == "register_forward_hook"
+    assert top["time_lost_pct"] > 25 and [f["kind"] for f in findings].count("hook_pileup") == 1

@@ -97,6 +97,7 @@ class CaptureSession:
         from .compile_log import CompileCapture
         from .dynamo_guard import CompileGuard
         from .env import collect_env
+        from .hook_sites import HookSites
         from .profilers import ProfilerWatch
         from .sampler import PARTIAL_NAME, StackSampler
         from .unstepped import UnsteppedGradients
@@ -110,10 +111,11 @@ class CaptureSession:
                                      on_trace_written=self._trace_written)
         self.sampler = StackSampler(partial_path=self.run_dir / PARTIAL_NAME)
         self.sampler.watcher = MainThreadWatcher(self.sampler)
-        self.compile_guard = CompileGuard(on_compile=self.window.compile_started)
+        self.compile_guard = CompileGuard(on_compile=self._compile_requested)
         self.compile_capture = CompileCapture(on_compile_start=self.compile_guard.compile_requested,
                                               run_dir=self.run_dir)
         self.call_sites = CallSites()
+        self.hook_sites = HookSites()
         self.unstepped = UnsteppedGradients(self.window.calls)
         if self.options.nvtx:
             from .marks import RangeMarks
@@ -130,11 +132,19 @@ class CaptureSession:
         self.compile_capture.start()
         self.compile_guard.install()
         self.call_sites.install()
+        self.hook_sites.install()
         self.unstepped.install()
         self._install_hard_exit()
         self.window.start()
         self.window.attach_sampler(self.sampler)
         self.sampler.start()
+
+    def _compile_requested(self) -> None:
+        """Before torch.compile compiles anything: the window steps aside, and the hook
+        registrations are no longer wrapped (dynamo would trace the wrappers of a registration
+        made in a compiled function)."""
+        self.hook_sites.uninstall()
+        self.window.compile_started()
 
     def _trace_written(self, path: Path) -> None:
         """The window's trace is on disk: say so in run.json (still "running") at once, so a run
@@ -154,6 +164,7 @@ class CaptureSession:
             self.sampler.pause()
             self.window.uninstall()
             self.call_sites.uninstall()
+            self.hook_sites.uninstall()
             self.unstepped.uninstall()
             self.compile_guard.uninstall()
 
@@ -164,6 +175,8 @@ class CaptureSession:
             self.window._install_clocks()
             self.compile_guard.install()  # the order of begin(): each restores what it wrapped
             self.call_sites.install()
+            if not self.compile_guard.requested:
+                self.hook_sites.install()
             self.unstepped.install()
             self.sampler.resume()
 
@@ -245,6 +258,7 @@ class CaptureSession:
             sampler.stop()
             self.compile_capture.stop()
             self.call_sites.uninstall()
+            self.hook_sites.uninstall()
             self.unstepped.uninstall()
             self.compile_guard.uninstall()
         finally:
@@ -341,7 +355,7 @@ class CaptureSession:
             "options": asdict(self.options),
             "trace_error": window.export_error,
             "settings_at_end": getattr(self, "end_settings", None) if outcome else None,
-            "call_sites": self.call_sites.records,
+            "call_sites": self.call_sites.records + self.hook_sites.records(),
         }
         tmp = self.run_dir / "run.json.tmp"
         tmp.write_text(json.dumps(run_info, indent=1))

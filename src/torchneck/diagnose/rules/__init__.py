@@ -1,4 +1,4 @@
 """The rule families. Importing this package registers every rule (diagnose/rule.py's `RULES`),
 in this order."""
 
-from . import autograd, calls, compile, config, dispatch, dtype, gpu, labels, ops, python, rebuilt, training  # noqa: F401
+from . import autograd, calls, compile, config, dispatch, dtype, gpu, hooks, labels, ops, python, rebuilt, training  # noqa: F401
