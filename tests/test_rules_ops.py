@@ -691,6 +691,20 @@ def test_op_hotspot_a_product_with_a_mostly_zero_model_input_from_a_real_run(tmp
     assert 0 < top["saving_pct"] < 100 * top["evidence"]["share"]  # the products with it, less the sparse cost
 
 
+@fires("op_hotspot")
+def test_op_hotspot_a_mostly_zero_matrix_the_model_holds_as_a_buffer(tmp_path):
+    """The adjacency is built dense by a helper and registered as a buffer of a submodule: never a
+    model input. The capture looks at the tensors the called model holds, and the finding names
+    the helper's dense factory line, the matrix by its name in the model."""
+    script = SCRIPTS / "dense_adjacency_buffer.py"
+    r = torchneck("run", "--quiet", "--out", str(tmp_path / "run"), str(script), "30")
+    assert r.returncode == 0, r.stderr[-2000:]
+    top = read_report(tmp_path / "run")["findings"][0]
+    assert top["kind"] == "op_hotspot" and top["where"][0]["line"] == planted_line(script), top["where"]
+    assert top["evidence"]["mostly_zero_shape"] == [1200, 1200] and "agg.adj" in top["title"]
+    assert top["evidence"]["mostly_zero_at"] == planted_line(script) and ".to_sparse()" in top["fix"]
+
+
 def _zero_facts(path, entry_shape, product_shapes):
     """A 0.2 s window where aten::mm takes 150 ms; the model, called at line 4 with `adj` built at
     line 2, was given a mostly-zero matrix of `entry_shape`."""

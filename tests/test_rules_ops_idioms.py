@@ -34,8 +34,13 @@ def test_a_distance_matrix_from_a_broadcast_difference(tmp_path):
                    "def b(x, c):\n    return (x.unsqueeze(1) - c.unsqueeze(0)).norm(dim=-1)\n"
                    "def c(x, c):\n    return torch.square(x[:, None] - c[None]).sum(dim=2)\n"
                    "def d(x, c):\n    return (x - c[0]).pow(2).sum(-1)\n"
-                   "def e(x, c):\n    return (x[:, None] * c[None]).sum(-1)\n")
-    assert [pairwise_difference(str(src), n) for n in (3, 5, 7, 9, 11)] == [True, True, True, False, False]
+                   "def e(x, c):\n    return (x[:, None] * c[None]).sum(-1)\n"
+                   "def f(q, bank):\n    diff = q[:, None, :] - bank[None, :, :]\n"
+                   "    return (diff * diff).sum(-1).sqrt()\n"
+                   "def g(q, bank):\n    diff = q - bank[0]\n    return (diff * diff).sum(-1)\n")
+    # the difference named on the line before, squared as d * d (a streaming kNN scorer's)
+    assert [pairwise_difference(str(src), n) for n in (3, 5, 7, 9, 11, 14, 17)] == \
+        [True, True, True, False, False, True, False]
     assert broadcast_product(str(src), 11) and not broadcast_product(str(src), 3)
     f = _check(src, 3)
     assert f.evidence["pairwise_at"] == 3 and f.severity == "medium" and "torch.cdist" in f.fix

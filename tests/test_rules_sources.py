@@ -119,7 +119,7 @@ def test_hot_lines_of_one_helper_named_at_the_same_call_are_one_finding():
 def test_a_dense_matrix_built_by_a_helper_of_another_module(tmp_path):
     """`adj = gcn_norm_adjacency(edges, n)` in main.py, the helper in graph.py filling a
     `torch.zeros(n, n)`: the line to change is the helper's (unseen round 12's GCN package)."""
-    from torchneck.diagnose.source import dense_built_in
+    from torchneck.diagnose.dense import dense_built_in
 
     (tmp_path / "graph.py").write_text("import torch\ndef gcn_norm_adjacency(edges, n):\n"
                                        "    deg = torch.zeros(n)\n    adj = torch.zeros(n, n)\n"

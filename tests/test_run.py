@@ -450,3 +450,17 @@ def test_a_forward_hook_attached_at_every_batch_is_named_at_the_per_batch_call(r
     assert top["where"][1]["function"] == "ActivationLogger.attach"
     assert top["evidence"]["copies"] >= 250 and top["evidence"]["method"] == "register_forward_hook"
     assert top["time_lost_pct"] > 25 and [f["kind"] for f in findings].count("hook_pileup") == 1
+
+
+def test_a_running_median_over_the_whole_loss_history_is_named_as_steps_growing(run_dir):
+    """Each step concatenates every per-sample loss so far and takes its median: the profiled
+    window of early steps sees it cheap; the steps after it grow. The growth is the top finding,
+    at that line, with its concatenation named in the fix."""
+    script = SCRIPTS / "loss_history.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = read_report(run_dir)
+    top = report["findings"][0]
+    assert top["kind"] == "step_time_growth" and top["where"][0]["line"] == planted_line(script), top
+    assert top["evidence"]["late_step_s"] > 1.5 * top["evidence"]["early_step_s"] and top["evidence"]["hint"] == "cat"
+    assert report["python"]["growth"]["steps"] >= 400

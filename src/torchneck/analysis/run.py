@@ -273,7 +273,42 @@ def python_phases(samples: Samples, phases: dict, op_s: np.ndarray | None = None
         "startup": hotspots(samples, -np.inf, steady, top=10),
         "whole_run": hotspots(samples, top=10),
         "steady_from_s": steady,
+        "growth": step_growth(samples, phases),
     }
+
+
+GROWTH_MIN_STEPS = 9
+"""Steps after the profiled window needed to compare their first third with their last: three
+steps a third at least, so one slow step (a checkpoint, a log) does not make a trend."""
+GROWTH_LINES = 40
+"""Sampled lines compared between the two thirds."""
+
+
+def step_growth(samples: Samples, phases: dict) -> dict | None:
+    """Whether steps got slower over the run, and which lines' time grew: the steps after the
+    profiled window (its overhead left out) split in thirds, the first third's and the last
+    third's mean step and, per user line, sampled seconds a step in each. None with too few
+    steps. What grows with every step (a hook copy more, a list or tensor processed whole, a
+    graph kept alive) shows only here: a window of early steps sees it small."""
+    step_s = phases.get("step_s") or []
+    if len(step_s) < GROWTH_MIN_STEPS:
+        return None
+    starts = phases["first_tick_offset_s"] + np.concatenate([[0.0], np.cumsum(step_s)])
+    after = int(np.searchsorted(starts, phases["window_offsets_s"][1], side="left"))
+    n = len(step_s) - after
+    if n < GROWTH_MIN_STEPS:
+        return None
+    k = n // 3
+    early, late = (after, after + k), (len(step_s) - k, len(step_s))
+    out: dict = {"steps": n, "third": k, "early_step_s": float(np.mean(step_s[early[0]:early[1]])),
+                 "late_step_s": float(np.mean(step_s[late[0]:late[1]])),
+                 "mean_step_s": float(np.mean(step_s[after:]))}
+    for name, (a, b) in (("early", early), ("late", late)):
+        spot = hotspots(samples, float(starts[a]), float(starts[b]), top=GROWTH_LINES)
+        out[f"{name}_lines"] = [{"file": ln["file"], "line": ln["line"], "function": ln["function"],
+                                 "step_s": ln["total_s"] / k, "callers": ln.get("callers") or []}
+                                for ln in spot.get("lines", [])]
+    return out
 
 
 def _op_seconds_beyond_window(samples: Samples, op_s: np.ndarray, in_window: np.ndarray) -> np.ndarray:

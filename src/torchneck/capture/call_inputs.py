@@ -70,7 +70,7 @@ class SiteInputs:
     __slots__ = ("batch_of_one", "single_elements", "grew_by_one", "grown_len", "last_shape", "repeated",
                  "repeated_from", "recent",
                  "recent_content", "repeated_inputs", "calls", "padding_looked", "padded", "padded_len", "needed_len",
-                 "zeros_looked", "mostly_zero")
+                 "zeros_looked", "mostly_zero", "modules_looked")
 
     def __init__(self) -> None:
         self.batch_of_one = self.single_elements = self.grew_by_one = self.grown_len = self.repeated = 0
@@ -82,6 +82,7 @@ class SiteInputs:
         self.repeated_inputs = 0  # distinct inputs given again (their first computation was needed)
         self.zeros_looked: dict[int, tuple] = {}  # id(tensor) -> (weak reference, version, key, [calls])
         self.mostly_zero: dict[tuple, dict[str, Any]] = {}  # (rows, cols, argument) -> what was seen
+        self.modules_looked: dict[int, list] = {}  # called modules looked at -> their mostly-zero tensors' keys
 
     def note(self, tensor: Any, caller: types.FrameType | None, others: list | None = None) -> None:
         shape = tuple(tensor.shape)
@@ -179,6 +180,29 @@ class SiteInputs:
             entry = self.mostly_zero.setdefault(key, {"shape": list(key[:2]), "argument": argument,
                                                       "nonzero_share": share, "calls": 1})
             entry["nonzero_share"] = max(entry["nonzero_share"], share)
+
+    def note_module_tensors(self, module: Any) -> None:
+        """Look once per called module at the tensors it holds besides its parameters (buffers,
+        plain tensor attributes, its submodules' too): a graph's adjacency kept as a dense buffer
+        is multiplied at every call without ever being an input. Each is noted as "buffer:<its
+        name>" with `note_zeros`; a mostly-zero one counts every later call of the module."""
+        import torch
+
+        found = self.modules_looked.get(id(module))
+        if found is not None:
+            for key in found:
+                self.mostly_zero[key]["calls"] += 1
+            return
+        if len(self.modules_looked) >= ZEROS_LOOKS_KEPT:
+            return
+        before = set(self.mostly_zero)
+        for prefix, sub in module.named_modules():
+            held = {**{k: v for k, v in vars(sub).items() if isinstance(v, torch.Tensor)
+                       and not isinstance(v, torch.nn.Parameter)}, **sub._buffers}
+            for name, tensor in held.items():
+                if isinstance(tensor, torch.Tensor):
+                    self.note_zeros(tensor, f"buffer:{prefix + '.' if prefix else ''}{name}")
+        self.modules_looked[id(module)] = [k for k in self.mostly_zero if k not in before]
 
     def to_json(self) -> dict[str, Any]:
         return {"batch_of_one": self.batch_of_one,
@@ -305,12 +329,18 @@ def user_frame(frame: types.FrameType | None) -> tuple[str, int, str] | None:
 
 
 def note_site_input(site_inputs: dict, key: tuple, args: tuple, kwargs: dict | None,
-                    caller: types.FrameType | None = None) -> None:
-    """Note the first tensor input of a top-level module call made at `key` (`SiteInputs`);
-    `caller` is the frame that called the function holding the line. Never raises."""
+                    caller: types.FrameType | None = None, module: Any = None) -> None:
+    """Note the first tensor input of a top-level module call made at `key` (`SiteInputs`), and
+    the tensors the called `module` holds; `caller` is the frame that called the function holding
+    the line. Never raises."""
     import torch
 
     try:
+        if module is not None:
+            tally = site_inputs.get(key)
+            if tally is None:
+                tally = site_inputs[key] = SiteInputs()
+            tally.note_module_tensors(module)
         named = [*enumerate(args[:INPUTS_LOOKED_AT]), *list((kwargs or {}).items())[:INPUTS_LOOKED_AT]]
         tensors = [(at, value) for at, value in named if isinstance(value, torch.Tensor)]
         if not tensors:
@@ -327,7 +357,7 @@ def note_site_input(site_inputs: dict, key: tuple, args: tuple, kwargs: dict | N
 
 
 def note_module_site(log: Any, sites: dict, args: tuple = (), kwargs: dict | None = None,
-                     kept: int = 20) -> None:
+                     kept: int = 20, module: Any = None) -> None:
     """Count the user's line that called a top-level module (a few µs a call; called from the
     module hook, whose caller is two frames up): the line an inference fix
     (`torch.inference_mode()`) goes around, or a batching fix changes, which the trace cannot
@@ -342,4 +372,4 @@ def note_module_site(log: Any, sites: dict, args: tuple = (), kwargs: dict | Non
     key = (code.co_filename, frame.f_lineno, getattr(code, "co_qualname", code.co_name))
     if key in sites or len(sites) < kept:
         sites[key] = sites.get(key, 0) + 1
-        note_site_input(log.site_inputs, key, args, kwargs, frame.f_back)
+        note_site_input(log.site_inputs, key, args, kwargs, frame.f_back, module)

@@ -578,7 +578,7 @@ class ProfiledWindow:
             if builds_graph(output):
                 self.log.top_module_outputs_with_grad += 1
                 self.calls.remember(module, args, kwargs, time.perf_counter() - self._top_began, output)
-            note_module_site(self.log, self.log.top_module_sites, args, kwargs, MODULE_SITES_KEPT)
+            note_module_site(self.log, self.log.top_module_sites, args, kwargs, MODULE_SITES_KEPT, module)
             self._tick("module")
             self._look_calls -= 1
             if self.log.kind != "module" and self._look_calls <= 0:  # a better clock ticks: follow the model alone

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 
 from .idioms import REDUCTIONS, call_operand, widened
-from .source import _tree, _user_function, block_of, call_name, enclosing, walk_own
+from .source import _assigned_before, _tree, _user_function, block_of, call_name, enclosing, walk_own
 
 INDEXING_OPS = frozenset({"aten::index", "aten::index_select", "aten::gather", "aten::slice", "aten::select"})
 """Forward ops whose backward writes into a zero tensor as large as the one indexed."""
@@ -80,19 +80,28 @@ SQUARING_CALLS = frozenset({"pow", "square", "abs"})
 def pairwise_difference(file: str, line: int) -> bool:
     """The statement at `line` subtracts two tensors broadcast against each other, squares (or
     takes the absolute value of) the difference and reduces it (`((a[:, None] - b[None]) ** 2).sum(-1)`,
-    `(x.unsqueeze(1) - c.unsqueeze(0)).pow(2).sum(-1)`, `.norm(dim=-1)`): pairwise distances that
+    `(x.unsqueeze(1) - c.unsqueeze(0)).pow(2).sum(-1)`, `.norm(dim=-1)`), the difference possibly
+    named on an earlier line of its function (`diff = ...`, then `(diff * diff).sum(-1)`):
+    pairwise distances that
     first materialise an N x M x D difference tensor, where `torch.cdist` or the expansion
     |a|^2 + |b|^2 - 2 a.b^T (one matrix product) need none. False when unclear or unreadable."""
     path = enclosing(file, line)
-    if not path:
+    tree = _tree(file)
+    if not path or tree is None:
         return False
 
     def difference(node: ast.AST | None) -> bool:
+        if isinstance(node, ast.Name):  # `diff = a[:, None] - b[None]` on a line before, in this function
+            found = _assigned_before(tree, file, line, node.id)
+            node = found.value if found is not None else None
         return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and widened(node.left) \
             and widened(node.right)
 
-    def squared(node: ast.AST | None) -> bool:  # (d) ** 2, d.pow(2), d.square(), d.abs(), torch.square(d)
+    def squared(node: ast.AST | None) -> bool:  # (d) ** 2, d * d, d.pow(2), d.square(), d.abs(), torch.square(d)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            return difference(node.left)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) \
+                and ast.dump(node.left) == ast.dump(node.right):
             return difference(node.left)
         if isinstance(node, ast.Call) and call_name(node) in SQUARING_CALLS and isinstance(node.func, ast.Attribute):
             return difference(call_operand(node))

@@ -153,33 +153,6 @@ def argument_assigned_at(file: str, line: int, argument: int | str) -> int | Non
     return None
 
 
-DENSE_FACTORIES = frozenset({"zeros", "ones", "full", "empty", "eye", "to_dense"})
-"""Calls that make a dense tensor a helper then fills (`adj = torch.zeros(n, n)`)."""
-
-
-def dense_built_in(file: str, line: int) -> tuple[str, int] | None:
-    """For `adj = helper(...)` at `line`, where `helper` (a function of `file` or of a module next
-    to it) makes the dense tensor it returns: its file and the line of the first dense factory call
-    of two or more dimensions (or `.to_dense()`) in its body. None when there is none."""
-    path = enclosing(file, line)
-    if not path or not isinstance(path[-1], (ast.Assign, ast.AnnAssign)) or path[-1].value is None:
-        return None
-    value = path[-1].value
-    if not isinstance(value, ast.Call):
-        return None
-    found = _user_function(file, value, line)
-    if found is None:
-        return None
-    where, fdef, _ = found
-    for call in sorted((n for n in walk_own(fdef) if isinstance(n, ast.Call) and call_name(n) in DENSE_FACTORIES),
-                       key=lambda c: c.lineno):
-        size = call.args[0] if len(call.args) == 1 and isinstance(call.args[0], (ast.Tuple, ast.List)) else None
-        if call_name(call) == "to_dense" or (size is not None and len(size.elts) >= 2) \
-                or len([a for a in call.args if not isinstance(a, ast.Starred)]) >= 2:
-            return where, call.lineno
-    return None
-
-
 def _assigned_before(tree: ast.Module, file: str, line: int, name: str) -> ast.Assign | ast.AnnAssign | None:
     """The last assignment to `name` on the way to `line` (see `argument_origin`)."""
     path = enclosing(file, line)

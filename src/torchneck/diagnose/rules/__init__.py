@@ -1,4 +1,19 @@
 """The rule families. Importing this package registers every rule (diagnose/rule.py's `RULES`),
 in this order."""
 
-from . import autograd, calls, compile, config, dispatch, dtype, gpu, hooks, labels, ops, python, rebuilt, training  # noqa: F401
+from . import (  # noqa: F401
+    autograd,
+    calls,
+    compile,
+    config,
+    dispatch,
+    dtype,
+    gpu,
+    growth,
+    hooks,
+    labels,
+    ops,
+    python,
+    rebuilt,
+    training,
+)

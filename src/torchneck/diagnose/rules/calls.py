@@ -408,12 +408,14 @@ class UncachedGeneration(_SiteRule):
     SHORT_CALLS_PERCENTILE = 5
     """The calls of the shortest prefixes (a round's first tokens): what every call would cost
     with a cache, at most (a cached call computes one position)."""
-    explains: ClassVar[tuple[str, ...]] = (*_SiteRule.explains, "padding_waste")
+    explains: ClassVar[tuple[str, ...]] = (*_SiteRule.explains, "padding_waste", "step_time_growth")
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """Padding of the very calls that recompute their prefix: with a cache each call takes the
         new token alone, and no padded prefix is computed again (an LM server padding each step's
-        whole sequence)."""
+        whole sequence); and steps growing with the prefix they compute again."""
+        if symptom.kind == "step_time_growth":
+            return Explanation(min(symptom.time_lost_s, cause.time_lost_s))
         if symptom.kind == "padding_waste":
             call = self.call_site(cause)
             site = (call.file, call.line) if call is not None else None

@@ -58,7 +58,7 @@ class HookPileUp(Rule[HookPileUpEvidence]):
     evidence_type = HookPileUpEvidence
     saving_basis = ("the hook function's sampled time over the steady state, less one copy a pass (copies grew by "
                     "one a pass)")
-    explains = ("op_hotspot", "python_hotspot", "dispatch_overhead")
+    explains = ("op_hotspot", "python_hotspot", "dispatch_overhead", "step_time_growth")
     MIN_COPIES = 3
     """Copies live on one target, registered in as many separate passes: one extra copy can be a
     re-attach by design (a hook replaced once); three from three passes is a pile."""
@@ -103,13 +103,15 @@ class HookPileUp(Rule[HookPileUpEvidence]):
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """The hook's ops and lines are the copies' time (a dominant op of the backward, the hook
-        function's lines as a Python hotspot)."""
+        function's lines as a Python hotspot), and the steps' growth is the copies added."""
         hook = cause.evidence.get("hook_function") or ""
+        if symptom.kind == "step_time_growth" and not symptom.where:
+            return Explanation(min(symptom.time_lost_s, cause.time_lost_s))
         if not hook or not symptom.where:
             return None
         file, _, function = hook.partition(":")
         if any(os.path.basename(w.file) == file and w.function == function for w in symptom.where[:1]) \
-                or symptom.kind == "op_hotspot":
+                or symptom.kind == "op_hotspot":  # a growth at the hook's line too
             return Explanation(min(symptom.time_lost_s, cause.time_lost_s))
         return None
 

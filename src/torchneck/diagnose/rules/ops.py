@@ -18,6 +18,7 @@ from ..chains import (
     jacobian_kept_diagonal,
     pairwise_difference,
 )
+from ..dense import buffer_built_at, dense_built_in
 from ..facts import Facts, where_of
 from ..idioms import (
     broadcast_product,
@@ -36,7 +37,6 @@ from ..masks import mask_group_by
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import (
     argument_assigned_at,
-    dense_built_in,
     densified_at,
     function_at,
 )
@@ -278,7 +278,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         lost = top.self_us / 1e6
         where = facts.lines_for_ops({top.name}) or facts.sampled_line_in_ops(self.MIN_SHARE)
         dense = self._densified(facts, where) if top.name in self.MATMULS else None
-        zeros = self._mostly_zero(facts, a.ops.by_shape) if top.name in self.MATMULS and dense is None else None
+        zeros = self._mostly_zero(facts, a.ops.by_shape, [w.file for w in where]) \
+            if top.name in self.MATMULS and dense is None else None
         if zeros is not None:  # what a sparse product of the zero-heavy operand would not spend
             lost = zeros[3] / 1e6 * max(0.0, 1.0 - self.SPARSE_COST * zeros[0]["nonzero_share"])
         grouped = self._grouped_by_mask(where) if top.name in self.MASK_OPS else None
@@ -367,8 +368,11 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             rows, cols = entry["shape"]
             ev.time_lost_is = ("the products with the matrix, less what a sparse product of its non-zeros "
                                f"costs (~{self.SPARSE_COST:g}x the dense one per stored value)")
+            held = str(entry["argument"]).startswith("buffer:")
+            how = f"held by the model as {entry['argument'][7:]}" if held \
+                else f"passed to the model at line {call.line}"
             what = (f": a {rows:,} x {cols:,} matrix that is {100 * (1 - entry['nonzero_share']):.1f}% zeros "
-                    f"(passed to the model at line {call.line}) is multiplied densely")
+                    f"({how}) is multiplied densely")
             first = ([made] if made else []) + [call]
             where = first + [w for w in where if (w.file, w.line) not in {(f.file, f.line) for f in first}]
         if paired is not None:
@@ -544,9 +548,11 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     for three graph layers of 32 features with their backward, one thread (a CSR product alone is
     ~3x, but its backward transposes it every time)."""
 
-    def _mostly_zero(self, facts: Facts, by_shape: list[OpRow]) -> tuple[dict, Where, Where | None, float] | None:
-        """(the capture's note of a mostly-zero model input, the line calling the model with it,
-        the line building it, the self time of the products taking it) for the input whose
+    def _mostly_zero(self, facts: Facts, by_shape: list[OpRow], files: list[str]
+                     ) -> tuple[dict, Where, Where | None, float] | None:
+        """(the capture's note of a mostly-zero model input or tensor the model holds (a buffer,
+        looked for in the calling line's file and `files`, the op's lines'), the line calling the
+        model with it, the line building it, the self time of the products taking it) for the input whose
         products (by recorded input shapes, either orientation: the backward multiplies by its
         transpose) take the most time; None when no such input was seen or no product takes it."""
         best = None
@@ -559,9 +565,15 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                 spent = sum(o.self_us for o in by_shape if o.name in self.MATMULS and operand.search(o.shapes or ""))
                 if spent > 0 and (best is None or spent > best[3]):
                     call = Where(file=site["file"], line=site["line"], function=site.get("function") or "")
-                    at = argument_assigned_at(site["file"], site["line"], entry["argument"])
+                    argument = entry["argument"]
+                    if isinstance(argument, str) and argument.startswith("buffer:"):  # a tensor the model holds
+                        inner = next(filter(None, (buffer_built_at(f, argument.rsplit(".", 1)[-1].split(":")[-1])
+                                                   for f in dict.fromkeys([site["file"], *files]))), None)
+                        at = None
+                    else:
+                        at = argument_assigned_at(site["file"], site["line"], argument)
+                        inner = dense_built_in(site["file"], at) if at else None  # the helper building it, if one does
                     made = Where(file=site["file"], line=at, function=function_at(site["file"], at)) if at else None
-                    inner = dense_built_in(site["file"], at) if at else None  # the helper building it, if one does
                     if inner is not None:
                         made = Where(file=inner[0], line=inner[1], function=function_at(*inner))
                     best = (entry, call, made, spent)

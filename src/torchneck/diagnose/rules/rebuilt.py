@@ -32,7 +32,7 @@ class RebuiltTensor(Rule[RebuiltTensorEvidence]):
     part used, remains)."""
 
     kind = "rebuilt_tensor"
-    explains = ("python_hotspot", "op_hotspot", "dispatch_overhead")
+    explains = ("python_hotspot", "op_hotspot", "dispatch_overhead", "step_time_growth")
     summary = "A loop rebuilds a tensor every pass: torch.cat onto a growing tensor, a buffer allocated per call."
     docs = DOCS["tuning"]
     evidence_type = RebuiltTensorEvidence
