@@ -381,6 +381,19 @@ def test_unstepped_gradients_cost_their_share_of_the_backward():
     assert "requires_grad_(False)" in f.fix
 
 
+def test_unstepped_gradients_of_a_whole_top_level_module_lead_with_the_line_calling_it():
+    """A distillation's teacher left out of the optimizer (its parameters named by its class): the
+    line calling the teacher, where torch.no_grad() goes, comes before the optimizer's line; a
+    student called elsewhere is not named."""
+    f = _unstepped()
+    f.env["settings_at_end"]["unstepped_gradients"]["names"] = ["Teacher.pos", "Teacher.blocks.0.w"]
+    f.clock = {"top_module_sites": [
+        {"file": "/x/probe.py", "line": 30, "function": "step", "calls": 5, "module": "Student"},
+        {"file": "/x/probe.py", "line": 32, "function": "step", "calls": 5, "module": "Teacher"}]}
+    [finding] = UnsteppedGradients().check(f)
+    assert [w.line for w in finding.where] == [32, 12]
+
+
 @silent("unstepped_gradients")
 def test_unstepped_gradients_silent_for_a_few_stray_parameters_or_none():
     assert UnsteppedGradients().check(_unstepped(numel=5_000)) == []

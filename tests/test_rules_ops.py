@@ -705,6 +705,20 @@ def test_op_hotspot_a_mostly_zero_matrix_the_model_holds_as_a_buffer(tmp_path):
     assert top["evidence"]["mostly_zero_at"] == planted_line(script) and ".to_sparse()" in top["fix"]
 
 
+@fires("op_hotspot")
+def test_op_hotspot_a_mostly_zero_matrix_multiplied_by_plain_functions(tmp_path):
+    """A conjugate-gradient solver of plain functions multiplies a dense Laplacian (no module, no
+    model input): the line marker looks at the operands of the user's products during the window,
+    and the finding names the line multiplying it."""
+    script = SCRIPTS / "dense_laplacian_cg.py"
+    r = torchneck("run", "--quiet", "--out", str(tmp_path / "run"), str(script), "2")
+    assert r.returncode == 0, r.stderr[-2000:]
+    top = read_report(tmp_path / "run")["findings"][0]
+    assert top["kind"] == "op_hotspot" and top["where"][0]["line"] == planted_line(script), top["where"]
+    assert top["evidence"]["mostly_zero_shape"] == [4096, 4096]
+    assert top["evidence"]["mostly_zero_multiplied_at"] == planted_line(script) and "sparse" in top["fix"]
+
+
 def _zero_facts(path, entry_shape, product_shapes):
     """A 0.2 s window where aten::mm takes 150 ms; the model, called at line 4 with `adj` built at
     line 2, was given a mostly-zero matrix of `entry_shape`."""

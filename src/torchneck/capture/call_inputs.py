@@ -70,7 +70,7 @@ class SiteInputs:
     __slots__ = ("batch_of_one", "single_elements", "grew_by_one", "grown_len", "last_shape", "repeated",
                  "repeated_from", "recent",
                  "recent_content", "repeated_inputs", "calls", "padding_looked", "padded", "padded_len", "needed_len",
-                 "zeros_looked", "mostly_zero", "modules_looked")
+                 "zeros_looked", "mostly_zero", "modules_looked", "module")
 
     def __init__(self) -> None:
         self.batch_of_one = self.single_elements = self.grew_by_one = self.grown_len = self.repeated = 0
@@ -82,6 +82,7 @@ class SiteInputs:
         self.repeated_inputs = 0  # distinct inputs given again (their first computation was needed)
         self.zeros_looked: dict[int, tuple] = {}  # id(tensor) -> (weak reference, version, key, [calls])
         self.mostly_zero: dict[tuple, dict[str, Any]] = {}  # (rows, cols, argument) -> what was seen
+        self.module: str | None = None  # the class of the module called there (its first call's)
         self.modules_looked: dict[int, list] = {}  # called modules looked at -> their mostly-zero tensors' keys
 
     def note(self, tensor: Any, caller: types.FrameType | None, others: list | None = None) -> None:
@@ -213,7 +214,7 @@ class SiteInputs:
                 "padding_looked": self.padding_looked, "padded": self.padded,
                 "padded_mean_len": round(self.padded_len / self.padded, 1) if self.padded else None,
                 "needed_mean_len": round(self.needed_len / self.padded, 1) if self.padded else None,
-                "mostly_zero": list(self.mostly_zero.values()),
+                "mostly_zero": list(self.mostly_zero.values()), "module": self.module,
                 "repeated_from": [{"file": f, "line": ln, "function": fn, "calls": n}
                                   for (f, ln, fn), n in sorted(self.repeated_from.items(), key=lambda kv: -kv[1])]}
 
@@ -340,6 +341,8 @@ def note_site_input(site_inputs: dict, key: tuple, args: tuple, kwargs: dict | N
             tally = site_inputs.get(key)
             if tally is None:
                 tally = site_inputs[key] = SiteInputs()
+            if tally.module is None:
+                tally.module = type(module).__name__
             tally.note_module_tensors(module)
         named = [*enumerate(args[:INPUTS_LOOKED_AT]), *list((kwargs or {}).items())[:INPUTS_LOOKED_AT]]
         tensors = [(at, value) for at, value in named if isinstance(value, torch.Tensor)]

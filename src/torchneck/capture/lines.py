@@ -17,6 +17,7 @@ import sys
 import threading
 
 from ..sites import MARKER_CALL_FUNCTION, is_torchneck_file, is_user_file, site_name
+from .call_inputs import SiteInputs, user_frame
 from .spans import own_span
 
 
@@ -39,12 +40,16 @@ def compiled_code_exists() -> bool:
         return True  # cannot tell: stay out of the way
 
 
-def make_marker(open_spans: list[int]):
+def make_marker(open_spans: list[int], operands: ProductOperands | None = None):
     """A fresh `UserLineMarker` (a TorchFunctionMode subclass; built lazily to import torch late).
     `open_spans[0]` counts the marker's spans open right now (no profiler restart under one),
-    `open_spans[1]` every call it marked (the window's bound between two step ticks)."""
+    `open_spans[1]` every call it marked (the window's bound between two step ticks). `operands`
+    looks at the matrices the user's matrix products take (`ProductOperands`)."""
     import torch
     from torch.overrides import TorchFunctionMode
+
+    products = {torch.mm, torch.matmul, torch.mv, torch.addmm, torch.addmv, torch.Tensor.__matmul__,
+                torch.Tensor.__rmatmul__, torch.Tensor.mm, torch.Tensor.mv, torch.Tensor.matmul}
 
     # torch's C++ span (what dynamo uses for its own spans): a few times cheaper per call than
     # the Python `record_function`, and this wraps every torch call of the window.
@@ -78,6 +83,8 @@ def make_marker(open_spans: list[int]):
                 return func(*args, **kwargs)
             open_spans[0] += 1
             open_spans[1] += 1
+            if operands is not None and func in products:
+                operands.note(args, sys._getframe(1))
             try:
                 with record(name):
                     return call_marked(func, args, kwargs)
@@ -103,6 +110,43 @@ def _in_script_code(frame) -> bool:
     return frame is not None and is_user_file(frame.f_code.co_filename)
 
 
+class ProductOperands:
+    """The large 2-D operands of the user's matrix products during the window, per calling line,
+    looked at for mostly zeros (`call_inputs.SiteInputs.note_zeros`: evenly spaced rows read
+    through the data pointer, once per distinct tensor): a dense matrix of a solver or of plain
+    functions, which no module hook sees, multiplied at every call. At most `LINES` lines."""
+
+    LINES = 8
+
+    def __init__(self) -> None:
+        self.sites: dict[tuple[str, int, str], SiteInputs] = {}
+
+    def note(self, args: tuple, frame) -> None:
+        try:
+            import torch
+
+            mats = [(i, a) for i, a in enumerate(args[:3]) if isinstance(a, torch.Tensor)]
+            if not mats:
+                return
+            at = user_frame(frame)
+            if at is None:
+                return
+            tally = self.sites.get(at)
+            if tally is None:
+                if len(self.sites) >= self.LINES:
+                    return
+                tally = self.sites[at] = SiteInputs()
+            for i, a in mats:
+                tally.note_zeros(a, i)
+        except Exception:  # never the script's problem
+            pass
+
+    def to_json(self) -> list[dict]:
+        return [{"file": f, "line": ln, "function": fn, "mostly_zero": zeros}
+                for (f, ln, fn), tally in self.sites.items()
+                if (zeros := list(tally.mostly_zero.values()))]
+
+
 class LineMarking:
     """Pushes a marker for the window and pops it only if it is still on top, and only while the
     script's own code runs (see `_in_script_code`)."""
@@ -114,6 +158,7 @@ class LineMarking:
         self.disabled = False  # torch.compile is in use: dynamo guards on the mode stack
         self._wanted = False  # asked to start outside the script's own code: started from there later
         self.marked = False  # the marker was pushed at some point of the window
+        self.operands = ProductOperands()
 
     def start(self, frame=None) -> bool:
         """Push the marker, only onto an empty mode stack and from the script's own code: this may
@@ -144,7 +189,7 @@ class LineMarking:
 
             if _get_current_function_mode_stack():
                 return False
-            mode = make_marker(self.open_spans)
+            mode = make_marker(self.open_spans, self.operands)
             mode.__enter__()
         except Exception:
             return False

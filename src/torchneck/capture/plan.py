@@ -180,6 +180,7 @@ class ClockLog:
     # The same sites' first tensor inputs: calls with a batch of one, calls whose input grew by one
     # position over the site's previous call, and that previous shape (window.SiteInputs)
     site_inputs: dict = field(default_factory=dict)
+    product_operands: list = field(default_factory=list)  # lines.ProductOperands: mostly-zero matrices multiplied
     # Top-level module calls in other threads (a server's workers): the profiler records only the
     # main thread's ops and the sampler samples only it, so these are all torchneck sees of them.
     thread_module_calls: int = 0

@@ -345,6 +345,7 @@ class CaptureSession:
                 "top_module_calls": log.top_module_calls,
                 "top_module_outputs_with_grad": log.top_module_outputs_with_grad,
                 "top_module_sites": _sites(log.top_module_sites, log.site_inputs),
+                "product_operands": log.product_operands,
                 "thread_module_calls": log.thread_module_calls,
                 "thread_module_outputs_with_grad": log.thread_module_outputs_with_grad,
                 "thread_module_s": round(log.thread_module_s, 6),

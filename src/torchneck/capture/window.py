@@ -226,7 +226,7 @@ class ProfiledWindow:
         if self.sampler is not None:
             self.sampler.check_interval_ns = CHECK_INTERVAL_NS
         self._lines.stop()
-        log.lines_marked = self._lines.marked
+        log.lines_marked, log.product_operands = self._lines.marked, self._lines.operands.to_json()
         prof, self._prof = self._prof, None
         assert prof is not None
         try:

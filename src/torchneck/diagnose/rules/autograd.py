@@ -13,6 +13,7 @@ from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import LOOPS, call_name, enclosing, in_loop, names_in, walk_own
+from .calls import model_call_sites
 from .ops import is_backward_op
 
 
@@ -479,8 +480,12 @@ class UnsteppedGradients(Rule[UnsteppedGradientsEvidence]):
         title = (f"{evidence.params} parameters ({100 * numel / total:.0f}% of the elements that get a gradient) "
                  "are in no optimizer: backward computes their gradients for nothing")
         lost = saving * facts.window_s
+        # a whole top-level module left out (a distillation's teacher): the lines calling it, where
+        # torch.no_grad() goes, lead; the optimizer's line follows
+        owners = {name.split(".", 1)[0] for name in evidence.names}
+        called = [s for s in model_call_sites(facts) if len(owners) == 1 and s.get("module") in owners]
         return [self.finding(evidence, title=title, lost_s=lost, pct=facts.pct(lost),
-                             where=where_of(facts.sites_of("optimizer")[:1]))]
+                             where=where_of([*called[:2], *facts.sites_of("optimizer")[:1]]))]
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """A backward op dominating the window is, in part, the frozen part's backward."""

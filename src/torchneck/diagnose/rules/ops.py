@@ -63,6 +63,8 @@ class OpHotspotEvidence(Record):
     """That matrix's share of non-zeros (read from evenly spaced rows)."""
     mostly_zero_at: int | None = None
     """The line that last assigned the variable passed as that input (where it is built dense)."""
+    mostly_zero_multiplied_at: int | None = None
+    """For a matrix no model call took (a solver's, plain functions'): the line multiplying it."""
     backward_of: str | None = None
     """The forward op whose backward (an autograd node run by `.backward()`) holds this op's time:
     the user's lines calling that forward op are where to change it."""
@@ -358,7 +360,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                embedding_at=table[1].line if table and table[1] else None,
                                mostly_zero_shape=zeros[0]["shape"] if zeros else None,
                                nonzero_share=zeros[0]["nonzero_share"] if zeros else None,
-                               mostly_zero_at=zeros[2].line if zeros and zeros[2] else None)
+                               mostly_zero_at=zeros[2].line if zeros and zeros[2] else None,
+                               mostly_zero_multiplied_at=zeros[0].get("product_line") if zeros else None)
         what = "" if avoidable else " (the model's compute: where the time goes, not a problem by itself)"
         if dense is not None:
             what = f" (an operand made dense from a sparse tensor at line {dense.line})"
@@ -369,8 +372,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             ev.time_lost_is = ("the products with the matrix, less what a sparse product of its non-zeros "
                                f"costs (~{self.SPARSE_COST:g}x the dense one per stored value)")
             held = str(entry["argument"]).startswith("buffer:")
-            how = f"held by the model as {entry['argument'][7:]}" if held \
-                else f"passed to the model at line {call.line}"
+            how = f"held by the model as {entry['argument'][7:]}" if held else \
+                f"multiplied at line {call.line}" if entry.get("product_line") else \
+                f"passed to the model at line {call.line}"
             what = (f": a {rows:,} x {cols:,} matrix that is {100 * (1 - entry['nonzero_share']):.1f}% zeros "
                     f"({how}) is multiplied densely")
             first = ([made] if made else []) + [call]
@@ -536,7 +540,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                 total += e["self_us"]
         return total
 
-    MATMULS = ("aten::mm", "aten::addmm", "aten::matmul", "aten::bmm", "aten::baddbmm", "aten::linear")
+    MATMULS = ("aten::mm", "aten::addmm", "aten::matmul", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::mv",
+               "aten::addmv", "aten::addmv_")
     """Products whose work a sparse operand would shrink to its non-zeros."""
 
     MIN_CALLS_WITH_MATRIX = 2
@@ -556,7 +561,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         products (by recorded input shapes, either orientation: the backward multiplies by its
         transpose) take the most time; None when no such input was seen or no product takes it."""
         best = None
-        for site in model_call_sites(facts):
+        products = [{**s, "product": True} for s in (facts.clock or {}).get("product_operands") or []]
+        for site in [*model_call_sites(facts), *products]:
             for entry in site.get("mostly_zero") or []:
                 if (entry.get("calls") or 0) < self.MIN_CALLS_WITH_MATRIX:
                     continue
@@ -566,7 +572,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                 if spent > 0 and (best is None or spent > best[3]):
                     call = Where(file=site["file"], line=site["line"], function=site.get("function") or "")
                     argument = entry["argument"]
-                    if isinstance(argument, str) and argument.startswith("buffer:"):  # a tensor the model holds
+                    if site.get("product"):  # an operand of the user's product, at that line
+                        inner = at = None
+                        entry = {**entry, "product_line": site["line"]}
+                    elif isinstance(argument, str) and argument.startswith("buffer:"):  # a tensor the model holds
                         inner = next(filter(None, (buffer_built_at(f, argument.rsplit(".", 1)[-1].split(":")[-1])
                                                    for f in dict.fromkeys([site["file"], *files]))), None)
                         at = None
@@ -615,7 +624,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                     "(index_add_, scatter_reduce, torch.bincount(key, weights=x)).")
         if evidence.mostly_zero_shape is not None:
             rows, cols = evidence.mostly_zero_shape
-            at = f"built at line {evidence.mostly_zero_at}" if evidence.mostly_zero_at else "passed to the model"
+            at = f"built at line {evidence.mostly_zero_at}" if evidence.mostly_zero_at else \
+                f"multiplied at line {evidence.mostly_zero_multiplied_at}" if evidence.mostly_zero_multiplied_at \
+                else "passed to the model"
             zeros = 100 * (1 - (evidence.nonzero_share or 0.0))
             return (f"The {rows:,} x {cols:,} matrix {at} is {zeros:.1f}% zeros, and every product with it "
                     "multiplies each zero: store it sparse once, where it is built (m = m.to_sparse(); `m @ x` or "
