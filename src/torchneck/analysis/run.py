@@ -280,8 +280,10 @@ def python_phases(samples: Samples, phases: dict, op_s: np.ndarray | None = None
 GROWTH_MIN_STEPS = 9
 """Steps after the profiled window needed to compare their first third with their last: three
 steps a third at least, so one slow step (a checkpoint, a log) does not make a trend."""
-GROWTH_LINES = 40
-"""Sampled lines compared between the two thirds."""
+GROWTH_LINES = 20
+"""Sampled lines compared between the two thirds (the growth is in the hottest late ones)."""
+GROWTH_CALLERS = 2
+"""Callers kept a line: the finding names the grown lines and the two calls above them."""
 
 
 def step_growth(samples: Samples, phases: dict) -> dict | None:
@@ -306,7 +308,9 @@ def step_growth(samples: Samples, phases: dict) -> dict | None:
     for name, (a, b) in (("early", early), ("late", late)):
         spot = hotspots(samples, float(starts[a]), float(starts[b]), top=GROWTH_LINES)
         out[f"{name}_lines"] = [{"file": ln["file"], "line": ln["line"], "function": ln["function"],
-                                 "step_s": ln["total_s"] / k, "callers": ln.get("callers") or []}
+                                 "step_s": round(ln["total_s"] / k, 7),
+                                 "callers": [{key: c.get(key) for key in ("file", "line", "function")}
+                                             for c in (ln.get("callers") or [])[:GROWTH_CALLERS]]}
                                 for ln in spot.get("lines", [])]
     return out
 
