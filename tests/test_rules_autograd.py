@@ -387,11 +387,16 @@ def test_unstepped_gradients_of_a_whole_top_level_module_lead_with_the_line_call
     student called elsewhere is not named."""
     f = _unstepped()
     f.env["settings_at_end"]["unstepped_gradients"]["names"] = ["Teacher.pos", "Teacher.blocks.0.w"]
+    f.env["settings_at_end"]["unstepped_gradients"]["module"] = "Student + Teacher"
     f.clock = {"top_module_sites": [
         {"file": "/x/probe.py", "line": 30, "function": "step", "calls": 5, "module": "Student"},
         {"file": "/x/probe.py", "line": 32, "function": "step", "calls": 5, "module": "Teacher"}]}
     [finding] = UnsteppedGradients().check(f)
     assert [w.line for w in finding.where] == [32, 12]
+    # part of the one model the step runs (a backbone left out): the optimizer's line alone
+    f.env["settings_at_end"]["unstepped_gradients"]["module"] = "Teacher"
+    [finding] = UnsteppedGradients().check(f)
+    assert [w.line for w in finding.where] == [12]
 
 
 @silent("unstepped_gradients")

@@ -483,7 +483,9 @@ class UnsteppedGradients(Rule[UnsteppedGradientsEvidence]):
         # a whole top-level module left out (a distillation's teacher): the lines calling it, where
         # torch.no_grad() goes, lead; the optimizer's line follows
         owners = {name.split(".", 1)[0] for name in evidence.names}
-        called = [s for s in model_call_sites(facts) if len(owners) == 1 and s.get("module") in owners]
+        trained = set(evidence.module.split(" + "))  # the top-level modules the step ran
+        whole = len(owners) == 1 and len(trained) > 1 and owners <= trained  # one of several, not a part of one
+        called = [s for s in model_call_sites(facts) if whole and s.get("module") in owners]
         return [self.finding(evidence, title=title, lost_s=lost, pct=facts.pct(lost),
                              where=where_of([*called[:2], *facts.sites_of("optimizer")[:1]]))]
 
