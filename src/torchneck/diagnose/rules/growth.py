@@ -76,6 +76,9 @@ class StepTimeGrowth(Rule[StepGrowthEvidence]):
             return []  # the device's queue fills over the first steps: the host's step clock grows
         if not g or g["early_step_s"] <= 0 or g["late_step_s"] < self.MIN_GROWTH * g["early_step_s"]:
             return []
+        sites = (facts.clock or {}).get("top_module_sites") or []
+        if any((s.get("grew_by_one") or 0) >= 0.5 * (s.get("calls") or 1) for s in sites):
+            return []  # generation: each call's input is the last one's plus a token, growing by design
         share = (g["mean_step_s"] - g["early_step_s"]) / g["mean_step_s"]
         if share < self.MIN_SHARE:
             return []
