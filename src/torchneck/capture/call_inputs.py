@@ -337,20 +337,19 @@ def note_site_input(site_inputs: dict, key: tuple, args: tuple, kwargs: dict | N
     import torch
 
     try:
-        if module is not None:
-            tally = site_inputs.get(key)
-            if tally is None:
-                tally = site_inputs[key] = SiteInputs()
-            if tally.module is None:
-                tally.module = type(module).__name__
-            tally.note_module_tensors(module)
         named = [*enumerate(args[:INPUTS_LOOKED_AT]), *list((kwargs or {}).items())[:INPUTS_LOOKED_AT]]
         tensors = [(at, value) for at, value in named if isinstance(value, torch.Tensor)]
-        if not tensors:
+        if module is None and not tensors:
             return
         tally = site_inputs.get(key)
         if tally is None:
             tally = site_inputs[key] = SiteInputs()
+        if module is not None:
+            if tally.module is None:
+                tally.module = type(module).__name__
+            tally.note_module_tensors(module)
+        if not tensors:
+            return
         tally.note_padding([value for _, value in tensors])
         for at, value in tensors:
             tally.note_zeros(value, at)

@@ -18,15 +18,21 @@ from ..sites import is_user_file
 MAX_RECORDS = 200
 
 
-def _user_frame(depth: int = 2) -> dict | None:
-    frame: types.FrameType | None = sys._getframe(depth)
-    while frame is not None:
+def user_frames(frame: types.FrameType | None, count: int = 1) -> list[dict]:
+    """The first `count` frames of the user's code from `frame` outwards, as file, line, function."""
+    found: list[dict] = []
+    while frame is not None and len(found) < count:
         code = frame.f_code
         if is_user_file(code.co_filename):
-            return {"file": code.co_filename, "line": frame.f_lineno,
-                    "function": getattr(code, "co_qualname", code.co_name)}
+            found.append({"file": code.co_filename, "line": frame.f_lineno,
+                          "function": getattr(code, "co_qualname", code.co_name)})
         frame = frame.f_back
-    return None
+    return found
+
+
+def _user_frame(depth: int = 2) -> dict | None:
+    found = user_frames(sys._getframe(depth))
+    return found[0] if found else None
 
 
 class CallSites:

@@ -23,7 +23,7 @@ import types
 import weakref
 from typing import Any
 
-from ..sites import is_user_file
+from .callsites import user_frames
 from .dynamo_guard import is_compiling
 
 MAX_SITES = 64
@@ -67,19 +67,6 @@ class _Site:
         return {"what": "hook_registrations", **self.where, "caller": self.caller, "method": self.method,
                 "hook": self.hook, "registrations": self.registrations, "removed": self.removed,
                 "targets": len(self.targets), "most_live": self.most_live, "most_passes": self.most_passes}
-
-
-def _user_frames(depth: int) -> tuple[dict | None, dict | None]:
-    """The deepest user frame above `depth` and the user frame that called its function."""
-    frame: types.FrameType | None = sys._getframe(depth)
-    found: list[dict] = []
-    while frame is not None and len(found) < 2:
-        code = frame.f_code
-        if is_user_file(code.co_filename):
-            found.append({"file": code.co_filename, "line": frame.f_lineno,
-                          "function": getattr(code, "co_qualname", code.co_name)})
-        frame = frame.f_back
-    return (found[0] if found else None), (found[1] if len(found) > 1 else None)
 
 
 def _hook_code(hook: Any) -> dict | None:
@@ -162,9 +149,10 @@ class HookSites:
         return remove
 
     def _registered(self, method: str, target: Any, hook: Any, handle: Any) -> None:
-        where, caller = _user_frames(3)
-        if where is None:
+        found = user_frames(sys._getframe(2), 2)  # the registering line, and the user's line calling its function
+        if not found:
             return
+        where, caller = found[0], (found[1] if len(found) > 1 else None)
         key = (where["file"], where["line"], method)
         site = self.sites.get(key)
         if site is None:

@@ -413,9 +413,10 @@ class UncachedGeneration(_SiteRule):
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """Padding of the very calls that recompute their prefix: with a cache each call takes the
         new token alone, and no padded prefix is computed again (an LM server padding each step's
-        whole sequence); and steps growing with the prefix they compute again."""
+        whole sequence); and steps growing with the prefix they compute again, all of that growth
+        (with a cache a call computes one position, however long the prefix)."""
         if symptom.kind == "step_time_growth":
-            return Explanation(min(symptom.time_lost_s, cause.time_lost_s))
+            return Explanation(symptom.time_lost_s)
         if symptom.kind == "padding_waste":
             call = self.call_site(cause)
             site = (call.file, call.line) if call is not None else None

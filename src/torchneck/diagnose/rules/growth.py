@@ -44,9 +44,9 @@ class StepTimeGrowth(Rule[StepGrowthEvidence]):
     Time lost: the growing part of the named lines' time, taken as rising linearly from nothing
     (a buffer, a list, hooks added one a step): its mean over the steps after the window is 3/4
     of the growth between the thirds (`LINEAR_MEAN`), as a share of the mean step, applied to the
-    window. Silent when no user function
-    holds `LINE_SHARE` of the growth: the step clock counts the machine's load too (the samples
-    leave it out), and some data grows by design."""
+    window. Silent when no user function holds `LINE_SHARE` of the growth: the step clock counts
+    the machine's load too (the samples leave it out), and some data grows by design. A generation
+    loop's growth is the prefix it feeds again: uncached_generation explains all of it."""
 
     kind = "step_time_growth"
     summary = "Steps get slower over the run: something each step works on grows with every step."
@@ -76,46 +76,40 @@ class StepTimeGrowth(Rule[StepGrowthEvidence]):
             return []  # the device's queue fills over the first steps: the host's step clock grows
         if not g or g["early_step_s"] <= 0 or g["late_step_s"] < self.MIN_GROWTH * g["early_step_s"]:
             return []
-        sites = (facts.clock or {}).get("top_module_sites") or []
-        if any((s.get("grew_by_one") or 0) >= 0.5 * (s.get("calls") or 1) for s in sites):
-            return []  # generation: each call's input is the last one's plus a token, growing by design
         share = (g["mean_step_s"] - g["early_step_s"]) / g["mean_step_s"]
         if share < self.MIN_SHARE:
             return []
-        ev = StepGrowthEvidence(steps=g["steps"], early_step_s=g["early_step_s"], late_step_s=g["late_step_s"],
-                                mean_step_s=g["mean_step_s"])
         early = {(ln["file"], ln["line"]): ln["step_s"] for ln in g.get("early_lines") or []}
         grown: dict[tuple[str, str], list[tuple[float, dict]]] = {}  # per function, its lines' growth
         for ln in g.get("late_lines") or []:
             delta = ln["step_s"] - early.get((ln["file"], ln["line"]), 0.0)
             if delta > 0:
                 grown.setdefault((ln["file"], ln["function"]), []).append((delta, ln))
-        where = []
-        title = (f"Steps get slower over the run: {1e3 * ev.early_step_s:.1f} ms a step in the first third of the "
-                 f"{ev.steps} steps after the profiled window, {1e3 * ev.late_step_s:.1f} ms in the last")
-        if grown:
-            # the function whose lines grew most (a buffer concatenating its five fields: five lines)
-            lines = max(grown.values(), key=lambda d: sum(x for x, _ in d))
-            lines.sort(key=lambda d: -d[0])
-            lines = [d for d in lines if d[0] >= self.NAMED_GROWTH * lines[0][0]]
-            on_line = sum(x for x, _ in lines) / (ev.late_step_s - ev.early_step_s)
-            if on_line >= self.LINE_SHARE:
-                top = lines[0][1]
-                ev.line_early_s = sum(early.get((ln["file"], ln["line"]), 0.0) for _, ln in lines)
-                ev.line_late_s, ev.growth_on_line = sum(ln["step_s"] for _, ln in lines), min(on_line, 1.0)
-                ev.hint = _hint(top["file"], top["line"])
-                where = where_of([ln for _, ln in lines[:3]] + top.get("callers", [])[:2])
-                at = f"line {top['line']}" if len(lines) == 1 else \
-                    f"lines {', '.join(str(ln['line']) for _, ln in lines[:3])}"
-                title += (f"; {top['function']}() ({at}) grew from {1e3 * ev.line_early_s:.1f} to "
-                          f"{1e3 * ev.line_late_s:.1f} ms a step")
-        if not where:  # no line of the user's grew: the machine's load, or data that grows by design
+        if not grown:  # no line of the user's grew: the machine's load, or data that grows by design
             return []
+        # the function whose lines grew most (a buffer concatenating its five fields: five lines)
+        lines = sorted(max(grown.values(), key=lambda d: sum(x for x, _ in d)), key=lambda d: -d[0])
+        lines = [d for d in lines if d[0] >= self.NAMED_GROWTH * lines[0][0]]
+        on_line = sum(x for x, _ in lines) / (g["late_step_s"] - g["early_step_s"])
+        if on_line < self.LINE_SHARE:
+            return []
+        top = lines[0][1]
+        ev = StepGrowthEvidence(steps=g["steps"], early_step_s=g["early_step_s"], late_step_s=g["late_step_s"],
+                                mean_step_s=g["mean_step_s"],
+                                line_early_s=sum(early.get((ln["file"], ln["line"]), 0.0) for _, ln in lines),
+                                line_late_s=sum(ln["step_s"] for _, ln in lines), growth_on_line=min(on_line, 1.0),
+                                hint=_hint(top["file"], top["line"]))
+        at = f"line {top['line']}" if len(lines) == 1 else f"lines {', '.join(str(ln['line']) for _, ln in lines[:3])}"
+        title = (f"Steps get slower over the run: {1e3 * ev.early_step_s:.1f} ms a step in the first third of the "
+                 f"{ev.steps} steps after the profiled window, {1e3 * ev.late_step_s:.1f} ms in the last; "
+                 f"{top['function']}() ({at}) grew from {1e3 * ev.line_early_s:.1f} to {1e3 * ev.line_late_s:.1f} ms "
+                 "a step")
         # a cost growing by a step's worth each step: what it adds on average is 3/4 of the growth
         # between the thirds' means (they sit at 1/6 and 5/6 of the way)
         grows = min(self.LINEAR_MEAN * (ev.line_late_s - ev.line_early_s) / ev.mean_step_s, 1.0)
         lost = grows * facts.window_s
-        return [self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost), where=where)]
+        return [self.finding(ev, title=title, lost_s=lost, pct=facts.pct(lost),
+                             where=where_of([ln for _, ln in lines[:3]] + top.get("callers", [])[:2]))]
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """A hotspot at the line that grows is the growth's time (what the early steps spent there
@@ -154,6 +148,6 @@ def _hint(file: str, line: int) -> str:
         return "backward"
     if any(n and n.startswith("register_") and n.endswith("hook") for n in names):
         return "hooks"
-    if names & {"sum", "tensor", "stack", "mean", "sorted", "max", "min", "array"}:
+    if names & {"sum", "tensor", "mean", "sorted", "max", "min", "array"}:
         return "list"
     return ""

@@ -105,13 +105,11 @@ class HookPileUp(Rule[HookPileUpEvidence]):
         """The hook's ops and lines are the copies' time (a dominant op of the backward, the hook
         function's lines as a Python hotspot), and the steps' growth is the copies added."""
         hook = cause.evidence.get("hook_function") or ""
-        if symptom.kind == "step_time_growth" and not symptom.where:
-            return Explanation(min(symptom.time_lost_s, cause.time_lost_s))
         if not hook or not symptom.where:
             return None
         file, _, function = hook.partition(":")
         if any(os.path.basename(w.file) == file and w.function == function for w in symptom.where[:1]) \
-                or symptom.kind == "op_hotspot":  # a growth at the hook's line too
+                or symptom.kind == "op_hotspot":
             return Explanation(min(symptom.time_lost_s, cause.time_lost_s))
         return None
 

@@ -372,7 +372,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             ev.time_lost_is = ("the products with the matrix, less what a sparse product of its non-zeros "
                                f"costs (~{self.SPARSE_COST:g}x the dense one per stored value)")
             held = str(entry["argument"]).startswith("buffer:")
-            how = f"held by the model as {entry['argument'][7:]}" if held else \
+            how = f"held by the model as {entry['argument'].removeprefix('buffer:')}" if held else \
                 f"multiplied at line {call.line}" if entry.get("product_line") else \
                 f"passed to the model at line {call.line}"
             what = (f": a {rows:,} x {cols:,} matrix that is {100 * (1 - entry['nonzero_share']):.1f}% zeros "
@@ -561,8 +561,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         products (by recorded input shapes, either orientation: the backward multiplies by its
         transpose) take the most time; None when no such input was seen or no product takes it."""
         best = None
-        products = [{**s, "product": True} for s in (facts.clock or {}).get("product_operands") or []]
-        for site in [*model_call_sites(facts), *products]:
+        products = (facts.clock or {}).get("product_operands") or []
+        for site, multiplied in [*((s, False) for s in model_call_sites(facts)), *((s, True) for s in products)]:
             for entry in site.get("mostly_zero") or []:
                 if (entry.get("calls") or 0) < self.MIN_CALLS_WITH_MATRIX:
                     continue
@@ -572,11 +572,12 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                 if spent > 0 and (best is None or spent > best[3]):
                     call = Where(file=site["file"], line=site["line"], function=site.get("function") or "")
                     argument = entry["argument"]
-                    if site.get("product"):  # an operand of the user's product, at that line
+                    if multiplied:  # an operand of the user's product, at that line
                         inner = at = None
                         entry = {**entry, "product_line": site["line"]}
                     elif isinstance(argument, str) and argument.startswith("buffer:"):  # a tensor the model holds
-                        inner = next(filter(None, (buffer_built_at(f, argument.rsplit(".", 1)[-1].split(":")[-1])
+                        attribute = argument.removeprefix("buffer:").rsplit(".", 1)[-1]
+                        inner = next(filter(None, (buffer_built_at(f, attribute)
                                                    for f in dict.fromkeys([site["file"], *files]))), None)
                         at = None
                     else:
