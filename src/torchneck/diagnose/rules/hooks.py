@@ -86,7 +86,7 @@ class HookPileUp(Rule[HookPileUpEvidence]):
                                     hook_function=name, hook_s=hook_s, sampled_s=total)
             what = "tensor" if ev.method.startswith("register_hook") or "accumulate" in ev.method else "module"
             piled = (f"up to {copies} copies of the hook on one {what}, never removed ({ev.registrations} "
-                     f"registrations on {ev.targets} {what}s)")
+                     f"registrations on {ev.targets} {what}{'s' if ev.targets != 1 else ''})")
             if per_pass:
                 title = (f"{ev.called_from}() calls {ev.registering_function}() at every pass (line "
                          f"{caller.get('line')}), which registers its hook again ({ev.method}): {piled}")
