@@ -57,6 +57,12 @@ STALE_CHECK_NS = 10_000_000
 """The main thread's checks (every 2 ms while a window records) have not run for 10 ms: its
 handler waits for the thread it waits on (a pool's `Future.result()` wakes it once per result).
 Workers issuing tiny ops record ~700,000 events a second: 10 ms is some 2 MB."""
+GUARD_SETTLE_S = 0.05
+"""The guard judges the memory bound on the smallest of its readings over 50 ms (ten looks), or
+over the loop's learnt period if longer: the threads the main thread waits on run the model, and
+its transients (a padding server's 37 MB attention scores, alive for a few ms of each batch) in
+one or two readings were taken for the profiler's buffers, stopping the window after 13 ms and 20
+ops in half the runs. Workers' tiny ops record ~700,000 events a second: 50 ms is ~3 MB more."""
 OWN_THREADS = "torchneck"
 """torchneck's threads are named so: never sampled for the script."""
 
@@ -274,7 +280,7 @@ class ThreadsSlice:
         try:
             slice_s = window.options.duration or window.options.slice_s
             bound = "slice" if window.capture.plan in ("loop", "slice") and window._elapsed_s(now) >= slice_s \
-                else window._over_bounds(now, settle_s=window._rss.loop_settle_s())  # as the main thread's check
+                else window._over_bounds(now, settle_s=max(window._rss.loop_settle_s(), GUARD_SETTLE_S))
             if bound:
                 window.finish(bound)
             return not bound
