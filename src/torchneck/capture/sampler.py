@@ -412,11 +412,14 @@ class StackSampler:
         stack = tuple(reversed(ids))
         sid = self._stack_ids.get(stack)
         if sid is None:
-            sid = self._stack_ids[stack] = len(self.stacks)
+            # its rows first, its id published last: the watcher's thread interns stacks too, and a
+            # reader finding the id (the signal handler reads `stack_waits[sid]`) must find its rows
+            sid = len(self.stacks)
             self.stacks.append(stack)
             frames = self.frames
             self.stack_busy.append(any(m in frames[f][1] for f in stack for m in _BUSY_MARKS))
             self.stack_waits.append(frames[stack[-1]][1] in _WAIT_FILES if stack else False)
+            self._stack_ids[stack] = sid
             self.fresh += 1
         return sid
 
