@@ -178,6 +178,60 @@ def test_one_long_call_seen_in_the_window_does_not_decide_for_the_whole_run():
     assert np.allclose(est[n_in:], 0.02 * 5 / 6)
 
 
+def test_a_line_the_window_barely_saw_takes_its_function_s_share_outside_it():
+    """A CG solver (n_heat_cg): in the window the line marker keeps `Ap = A @ p`'s samples on its
+    own line (84); outside it each 3 ms product's signal is handled at the next call, line 85,
+    which the window saw twice (both between ops). Two samples are no share: the function's
+    (mostly ops) stands for the line, so its 3 ms samples outside are not taken for Python. A line
+    seen long enough in the window keeps its own share."""
+    import numpy as np
+
+    from torchneck.analysis.python_stacks import Samples
+    from torchneck.analysis.run import _op_seconds_beyond_window
+
+    # window: 20 samples of line 84 inside ops, 2 of line 85 outside them, 20 of line 86 (Python);
+    # then 10 samples of each of lines 85 and 86 outside the window
+    uf = np.array([0] * 20 + [1] * 2 + [2] * 20 + [1] * 10 + [2] * 10)
+    n = len(uf)
+    dur = np.full(n, 0.003)
+    s = Samples(frames=[["pcg", "a.py", 84], ["pcg", "a.py", 85], ["pcg", "a.py", 86]],
+                end_s=np.cumsum(dur), dur_s=dur, user_frame=uf, leaf_is_user=np.ones(n, bool), leaf_frame=uf,
+                tool=np.zeros(n, bool), importing=np.zeros(n, bool), compiling=np.zeros(n, bool),
+                loading=np.zeros(n, bool), start_monotonic_ns=0, stacks=[[int(f)] for f in uf],
+                cpu_s=dur.copy(), runq_s=np.zeros(n))
+    in_window = np.arange(n) < 42
+    op_s = np.where((uf == 0) & in_window, 0.003, 0.0)
+    est = _op_seconds_beyond_window(s, op_s, in_window)
+    share = 20 / 42  # pcg's window time in ops
+    assert np.allclose(est[42:52], 0.003 * share)  # line 85: the function's share
+    assert np.allclose(est[52:], 0.0)  # line 86: seen 60 ms in the window, all Python
+
+
+def test_a_model_call_line_names_the_module_machinery_even_when_no_sample_is_mostly_outside_ops():
+    """`scores = model(batch)` in a worker thread: every sample of the line is mostly inside the
+    model's ops, the module call's Python spread thin between them. The line still says what it
+    calls (module.py, torch's), so python_hotspot leaves that Python to the op rules."""
+    import os
+
+    import numpy as np
+    import pytest
+    import torch
+
+    from torchneck.analysis.python_stacks import Samples, hotspots
+
+    n = 20
+    torch_file = os.path.join(os.path.dirname(torch.__file__), "nn", "modules", "module.py")
+    frames = [["worker", "/srv/app.py", 19], ["Module._call_impl", torch_file, 1780]]
+    s = Samples(frames=frames, end_s=np.arange(1, n + 1) * 0.001, dur_s=np.full(n, 0.001),
+                user_frame=np.zeros(n, dtype=np.int64), leaf_is_user=np.zeros(n, bool),
+                leaf_frame=np.ones(n, dtype=np.int64), tool=np.zeros(n, bool), importing=np.zeros(n, bool),
+                compiling=np.zeros(n, bool), loading=np.zeros(n, bool), start_monotonic_ns=0,
+                stacks=[[0, 1]] * n, cpu_s=np.full(n, 0.001), runq_s=np.zeros(n))
+    line = hotspots(s, op_s=np.full(n, 0.0008))["lines"][0]
+    assert line["outside_ops_s"] == pytest.approx(0.004)
+    assert line["library"] == "Module._call_impl (module.py)" and line["library_is_torch"]
+
+
 def test_a_loop_gathering_a_few_rows_from_a_big_table_is_a_loop_of_tiny_ops(tmp_path):
     """`h[nbrs].mean(0)` per node: the profiler records the index's source ([2000, 64], 128 k
     elements), not the few rows it gathers; a gather op is judged by its duration, so the loop

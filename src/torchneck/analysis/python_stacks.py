@@ -248,7 +248,10 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
         f[0] += tot
         f[1] += own
         if len(out_lines) < top:
-            callee, callee_file = _library_callee(s, fid, win & (outside > 0.5 * s.dur_s))
+            # what the line calls while outside ops; when no sample was mostly outside them (a model
+            # call's module machinery spread thin between its ops), what it calls at all
+            callee, callee_file = (_library_callee(s, fid, win & (outside > 0.5 * s.dur_s))
+                                   or _library_callee(s, fid, win) or ("", ""))
             entry = {"file": file, "line": line, "function": fn, "total_s": tot, "self_s": own,
                      "pct": 100 * tot / total if total else 0.0, "library": callee,
                      "library_is_torch": _is_torch_file(callee_file)}
@@ -410,9 +413,9 @@ def _fids(callers: list[dict]) -> list[int]:
     return [c["_fid"] for c in callers]
 
 
-def _library_callee(s: Samples, user_fid: int, win: np.ndarray) -> tuple[str, str]:
+def _library_callee(s: Samples, user_fid: int, win: np.ndarray) -> tuple[str, str] | None:
     """The most common library function called from a user line (what the line spends time in)
-    and its file."""
+    and its file; None when no sample in `win` was inside a library."""
     counts: dict[str, float] = {}
     files: dict[str, str] = {}
     for i in np.flatnonzero(win & (s.user_frame == user_fid) & ~s.leaf_is_user).tolist():
@@ -430,7 +433,7 @@ def _library_callee(s: Samples, user_fid: int, win: np.ndarray) -> tuple[str, st
             counts[name] = counts.get(name, 0.0) + float(s.dur_s[i])
             files[name] = file
     if not counts:
-        return "", ""
+        return None
     best = max(counts, key=lambda name: counts[name])
     return best, files[best]
 

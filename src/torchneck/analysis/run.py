@@ -334,6 +334,16 @@ def _op_seconds_beyond_window(samples: Samples, op_s: np.ndarray, in_window: np.
     op_by_line = np.bincount(uf[known], weights=np.minimum(op_s * keep, own)[known], minlength=n)
     own_by_line = np.bincount(uf[known], weights=own[known], minlength=n)
     share = np.divide(op_by_line, own_by_line, out=np.zeros(n), where=own_by_line > 0)
+    # A line the window saw only a few times has no share worth the name: its function's stands for
+    # it. Inside the window the line marker's frame takes an op's held signal on the op's own line;
+    # outside it the signal waits for the next call, on the next line (a CG solver's
+    # `alpha = rz / dot(p, Ap)`: 2 ms in the window, 6 s of `A @ p`'s time outside it).
+    func_of = _function_ids(samples.frames, n)
+    op_by_func = np.bincount(func_of, weights=op_by_line, minlength=n)
+    own_by_func = np.bincount(func_of, weights=own_by_line, minlength=n)
+    thin = (own_by_line > 0) & (own_by_line < THIN_WINDOW_S) & (own_by_func[func_of] >= THIN_WINDOW_S)
+    share = np.where(thin, np.divide(op_by_func[func_of], own_by_func[func_of], out=np.zeros(n),
+                                     where=own_by_func[func_of] > 0), share)
     estimate = np.where(uf >= 0, share[np.maximum(uf, 0)] * samples.dur_s, 0.0)
     # One sample standing for several ms of CPU with the user's own frame as its leaf: the thread
     # sat in one C call all along (Python checks for pending signals at every call and loop
@@ -358,9 +368,22 @@ def _op_seconds_beyond_window(samples: Samples, op_s: np.ndarray, in_window: np.
     return np.where(in_window, op_s, estimate)
 
 
+def _function_ids(frames: list, n: int) -> np.ndarray:
+    """Per frame id (`n` of them, ids past `frames` included), an id shared by the frames of one
+    function (file and name)."""
+    ids: dict[tuple, int] = {}
+    out = np.arange(n)
+    for fid, frame in enumerate(frames[:n]):
+        out[fid] = ids.setdefault((frame[1], frame[0]), fid)
+    return out
+
+
 ONE_C_CALL_S = 0.005
 """On-CPU seconds in one sample's interval beyond which the interval was one C call: five
 intervals of the 1 ms sampler without a single bytecode boundary where a signal is handled."""
+THIN_WINDOW_S = 0.01
+"""Window seconds of a line (ten samples) below which its share of time in ops there says little
+about its samples outside the window: its function's share stands for it."""
 MIN_ONE_CALL_SAMPLES = 3
 """One-C-call samples of a line the window must hold for what they were there to stand for the
 line's one-C-call samples outside it."""

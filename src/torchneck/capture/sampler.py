@@ -290,13 +290,17 @@ class StackSampler:
             self._record_lock.release()
 
     def _synthetic_stack(self, name: str) -> int:
-        fid = len(self.frames)
-        self.frames.append([name, __file__, 0])
-        sid = len(self.stacks)
-        self.stacks.append((fid,))
-        self.stack_busy.append(False)
-        self.stack_waits.append(False)
-        return sid
+        """A one-frame stack for `name`. Interned under the record lock: the watcher's thread may be
+        interning a stack of the thread it samples, and both take their ids from the lists' lengths.
+        (Called on the main thread outside the signal handler's locked part, so waiting is safe.)"""
+        with self._record_lock:
+            fid = len(self.frames)
+            self.frames.append([name, __file__, 0])
+            sid = len(self.stacks)
+            self.stacks.append((fid,))
+            self.stack_busy.append(False)
+            self.stack_waits.append(False)
+            return sid
 
     def pause(self) -> None:
         """Stop sampling, leaving no torchneck Python running (the handler is set to SIG_IGN, so
