@@ -1,6 +1,7 @@
 """Causes over symptoms: savings on the run's horizon, symptoms folded under their causes, and a
 ranking that is stable under small changes of the figures."""
 
+import pytest
 from rule_cases import analysis, facts
 
 from torchneck.diagnose.causes import estimate_savings, fold_symptoms, rank_findings
@@ -62,6 +63,22 @@ def test_savings_are_on_the_run_horizon():
     trace_only = _finding("python_hotspot", 0.3, 30.0)
     estimate_savings([trace_only], facts(analysis=analysis(window_us=1_000_000.0)))
     assert trace_only.saving_s == 0.3 and trace_only.saving_of == "window"
+
+
+def test_the_first_optimizer_step_s_work_before_its_tick_is_on_the_horizon():
+    """Optimizer steps tick at their end: the first step's forward and backward ran inside
+    start-up. Where the steady state was not seen to begin before that tick (steps too long to
+    repeat early), a steady step of start-up joins the horizon; where it began a step earlier,
+    start-up left it out already."""
+    def horizon(steady_from_s):
+        f = _finding("op_hotspot", 0.3, 30.0)
+        phases = {"phases": {"startup_s": steady_from_s}, "clock": "optimizer", "steady_step_s": 0.9,
+                  "first_tick_offset_s": 3.0, "steady_from_offset_s": steady_from_s}
+        estimate_savings([f], facts(analysis=analysis(window_us=1_000_000.0), run_wall_s=12.0, phases=phases))
+        return f.saving_s
+
+    assert horizon(3.0) == pytest.approx(0.3 * (9.0 + 0.9))  # the first sweep's 0.9 s counted too
+    assert horizon(2.0) == pytest.approx(0.3 * 10.0)  # steady from a step (and more) before the tick
 
 
 def test_a_graph_break_carries_the_compile_time_and_recompiles_it_causes():

@@ -1,5 +1,6 @@
 """Rules on host ops: one dominant op, tiny ops, float64 data, a conv bias BatchNorm cancels."""
 
+import pytest
 from conftest import SCRIPTS, planted_line, read_report, torchneck
 from rule_cases import analysis, facts, fires, silent
 
@@ -60,18 +61,21 @@ def run(a, u):
 def test_op_hotspot_names_a_matrix_factorised_again_on_every_call(tmp_path):
     """`torch.linalg.solve(self.A, rhs)` per time step, `self.A` set once in `__init__`: the LU
     factorisation (the top op) is redone 141 times for the same matrix. Its whole time goes with
-    a factorisation done once, so the saving is measured; a float64 finding on the same op does
-    not fold it (its fix saves the time in either dtype)."""
+    a factorisation done once, so the saving is measured, with the copies of the matrix the LU
+    works on; the solves with the factors stay. A float64 finding on the same op does not fold it
+    (its fix saves the time in either dtype)."""
     src = tmp_path / "solver.py"
     src.write_text(SOLVER)
-    by_line = [{"op": "aten::linalg_lu_factor_ex", "file": str(src), "line": 7, "function": "Solver.step",
-                "self_us": 80_000.0}]
+    by_line = [{"op": op, "file": str(src), "line": 7, "function": "Solver.step", "self_us": us}
+               for op, us in (("aten::linalg_lu_factor_ex", 80_000.0), ("aten::copy_", 30_000.0),
+                              ("aten::linalg_lu_solve", 5_000.0))]
     f_ = facts(analysis=analysis(by_name=[_op("aten::linalg_lu_factor_ex", 80_000.0, count=141)],
                                  float64=Float64Ops(recorded=True, self_us=95_000.0, ops=[
                                      _op("aten::linalg_lu_factor_ex", 80_000.0, count=141)])),
                ops_by_line=by_line)
     [f] = OpHotspot().check(f_)
     assert f.evidence["refactorised"] == "self.A" and f.evidence["refactorised_at"] == 7 and f.where[0].line == 7
+    assert f.time_lost_s == pytest.approx(0.110)  # the LU and its copies, not the solve
     assert f.confidence == "measured" and f.severity != "info" and "torch.linalg.lu_factor" in f.fix
     [dtype] = DtypeFloat64().check(f_)
     assert DtypeFloat64().explained(dtype, f, f_) is None

@@ -48,9 +48,19 @@ class Facts(msgspec.Struct, kw_only=True):
     @property
     def steady_s(self) -> float:
         """The run after start-up (its steps), the horizon a share of the window applies to; 0
-        without a run (a trace alone)."""
-        startup = float(((self.phases or {}).get("phases") or {}).get("startup_s") or 0.0)
-        return max(self.run_wall_s - startup, 0.0)
+        without a run (a trace alone). Steps counted by optimizer steps end at their tick: the
+        first step's own work ran before the first tick. Where the steady state was seen to begin
+        a step or more before that tick (the stacks began to repeat), start-up has left it out
+        already; where not (steps too long to repeat early: an inverse problem's 1 s sweeps), a
+        steady step of start-up is the steps' too."""
+        phases = self.phases or {}
+        startup = float((phases.get("phases") or {}).get("startup_s") or 0.0)
+        first_step = 0.0
+        if phases.get("clock") == "optimizer" and phases.get("steady_step_s"):
+            counted = float(phases.get("first_tick_offset_s") or 0.0) - float(
+                phases.get("steady_from_offset_s") or 0.0)
+            first_step = max(min(float(phases["steady_step_s"]), startup) - max(counted, 0.0), 0.0)
+        return max(self.run_wall_s - startup + first_step, 0.0)
 
     @property
     def steps(self) -> int:

@@ -313,6 +313,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                 + facts.backward_us_at(one_hot) / 1e6
         factorised = next(((w, m) for w in where if (m := factorises_invariant_matrix(w.file, w.line))), None) \
             if top.name in self.FACTOR_OPS and top.count >= self.MIN_FACTORISATIONS else None
+        if factorised is not None:  # the factorisation goes with the copies of the matrix it works on
+            lost = max(lost, sum(e["self_us"] for e in facts.ops_at(factorised[0])
+                                 if e["op"] not in self.KEPT_SOLVE_OPS) / 1e6)
         table = self._dense_embedding_grad(facts, top)
         paired = self._backward_of(facts, top, where) if grouped is None and dense is None and table is None else None
         # a squared broadcast difference: at a line running the op, or whose forward the op is the backward of
@@ -337,8 +340,11 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             lost = max(lost, line_s) + back if any(e["op"] == top.name for e in at_line) \
                 else line_s + (max(lost, back) if paired else lost + back)
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
-                               time_lost_is="upper bound (the op's whole self time)" if not (recomputed or pairwise)
-                               else "upper bound (all the ops of the line, which the fix removes)", avoidable=avoidable,
+                               time_lost_is="upper bound (the op's whole self time)"
+                               if not (recomputed or pairwise or factorised)
+                               else "upper bound (all the ops of the line, which the fix removes)" if not factorised
+                               else "upper bound (the line's ops but the solves with the factors, which stay)",
+                               avoidable=avoidable,
                                backward_of=paired[0] if paired else None,
                                shapes=[s.shapes for s in a.ops.by_shape if s.name == top.name][:3],
                                densified_at=dense.line if dense else None,
@@ -460,6 +466,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                             "aten::linalg_lstsq", "aten::linalg_eigh", "aten::_linalg_eigh", "aten::linalg_eig",
                             "aten::_linalg_svd", "aten::linalg_svd", "aten::linalg_qr"})
     """Ops that factorise a matrix (a solve's LU, a Cholesky, an inverse, a decomposition)."""
+    KEPT_SOLVE_OPS = frozenset({"aten::linalg_lu_solve", "aten::lu_solve", "aten::cholesky_solve",
+                                "aten::linalg_solve_triangular", "aten::triangular_solve"})
+    """What a factorisation done once leaves of each call: the solves with its factors. The rest of the
+    line's ops go with it (a batched LU copies its matrices first: a fifth of the line's time)."""
     MIN_FACTORISATIONS = 10
     """Fewer factorisations in the window are not a matrix factorised again and again."""
     INVERSE_OPS = frozenset({"aten::linalg_inv", "aten::linalg_inv_ex", "aten::inverse", "aten::linalg_lu_solve",
