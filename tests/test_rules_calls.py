@@ -3,6 +3,7 @@ again for every generated token (diagnose/rules/calls.py)."""
 
 import json
 
+import pytest
 from conftest import SCRIPTS, planted_line, read_report, torchneck
 from rule_cases import analysis, facts, fires, silent
 
@@ -240,6 +241,28 @@ def test_padding_waste_names_where_the_fixed_length_is_chosen(tmp_path):
     assert abs(f.time_lost_pct - 100 * 0.9 * 0.8 * 0.75) < 1e-6
     assert "padded to 256 positions" in f.title and "longest sequence needs 64" in f.title
     assert "padding=\"longest\"" in f.fix and f.evidence["backward_share"] == 0.6
+
+
+def test_padding_costs_attention_s_ops_its_square(tmp_path):
+    """Half the arithmetic in attention's ops (scores `[256, d] x [d, 256]`, their softmax over
+    `[.., 256, 256]`), half in linear layers: the longest rows need a quarter of the 256 positions,
+    so the linear half keeps a quarter of its time and attention's a sixteenth."""
+    src = tmp_path / "train.py"
+    src.write_text(COLLATE)
+    python = {"window": {"sampled_s": 10.0, "lines": [], "inclusive_lines": [
+        {"file": str(src), "line": 10, "function": "train", "total_s": 10.0}]}}
+    rows = [("aten::bmm", "[[128, 256, 32], [128, 32, 256]]", 20_000.0),
+            ("aten::_softmax", "[[32, 4, 256, 256], [], []]", 20_000.0),
+            ("aten::addmm", "[[384], [8192, 128], [128, 384], [], []]", 40_000.0)]
+    a = analysis(window_us=100_000.0, by_name=[OpRow(name=n, count=10, self_us=us, total_us=us, mean_us=us / 10)
+                                               for n, _, us in rows],
+                 by_shape=[OpRow(name=n, count=10, self_us=us, total_us=us, mean_us=us / 10, shapes=s)
+                           for n, s, us in rows])
+    a.ops.dispatch.floor_op_us = 0.0
+    site = _padded_site(src, needed=64.0)
+    [f] = PaddingWaste().check(facts(analysis=a, python=python, clock={"top_module_sites": [site]}))
+    assert f.evidence["length_squared_share"] == pytest.approx(0.5)
+    assert f.time_lost_pct == pytest.approx(100 * 0.8 * (0.5 * (1 - 1 / 16) + 0.5 * 0.75))
 
 
 @silent("padding_waste")

@@ -42,6 +42,9 @@ class ModelCallsEvidence(Record):
     backward_share: float = 0.0
     """The sampled share of the steady state under the lines calling `.backward()` (training:
     the padding's positions are paid again there)."""
+    length_squared_share: float = 0.0
+    """Of the ops' arithmetic, the share in ops growing with the square of the padded length
+    (attention's scores): the padding costs them its square."""
     loader_at: int | None = None
     """The line making the DataLoader of batch_size=1 whose samples the model is called on."""
     batch_size_at: int | None = None
@@ -153,6 +156,35 @@ def one_row_products_share(facts: Facts) -> float:
         if any(d[0] == 1 for d in dims) and any(min(d) > 1 for d in dims):
             total_us += max(0.0, row.self_us - row.count * floor)
     return min(total_us / 1e6 / facts.window_s, 1.0)
+
+
+SQUARE_PRODUCTS = frozenset({"aten::bmm", "aten::matmul", "aten::baddbmm", "aten::mm"})
+"""Products whose result may be length by length (attention's scores, `q @ k.transpose(-2, -1)`)."""
+
+
+def length_squared_share(facts: Facts, length: int) -> float:
+    """Of the ops' arithmetic (their self time beyond the per-op floor), the share in ops that grow
+    with the square of a sequence `length`, from the recorded input shapes: an input holding the
+    length twice (attention's scores, their softmax, mask and the product with the values), or a
+    product of `[.., length, d]` by `[.., d, length]`. A hidden size equal to the length passes
+    for a square too (a 256-wide feed-forward at 256 positions): its ops then count as attention's."""
+    a = facts.analysis
+    if a is None or length <= 1:
+        return 0.0
+    floor = a.ops.dispatch.floor_op_us
+    total_us = sum(max(0.0, o.self_us - o.count * floor) for o in a.ops.by_name)
+    square_us = 0.0
+    for row in a.ops.by_shape:
+        try:
+            dims = [d for d in json.loads(row.shapes or "[]") if isinstance(d, list)]
+        except ValueError:
+            continue
+        twice = any(d.count(length) >= 2 for d in dims)
+        scores = (row.name in SQUARE_PRODUCTS and len(dims) >= 2 and len(dims[0]) >= 2 and len(dims[1]) >= 2
+                  and dims[0][-2] == length and dims[1][-1] == length)
+        if twice or scores:
+            square_us += max(0.0, row.self_us - row.count * floor)
+    return min(square_us / total_us, 1.0) if total_us > 0 else 0.0
 
 
 def _under_site(hot: Where, site: Where, facts: Facts) -> bool:
@@ -567,9 +599,10 @@ class PaddingWaste(_SiteRule):
 
     Time lost: the sampled share of the steady state under the calling line, and, when the
     program trains, under the lines calling `.backward()`, times the ops' arithmetic share (their
-    time beyond the per-op floor: each op's launch stays whatever the length), times the share of
-    the padded length the batches' longest sequences did not need (each layer's arithmetic grows
-    with the length; attention's quadratic part, left out, saves more)."""
+    time beyond the per-op floor: each op's launch stays whatever the length), times what the
+    batches' longest sequences would cut of it: the share of the padded length they did not need
+    (each layer's arithmetic grows with the length), squared for the ops that grow with its square
+    (attention's scores, read from the recorded shapes: `length_squared_share`)."""
 
     kind = "padding_waste"
     summary = "Batches are padded to a fixed maximum length far past their longest sequence."
@@ -577,7 +610,7 @@ class PaddingWaste(_SiteRule):
     evidence_type = ModelCallsEvidence
     saving_basis = ("the sampled time under the model-call line (and the backward lines when training), times "
                     "the ops' arithmetic share, times the share of the padded length past each batch's longest "
-                    "sequence")
+                    "sequence (of its square for attention's ops)")
     MIN_PADDED_CALLS = 4
     """Fewer padded calls are a warm-up or a check."""
     MIN_PADDED_SHARE = 0.5
@@ -601,12 +634,16 @@ class PaddingWaste(_SiteRule):
             share = site_share(facts, site)
             backward = self._backward_share(facts)
             work = arithmetic_share(facts)
-            saving = min(share + backward, 1.0) * work * unneeded
+            # attention's part shrinks with the square of the length, the rest in proportion
+            square = length_squared_share(facts, round(length)) if float(length).is_integer() else 0.0
+            cut = square * (1.0 - (needed / length) ** 2) + (1.0 - square) * unneeded
+            saving = min(share + backward, 1.0) * work * cut
             if saving < self.MIN_SHARE:
                 continue
             evidence = ModelCallsEvidence(calls=site.get("calls") or 0, matching_calls=padded, calls_share=share,
                                           work_share=work, padded_length=length, longest_length=needed,
-                                          backward_share=backward, share_kept=1.0 - work * unneeded)
+                                          backward_share=backward, share_kept=1.0 - work * cut,
+                                          length_squared_share=square)
             title = (f"batches are padded to {length:.0f} positions where their longest sequence needs "
                      f"{needed:.0f}: {100 * unneeded:.0f}% of the model's work is padding")
             out.append(self.found(evidence, title, saving, facts, self._where(facts, site, length)))
