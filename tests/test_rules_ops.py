@@ -583,6 +583,29 @@ def test_rebuilt_tensors_of_one_function_are_one_finding(tmp_path):
                                                                                "lines": lines[:1]}})) == []
 
 
+def test_a_concatenation_the_steps_grow_with_saves_their_growth(tmp_path):
+    """A replay buffer concatenated onto: its line is 30 % of the sampled steady state, but the
+    steps after the window grew from 1 to 3 ms (2 ms mean), and the line holds that growth: all of
+    it goes with the fix (the copies slow the rest of the step too), with the line's first-third
+    time: (2 - 1 + 0.2) / 2 = 60 %. Steps that grew elsewhere leave the line's own share."""
+    script = tmp_path / "grow.py"
+    script.write_text(REBUILT_SCRIPT)
+
+    def growth(line_late_ms):
+        at = {"file": str(script), "line": 5, "function": "<module>", "callers": []}
+        return {"steps": 300, "third": 100, "early_step_s": 1e-3, "late_step_s": 3e-3, "mean_step_s": 2e-3,
+                "early_lines": [{**at, "step_s": 0.2e-3}], "late_lines": [{**at, "step_s": line_late_ms / 1e3}]}
+
+    f_ = _rebuilt_facts(script, 5)
+    f_.python["growth"] = growth(1.8)
+    [f] = RebuiltTensor().check(f_)
+    assert f.time_lost_s == pytest.approx(0.6 * 0.1) and f.evidence["growth_share"] == pytest.approx(0.6)
+    assert "the steps grow with it" in f.title
+    f_.python["growth"] = growth(0.4)  # the line grew 0.2 ms of the step's 2 ms: the growth is elsewhere
+    [f] = RebuiltTensor().check(f_)
+    assert f.time_lost_s == pytest.approx(0.3 * 0.1) and f.evidence["growth_share"] == 0.0
+
+
 @silent("rebuilt_tensor")
 def test_rebuilt_tensor_silent_for_one_time_work_new_data_and_cold_lines(tmp_path):
     script = tmp_path / "grow.py"

@@ -31,6 +31,24 @@ class StepGrowthEvidence(Record):
     """What the line does that usually grows: "cat", "backward", "hooks", "list" or ""."""
 
 
+def growth_removed(facts: Facts, lines: set[tuple[str, int]]) -> float:
+    """Of the mean step after the profiled window, the share a fix of `lines` removes when the steps
+    grew and those lines' sampled time holds the growth (`StepTimeGrowth.LINE_SHARE` of it): all the
+    steps' growth (the mean step less the first third's), with what the lines spent in the first
+    third. The step clock sees what a growing tensor costs beyond its own lines (its copies
+    evicting the caches the rest of the step works in); 0 when the steps did not grow, on device
+    runs, or when the growth is elsewhere."""
+    g = (facts.python or {}).get("growth")
+    if not g or (facts.analysis is not None and facts.analysis.gpu.present) or g["mean_step_s"] <= 0 \
+            or g["late_step_s"] < StepTimeGrowth.MIN_GROWTH * g["early_step_s"]:
+        return 0.0
+    early = sum(ln["step_s"] for ln in g.get("early_lines") or [] if (ln["file"], ln["line"]) in lines)
+    late = sum(ln["step_s"] for ln in g.get("late_lines") or [] if (ln["file"], ln["line"]) in lines)
+    if late - early < StepTimeGrowth.LINE_SHARE * (g["late_step_s"] - g["early_step_s"]):
+        return 0.0
+    return min((g["mean_step_s"] - g["early_step_s"] + early) / g["mean_step_s"], 1.0)
+
+
 @register
 class StepTimeGrowth(Rule[StepGrowthEvidence]):
     """Steps get slower and slower: something each step works on grows with the run (a tensor

@@ -8,6 +8,7 @@ from ...model.findings import Finding
 from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import in_loop, rebuilt_tensor
+from .growth import growth_removed
 
 
 class RebuiltTensorEvidence(Record):
@@ -17,6 +18,9 @@ class RebuiltTensorEvidence(Record):
     """Sampled seconds on the line over the steady state, its torch ops included."""
     sampled_s: float
     """All sampled seconds of the steady state."""
+    growth_share: float = 0.0
+    """Of the mean step after the window, the steps' growth the lines hold, with their first steps'
+    time (`growth_removed`; 0 when the steps did not grow)."""
 
 
 @register
@@ -29,7 +33,8 @@ class RebuiltTensor(Rule[RebuiltTensorEvidence]):
 
     Time lost: the line's sampled share of the steady state (its ops included) applied to the
     window: what keeping the tensor saves at most (one final concatenation, or one fill of the
-    part used, remains)."""
+    part used, remains). A tensor concatenated onto makes the steps grow: when the lines hold
+    that growth, all of it goes, with their first steps' time (`growth_removed`), if more."""
 
     kind = "rebuilt_tensor"
     explains = ("python_hotspot", "op_hotspot", "dispatch_overhead", "step_time_growth")
@@ -85,16 +90,21 @@ class RebuiltTensor(Rule[RebuiltTensorEvidence]):
             if seconds < self.MIN_SHARE * total:
                 continue
             lines.sort(key=lambda ln: ln["line"])
-            share = seconds / total
+            grown = growth_removed(facts, {(ln["file"], ln["line"]) for ln in lines}) if pattern == "grows" else 0.0
+            share = max(seconds / total, grown)  # the steps' growth goes with it, as the step clock measures it
             lost = share * facts.window_s
             what = ("concatenates onto a growing tensor on every pass" if pattern == "grows"
                     else "allocates a new tensor on every call")
             at = f"line {lines[0]['line']}" if len(lines) == 1 else \
                 f"lines {', '.join(str(ln['line']) for ln in lines)}"
             callers = lines[0].get("callers") or []
+            title = f"{function}() {what}: {100 * share:.0f}% of the steady state at {at}"
+            if grown > seconds / total:
+                title = (f"{function}() {what} at {at}: the steps grow with it, {100 * share:.0f}% of the "
+                         "steady state")
             out.append(self.finding(
-                RebuiltTensorEvidence(pattern=pattern, line_total_s=seconds, sampled_s=total),
-                title=f"{function}() {what}: {100 * share:.0f}% of the steady state at {at}",
+                RebuiltTensorEvidence(pattern=pattern, line_total_s=seconds, sampled_s=total, growth_share=grown),
+                title=title,
                 lost_s=lost, pct=facts.pct(lost), where=where_of([*lines, *callers])))
         return out
 
