@@ -1,13 +1,14 @@
 """op_hotspot's idioms of round 11 (programs written by people who had not seen torchneck): a
 distance matrix built from a broadcast difference, a value recomputed on every pass of a loop, a
-matrix chain multiplied left to right into a vector, a gradient asked of data, and an op the
-trace could not place (a window cut short). Each on both sides."""
+matrix chain multiplied left to right into a vector, a gradient asked of data, an op the trace
+could not place (a window cut short); and of round 20, a kept window stacked whole to be reduced
+on every pass. Each on both sides."""
 
+import pytest
 from rule_cases import analysis, facts, fires, silent
 
-from torchneck.diagnose.chains import chain_ends_in_vector, gradient_asked_for, pairwise_difference
-from torchneck.diagnose.idioms import broadcast_product
-from torchneck.diagnose.loop_invariants import invariant_statement, reads_recomputed
+from torchneck.diagnose.chains import broadcast_product, chain_ends_in_vector, gradient_asked_for, pairwise_difference
+from torchneck.diagnose.loop_invariants import invariant_statement, reads_recomputed, restacks_window
 from torchneck.diagnose.rule import Explanation
 from torchneck.diagnose.rules.ops import OpHotspot
 from torchneck.model.analysis import OpRow
@@ -37,11 +38,15 @@ def test_a_distance_matrix_from_a_broadcast_difference(tmp_path):
                    "def e(x, c):\n    return (x[:, None] * c[None]).sum(-1)\n"
                    "def f(q, bank):\n    diff = q[:, None, :] - bank[None, :, :]\n"
                    "    return (diff * diff).sum(-1).sqrt()\n"
-                   "def g(q, bank):\n    diff = q - bank[0]\n    return (diff * diff).sum(-1)\n")
+                   "def g(q, bank):\n    diff = q - bank[0]\n    return (diff * diff).sum(-1)\n"
+                   "def h(q, d):\n    return F.cosine_similarity(q[:, None, :], d[None, :, :], dim=-1)\n"
+                   "def i(q, d):\n    return F.cosine_similarity(q, d[0:1], dim=-1)\n")
     # the difference named on the line before, squared as d * d (a streaming kNN scorer's)
     assert [pairwise_difference(str(src), n) for n in (3, 5, 7, 9, 11, 14, 17)] == \
         [True, True, True, False, False, True, False]
     assert broadcast_product(str(src), 11) and not broadcast_product(str(src), 3)
+    # a cosine similarity of broadcast tensors (an evaluator scoring queries against a corpus); not of rows
+    assert broadcast_product(str(src), 19) and not broadcast_product(str(src), 21)
     f = _check(src, 3)
     assert f.evidence["pairwise_at"] == 3 and f.severity == "medium" and "torch.cdist" in f.fix
     assert _check(src, 9).severity == "info"  # a difference to one code: no pairwise tensor
@@ -77,8 +82,14 @@ def test_a_value_recomputed_on_every_pass_of_its_loop(tmp_path):
                    "        yield acc\n"
                    "def bench(raw, n):\n"
                    "    for _ in range(n):\n"
-                   "        out = raw * 2\n")                             # 21: a loop timing the statement
-    assert [invariant_statement(str(src), n) for n in (4, 8, 12, 16, 21)] == [True, False, False, False, False]
+                   "        out = raw * 2\n"                             # 21: a loop timing the statement
+                   "def window(frames, history):\n"
+                   "    for t, frame in frames:\n"
+                   "        history.append(frame)\n"
+                   "        total = torch.stack(tuple(history)).sum(0)\n"  # 25: its input grows in place
+                   "        yield t, total\n")
+    assert [invariant_statement(str(src), n) for n in (4, 8, 12, 16, 21, 25)] == [True, False, False, False, False,
+                                                                                False]
     f = _check(src, 4, op="aten::sub")
     assert f.evidence["recomputed_at"] == 4 and f.severity == "medium" and "once before the loop" in f.fix
     # the loop's line yielding its slice holds the value (and its release): the same cause's time
@@ -229,3 +240,28 @@ def test_a_distance_matrix_in_training_counts_its_backward(tmp_path):
     [f] = OpHotspot().check(f_)
     assert f.evidence["pairwise_at"] == 3
     assert abs(f.time_lost_s - (50_000.0 + 26_000.0) / 1e6) < 1e-9  # the line's ops and their backward
+
+
+@fires("op_hotspot")
+def test_a_window_kept_in_a_deque_and_stacked_whole_on_every_pass(tmp_path):
+    """A camera stream's background: the last 12 frames in a deque, stacked and summed again for
+    every frame; a running sum adds the frame that enters and subtracts the one that leaves. The
+    line's ops (the stack's copies, the sum) are the saving. A stack of fresh pieces, or of a
+    window nothing appends to in the loop, is not it."""
+    src = tmp_path / "stream.py"
+    src.write_text("import torch\n"
+                   "def background(stream, history):\n"
+                   "    for t, frame in stream:\n"
+                   "        history.append(frame)\n"
+                   "        total = torch.stack(tuple(history)).to(torch.int32).sum(dim=0)\n"  # 5
+                   "        yield total\n"
+                   "def pieces(stream):\n"
+                   "    for a, b in stream:\n"
+                   "        yield torch.stack([a, b]).sum(0)\n"  # 9: new pieces each pass
+                   "def fixed(stream, bank):\n"
+                   "    for x in stream:\n"
+                   "        yield torch.cat(list(bank)).mean(0) + x\n")  # 12: the loop never feeds bank
+    assert [restacks_window(str(src), n) for n in (5, 9, 12)] == ["history", None, None]
+    f = _check(src, 5, op="aten::copy_", others=("aten::sum",))
+    assert f.evidence["window_restacked_at"] == 5 and f.where[0].line == 5 and f.severity != "info"
+    assert f.time_lost_s == pytest.approx(0.061) and "running" in f.fix

@@ -1,14 +1,15 @@
 """Products that cost more than their result needs: a chain of matrix products evaluated in a
 costly order (`X.T @ D @ v` runs left to right, so it first builds the d x d matrix X.T @ D,
 n * d^2 multiply-adds, to multiply it by a vector, where `X.T @ (D @ v)` takes two matrix-vector
-products), a gradient asked of data that every backward then fills whole, and pairwise distances
-through a broadcast difference."""
+products), a gradient asked of data that every backward then fills whole, pairwise products
+(a matrix product, a cosine similarity) through broadcast tensors and pairwise distances through
+a broadcast difference."""
 
 from __future__ import annotations
 
 import ast
 
-from .idioms import REDUCTIONS, call_operand, widened
+from .idioms import REDUCTIONS
 from .source import _assigned_before, _tree, _user_function, block_of, call_name, enclosing, walk_own
 
 INDEXING_OPS = frozenset({"aten::index", "aten::index_select", "aten::gather", "aten::slice", "aten::select"})
@@ -19,6 +20,44 @@ GRADIENT_FILL_OPS = frozenset({"aten::fill_", "aten::zero_", "aten::zeros", "ate
 """Ops of a gradient filled with zeros, written at the indexed rows and accumulated."""
 VECTOR_PRODUCTS = frozenset({"aten::mv", "aten::addmv", "aten::addmv_", "aten::dot", "aten::vdot"})
 """Ops of a product with a vector: the chain ends in one when its last operand is a vector."""
+
+
+def broadcast_product(file: str, line: int) -> bool:
+    """The statement at `line` multiplies two tensors broadcast against each other and reduces
+    the product (`(q.unsqueeze(1) * g.unsqueeze(0)).sum(-1)`, `(a[:, None] * b[None]).sum(-1)`,
+    `torch.sum(x[:, None] * y, dim=2)`), or takes the cosine similarity of such broadcast tensors
+    (`F.cosine_similarity(q[:, None], d[None], dim=-1)`): a matrix product (of normalised rows)
+    that first materialises every pairwise product. False when unclear or unreadable."""
+    path = enclosing(file, line)
+    if not path:
+        return False
+    for node in walk_own(path[-1]):
+        if isinstance(node, ast.Call) and call_name(node) == "cosine_similarity" and len(node.args) >= 2 \
+                and widened(node.args[0]) and widened(node.args[1]):
+            return True
+        if not isinstance(node, ast.Call) or call_name(node) not in REDUCTIONS:
+            continue
+        operand = call_operand(node)
+        if isinstance(operand, ast.BinOp) and isinstance(operand.op, ast.Mult) and widened(operand.left) \
+                and widened(operand.right):
+            return True
+    return False
+
+
+def call_operand(call: ast.Call) -> ast.expr | None:
+    """The tensor a call works on: the receiver of a method (`d.pow(2)`), the first argument of a
+    `torch.` function (`torch.square(d)`) or of a plain function."""
+    if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) != "torch":
+        return call.func.value
+    return call.args[0] if call.args else None
+
+
+def widened(node: ast.AST) -> bool:
+    """A new axis in `node`: unsqueeze / view / reshape, or None in an index."""
+    return any(isinstance(n, ast.Call) and call_name(n) in ("unsqueeze", "view", "reshape")
+               or isinstance(n, ast.Subscript) and any(isinstance(c, ast.Constant) and c.value is None
+                                                       for c in ast.walk(n.slice))
+               for n in ast.walk(node))
 
 
 def chain_ends_in_vector(file: str, line: int, ops_at_line: set[str]) -> bool:

@@ -352,40 +352,6 @@ REDUCTIONS = frozenset({"sum", "mean"})
 """Reductions that turn a broadcast product into a matrix product (`(a * b).sum(-1)`)."""
 
 
-def broadcast_product(file: str, line: int) -> bool:
-    """The statement at `line` multiplies two tensors broadcast against each other and reduces
-    the product (`(q.unsqueeze(1) * g.unsqueeze(0)).sum(-1)`, `(a[:, None] * b[None]).sum(-1)`,
-    `torch.sum(x[:, None] * y, dim=2)`): a matrix product that first materialises every pairwise
-    product. False when unclear or unreadable."""
-    path = enclosing(file, line)
-    if not path:
-        return False
-    for node in walk_own(path[-1]):
-        if not isinstance(node, ast.Call) or call_name(node) not in REDUCTIONS:
-            continue
-        operand = call_operand(node)
-        if isinstance(operand, ast.BinOp) and isinstance(operand.op, ast.Mult) and widened(operand.left) \
-                and widened(operand.right):
-            return True
-    return False
-
-
-def call_operand(call: ast.Call) -> ast.expr | None:
-    """The tensor a call works on: the receiver of a method (`d.pow(2)`), the first argument of a
-    `torch.` function (`torch.square(d)`) or of a plain function."""
-    if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) != "torch":
-        return call.func.value
-    return call.args[0] if call.args else None
-
-
-def widened(node: ast.AST) -> bool:
-    """A new axis in `node`: unsqueeze / view / reshape, or None in an index."""
-    return any(isinstance(n, ast.Call) and call_name(n) in ("unsqueeze", "view", "reshape")
-               or isinstance(n, ast.Subscript) and any(isinstance(c, ast.Constant) and c.value is None
-                                                       for c in ast.walk(n.slice))
-               for n in ast.walk(node))
-
-
 READS = frozenset({"open", "load", "imread", "read", "read_csv", "read_parquet", "loadtxt", "fromfile", "decode",
                    "urlopen", "read_image", "decode_image", "read_file", "load_file", "frombuffer"})
 """Calls that read a sample from storage: a `__getitem__` making them loads per sample."""

@@ -10,7 +10,8 @@ LINE_IDIOM_FIXES: tuple[tuple[str, str], ...] = (
     ("broadcast_at",
      "Line {at} builds every pairwise product of two broadcast tensors and then sums it: that is a matrix "
      "product, a @ b.T (or torch.einsum('id,jd->ij', a, b), torch.bmm): no pairwise tensor in memory, and "
-     "a BLAS kernel instead of two element-wise passes."),
+     "a BLAS kernel instead of two element-wise passes. A cosine similarity of broadcast tensors is the "
+     "product of their normalised rows: F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T."),
     ("gradient_asked_at",
      "Line {at} makes data require a gradient: every backward then fills and accumulates a gradient as "
      "large as the whole tensor, which no optimizer uses. Leave data without requires_grad (ask for input "
@@ -22,6 +23,12 @@ LINE_IDIOM_FIXES: tuple[tuple[str, str], ...] = (
     ("recomputed_at",
      "Line {at} recomputes, on every pass of its loop, a value whose inputs the loop never changes: "
      "compute it once before the loop and reuse it (slice or index the result inside the loop)."),
+    ("window_restacked_at",
+     "Line {at} stacks the whole window it keeps and reduces it again on every pass, though one element "
+     "enters it and one leaves: keep the reduction running instead (running += new; running -= "
+     "window.popleft() once it is full; the mean is running / len(window)), in an integer or float64 "
+     "accumulator if the sum must stay exact. For a median or quantile, keep the window as one "
+     "preallocated tensor and overwrite its oldest slot."),
     ("pairwise_at",
      "Line {at} builds every pairwise difference of two broadcast tensors (an N x M x D tensor) to square "
      "and sum it: use torch.cdist(a, b) (squared: cdist(a, b) ** 2), or the expansion (a * a).sum(1)[:, "

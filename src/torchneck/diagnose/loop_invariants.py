@@ -3,7 +3,8 @@ changed by the loop, so the work can move before it (hoisting).
 
 `sliding_windows` converting the whole recording to physical units on every window it slices,
 a normalisation of a constant table inside the batch loop: the op is the program's own math, but
-all passes after the first redo it.
+all passes after the first redo it. And its cousin, a window the loop keeps (a deque it appends
+to) stacked whole again on every pass to be reduced, where one element enters and one leaves.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def invariant_statement(file: str, line: int) -> bool:
              and {n.id for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} & set(targets)]
     if not any({n.id for n in ast.walk(s) if isinstance(n, ast.Name)} & (bound - set(targets)) for s in users):
         return False
-    return not _changed_in_place(loop, set(targets), stmt)
+    return not _changed_in_place(loop, set(targets) | read, stmt)
 
 
 def _rebound(loop: ast.stmt) -> set[str]:
@@ -62,9 +63,15 @@ def _rebound(loop: ast.stmt) -> set[str]:
     return out
 
 
+CONTAINER_MUTATORS = frozenset({"append", "appendleft", "extend", "extendleft", "insert", "pop", "popleft",
+                                "popitem", "remove", "clear", "update", "add", "discard", "setdefault", "sort",
+                                "reverse", "rotate", "put", "put_nowait"})
+"""Methods changing a list, deque, dict, set or queue in place: a sliding window's `history.append`."""
+
+
 def _changed_in_place(loop: ast.stmt, names: set[str], stmt: ast.stmt) -> bool:
     """A name augmented (`x += 1`), written through (`x[i] = v`) or changed by an in-place
-    method (`x.add_(...)`) inside the loop."""
+    method (`x.add_(...)`, a container's `history.append(frame)`) inside the loop."""
     for node in ast.walk(loop):
         if node is stmt:
             continue
@@ -74,8 +81,9 @@ def _changed_in_place(loop: ast.stmt, names: set[str], stmt: ast.stmt) -> bool:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, (ast.Subscript, ast.Attribute)) and _root(t) in names for t in targets):
                 return True
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.endswith("_") \
-                and not node.func.attr.startswith("_") and _root(node.func.value) in names:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _root(node.func.value) in names \
+                and ((node.func.attr.endswith("_") and not node.func.attr.startswith("_"))
+                     or node.func.attr in CONTAINER_MUTATORS):
             return True
     return False
 
@@ -131,3 +139,36 @@ def invariant_parameters(file: str, line: int, function: str) -> frozenset[str]:
     given = [*zip(params, calls[0].args), *((k.arg, k.value) for k in calls[0].keywords if k.arg)]
     return frozenset(name for name, value in given
                      if not any(isinstance(n, ast.Call) for n in ast.walk(value)) and not _loads(value) & bound)
+
+
+WINDOW_STACKS = frozenset({"stack", "cat", "concat", "concatenate", "vstack", "hstack"})
+WINDOW_FEEDS = frozenset({"append", "appendleft", "extend", "extendleft"})
+
+
+def restacks_window(file: str, line: int) -> str | None:
+    """The container the statement at `line` stacks whole and reduces (`torch.stack(tuple(history))
+    .sum(0)`, `torch.cat(list(buf)).mean(0)`) when the loop around it appends to that container:
+    every pass redoes the whole window's reduction, where a running one adds the element that
+    enters (and subtracts the one that leaves). Its name, or None when not so or unreadable."""
+    path = enclosing(file, line)
+    loop = next((s for s in reversed(path[:-1]) if isinstance(s, LOOPS)), None) if path else None
+    if loop is None:
+        return None
+    for node in walk_own(path[-1]):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("sum", "mean")):
+            continue
+        inner = node.func.value
+        while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) \
+                and inner.func.attr in ("to", "float", "double", "int", "long", "type"):
+            inner = inner.func.value  # a dtype change between the stack and its sum
+        if not (isinstance(inner, ast.Call) and call_name(inner) in WINDOW_STACKS and inner.args):
+            continue
+        held = inner.args[0]
+        if isinstance(held, ast.Call) and call_name(held) in ("tuple", "list") and held.args:
+            held = held.args[0]
+        name = ast.unparse(held) if isinstance(held, (ast.Name, ast.Attribute)) else None
+        if name and any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in WINDOW_FEEDS
+                        and ast.unparse(n.func.value) == name for n in ast.walk(loop)):
+            return name
+    return None

@@ -12,6 +12,7 @@ from ...model.findings import Finding, Where
 from ..chains import (
     GRADIENT_FILL_OPS,
     INDEXING_OPS,
+    broadcast_product,
     chain_ends_in_vector,
     determinant_of_product,
     gradient_asked_for,
@@ -21,7 +22,6 @@ from ..chains import (
 from ..dense import buffer_built_at, dense_built_in
 from ..facts import Facts, where_of
 from ..idioms import (
-    broadcast_product,
     diagonal_of_product,
     embedding_defined_at,
     factorises_invariant_matrix,
@@ -32,7 +32,7 @@ from ..idioms import (
     sorted_then_sliced,
 )
 from ..line_fixes import backward_fix, line_idiom_fix
-from ..loop_invariants import invariant_statement, reads_recomputed
+from ..loop_invariants import invariant_statement, reads_recomputed, restacks_window
 from ..masks import mask_group_by
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import (
@@ -82,6 +82,8 @@ class OpHotspotEvidence(Record):
     """A line multiplying a matrix chain left to right that ends in a vector (`X.T @ D @ v`)."""
     recomputed_at: int | None = None
     """A line in a loop computing the same value on every pass (its inputs never change there)."""
+    window_restacked_at: int | None = None
+    """The line stacking a window the loop keeps (appends to) whole again on every pass to reduce it."""
     pairwise_at: int | None = None
     """The line that squares and reduces a broadcast difference (`((a[:, None] - b[None]) ** 2).sum(-1)`):
     pairwise distances, a `torch.cdist` or one matmul."""
@@ -110,7 +112,8 @@ class OpHotspotEvidence(Record):
 
 IDIOM_FIELDS = ("densified_at", "mostly_zero_shape", "one_hot_at", "grouped_by_mask", "broadcast_at", "pairwise_at",
                 "recomputed_at", "chain_at", "gradient_asked_at", "inverse_at", "diagonal_at", "jacobian_diagonal_at",
-                "determinant_at", "rank_by_sort", "refactorised_at", "top_k_by_sort", "dense_embedding_rows")
+                "determinant_at", "rank_by_sort", "refactorised_at", "top_k_by_sort", "dense_embedding_rows",
+                "window_restacked_at")
 """`OpHotspotEvidence` fields naming a slower way to the op's result than needed, read from the
 source or the capture: the op is then a cause, not the model's compute."""
 
@@ -311,6 +314,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             lost = max(lost, sum(e["self_us"] for e in facts.ops_at(one_hot)) / 1e6,
                        sampled_under(facts, one_hot.file, one_hot.line) * facts.window_s) \
                 + facts.backward_us_at(one_hot) / 1e6
+        restacked = next((w for w in where if restacks_window(w.file, w.line)), None)
+        if restacked is not None:  # the window's stack and reduction go: a running one adds and subtracts
+            lost = max(lost, sum(e["self_us"] for e in facts.ops_at(restacked)) / 1e6)
         factorised = next(((w, m) for w in where if (m := factorises_invariant_matrix(w.file, w.line))), None) \
             if top.name in self.FACTOR_OPS and top.count >= self.MIN_FACTORISATIONS else None
         if factorised is not None:  # the factorisation goes with the copies of the matrix it works on
@@ -341,7 +347,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                 else line_s + (max(lost, back) if paired else lost + back)
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
                                time_lost_is="upper bound (the op's whole self time)"
-                               if not (recomputed or pairwise or factorised)
+                               if not (recomputed or pairwise or factorised or restacked)
                                else "upper bound (all the ops of the line, which the fix removes)" if not factorised
                                else "upper bound (the line's ops but the solves with the factors, which stay)",
                                avoidable=avoidable,
@@ -354,6 +360,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                broadcast_at=broadcast.line if broadcast else None,
                                pairwise_at=pairwise.line if pairwise else None,
                                recomputed_at=recomputed.line if recomputed else None,
+                               window_restacked_at=restacked.line if restacked else None,
                                chain_at=chain.line if chain else None,
                                diagonal_at=diagonal.line if diagonal else None,
                                jacobian_diagonal_at=jacobian.line if jacobian else None,
@@ -400,6 +407,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                             (inverse, "inverts a matrix to multiply by its inverse"),
                             (searched, "sorts a whole tensor to find where given elements rank"),
                             (one_hot, "multiplies a one-hot matrix by a table (an embedding lookup)"),
+                            (restacked, "stacks the whole window it keeps again on every pass to reduce it"),
                             (factorised[0] if factorised else None,
                              f"factorises {factorised[1] if factorised else ''}, which never changes, on every call")):
             if idiom is not None:  # a slow idiom on a line running the op: that line first

@@ -8,9 +8,10 @@ from collections.abc import Collection
 from ...analysis.ops import BACKWARD_NODE
 from ...model.base import Record
 from ...model.findings import Finding, Where
+from ..chains import broadcast_product
 from ..facts import Facts, where_of
 from ..filters import FilteredAfter, filter_first_fix, filter_first_title, filter_first_where, filtered_call
-from ..idioms import broadcast_product, invariant_call, tensor_from_lists
+from ..idioms import invariant_call, tensor_from_lists
 from ..loop_invariants import invariant_parameters
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import COMPREHENSIONS, LOOPS, call_name, enclosing, in_loop, names_in, repeats, walk_own
