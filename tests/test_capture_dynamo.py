@@ -35,4 +35,6 @@ def test_same_frames_graphs_breaks_and_recompiles_with_and_without_torchneck(run
                    for rec in compiled["records"] if rec["type"] == "dynamo_start")
     report = read_report(run_dir)
     assert report["run"]["phases"]["clock"] == "optimizer" and report["capture"]["plan"] == "steps"
+    # AOT autograd traced the backward under detect_anomaly: torch's, not a setting of the script's
+    assert "anomaly_detection" not in [f["kind"] for f in report["findings"]]
     assert report["compile"]["present"]

@@ -162,15 +162,18 @@ def test_op_hotspot_names_a_rank_found_by_a_full_sort(tmp_path):
     one rank; a sort kept for its order is the model's compute."""
     src = tmp_path / "rank.py"
     src.write_text("def rank(scores, d):\n    return (scores.argsort(dim=1, descending=True) == d[:, None]).nonzero()\n"
-                   "def order(scores):\n    return scores.argsort(dim=1)\n")
+                   "def order(scores):\n    return scores.argsort(dim=1)\n"
+                   "def named(scores, tgt):\n    order = scores.argsort(dim=1, descending=True, stable=True)\n"
+                   "    return (order == tgt[:, None]).nonzero()[:, 1] + 1\n")
     found = {}
-    for line in (2, 4):
+    for line in (2, 4, 6):
         by_line = [{"op": "aten::sort", "file": str(src), "line": line, "function": "f", "self_us": 60_000.0}]
         [found[line]] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::sort", 60_000.0)]),
                                                 ops_by_line=by_line))
     assert found[2].evidence["rank_by_sort"] == 2 and "scores.gather(1, target[:, None])" in found[2].fix
     assert found[2].severity == "medium"
     assert found[4].evidence["rank_by_sort"] is None and "gather" not in found[4].fix
+    assert found[6].evidence["rank_by_sort"] == 6  # the sorted order named, then searched on the next line
 
 
 @fires("op_hotspot")
@@ -635,6 +638,21 @@ def test_op_hotspot_names_a_line_the_profiled_window_missed():
     assert [w.line for w in missed.where] == [34, 49] and missed.evidence["outside_window"] is True
     assert missed.severity == "info" and "75% of the steady state" in missed.title and "missed" in missed.fix
     assert abs(missed.time_lost_s - 0.75 * 0.137) < 1e-9 and mm.where[0].line == 20
+
+
+@fires("op_hotspot")
+def test_a_line_holding_most_of_the_run_is_missed_even_by_a_short_window():
+    """The window caught 18 ms of a compiled encoder's calls; the ranking after it holds 94 % of
+    the steady state: 17 of the window's samples were due there, none came. A line whose share
+    leaves the window under five samples is not called missing."""
+    def found(share, window_s):
+        python = {"window": {"sampled_s": 4.0, "lines": [_sampled(110, 4.0 * share)]},
+                  "profiled_window": {"sampled_s": window_s, "lines": [_sampled(66, window_s, function="encode")]}}
+        return [f for f in OpHotspot().check(facts(analysis=analysis(window_us=20_000.0), python=python))
+                if f.evidence.get("outside_window")]
+
+    assert [f.where[0].line for f in found(0.94, 0.018)] == [110]
+    assert found(0.2, 0.018) == []  # 3.6 samples expected: chance
 
 
 @fires("op_hotspot")

@@ -445,6 +445,31 @@ def test_the_dataloader_s_construction_is_recorded_with_how_it_fetches():
     assert DataLoader.__init__.__name__ == "__init__"  # uninstalled
 
 
+def test_anomaly_mode_turned_on_by_torch_itself_is_not_the_user_s_setting():
+    """AOT autograd traces a compiled model's backward under `detect_anomaly(check_nan=False)`: a
+    construction from torch's own files is no call site of the user's (an evaluation of compiled
+    towers had been told anomaly detection was on); the script's own call is."""
+    import os
+
+    import torch
+
+    from torchneck.capture.callsites import CallSites
+
+    inside_torch = os.path.join(os.path.dirname(torch.__file__), "_functorch", "tracing.py")
+    sites = CallSites()
+    sites.install()
+    try:
+        exec(compile("import torch\nwith torch.autograd.detect_anomaly(check_nan=False):\n    pass\n",
+                     inside_torch, "exec"), {})
+        with torch.autograd.set_detect_anomaly(False):
+            pass
+        with torch.autograd.set_detect_anomaly(True):
+            pass
+    finally:
+        sites.uninstall()
+    assert [(r["what"], r["file"]) for r in sites.records] == [("anomaly_detection", __file__)]
+
+
 @fires("input_pipeline")
 def test_input_pipeline_of_a_dataset_indexing_its_own_tensors_row_by_row(tmp_path):
     """A Dataset of the program's own whose __getitem__ indexes its tensors with the index and

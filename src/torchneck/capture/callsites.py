@@ -9,6 +9,7 @@ user frame at the call and the settings that matter for the findings.
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 from typing import Any
@@ -147,13 +148,17 @@ class CallSites:
         self._patch(torch, "from_numpy", from_numpy_)
 
     def _wrap_init(self, cls, what: str) -> None:
+        """Record each construction of `cls` that turns its mode on, unless torch's own code makes
+        it (AOT autograd traces a compiled model's backward under `detect_anomaly`: not the user's
+        setting)."""
         original = cls.__init__
         sites = self
+        torch_dir = os.path.dirname(os.path.abspath(sys.modules["torch"].__file__)) + os.sep
 
         def __init__(obj, *args, **kwargs):
             original(obj, *args, **kwargs)
             mode = args[0] if args else kwargs.get("mode", True)
-            if mode:
+            if mode and not os.path.abspath(sys._getframe(1).f_code.co_filename).startswith(torch_dir):
                 sites._add(what)
 
         self._patch(cls, "__init__", __init__)

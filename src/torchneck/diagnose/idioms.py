@@ -14,6 +14,7 @@ from .source import (
     _assigned_before,
     _scope_body,
     _tree,
+    block_of,
     call_name,
     enclosing,
     walk_own,
@@ -62,19 +63,34 @@ def _sorted_into_a_name_then_sliced(file: str, path: list[ast.stmt]) -> bool:
 
 def sorted_then_searched(file: str, line: int) -> bool:
     """The statement at `line` sorts a tensor only to find where given elements land
-    (`(scores.argsort(1, descending=True) == target[:, None]).nonzero()`): a rank found by a full
-    sort, which a count of the larger elements gives in one pass. False when unclear or unreadable."""
-    path = enclosing(file, line)
-    if not path:
+    (`(scores.argsort(1, descending=True) == target[:, None]).nonzero()`), or names the sorted
+    tensor there for the next statements of its block to search (`order = scores.argsort(...)`,
+    then `(order == tgt[:, None]).nonzero()`): a rank found by a full sort, which a count of the
+    larger elements gives in one pass. False when unclear or unreadable."""
+    path, tree = enclosing(file, line), _tree(file)
+    if not path or tree is None:
         return False
 
-    def sorted_(node: ast.AST) -> bool:
+    def sorted_(node: ast.AST, names: frozenset[str] = frozenset()) -> bool:
         while isinstance(node, (ast.Subscript, ast.Attribute)) and not isinstance(node, ast.Call):
             node = node.value  # through `[1]`, `.indices`
-        return isinstance(node, ast.Call) and call_name(node) in SORTS
+        return (isinstance(node, ast.Call) and call_name(node) in SORTS
+                or isinstance(node, ast.Name) and node.id in names)
 
-    return any(isinstance(n, ast.Compare) and any(isinstance(op, ast.Eq) for op in n.ops)
-               and any(sorted_(side) for side in (n.left, *n.comparators)) for n in walk_own(path[-1]))
+    def searched(stmts: list[ast.stmt], names: frozenset[str] = frozenset()) -> bool:
+        return any(isinstance(n, ast.Compare) and any(isinstance(op, ast.Eq) for op in n.ops)
+                   and any(sorted_(side, names) for side in (n.left, *n.comparators))
+                   for s in stmts for n in walk_own(s))
+
+    stmt = path[-1]
+    if searched([stmt]):
+        return True
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+            and sorted_(stmt.value):
+        block = block_of(tree, stmt)
+        after = block[next(i for i, s in enumerate(block) if s is stmt) + 1:]
+        return searched(after, frozenset({stmt.targets[0].id}))
+    return False
 
 
 def _keeps_a_prefix(index: ast.expr) -> bool:
