@@ -3,8 +3,9 @@ user's code that made it: enough to tell a model called once per sample (a batch
 generation loop feeding the whole prefix again (an input one position longer than the last
 call's), a constant input encoded again and again (the same unchanged tensor) and batches padded
 past their longest sequence (token ids or a padding mask whose every row ends in a run of one
-value) from the way most programs call their model (diagnose/rules/calls.py and padding.py read
-the tallies)."""
+value), and targets the loss mostly skips (a masked language model's labels, -100 but at the
+masked positions) from the way most programs call their model (diagnose/rules/calls.py,
+padding.py and rules/ignored.py read the tallies)."""
 
 from __future__ import annotations
 
@@ -70,11 +71,13 @@ class SiteInputs:
     __slots__ = ("batch_of_one", "single_elements", "grew_by_one", "grown_len", "last_shape", "repeated",
                  "repeated_from", "recent",
                  "recent_content", "repeated_inputs", "calls", "padding_looked", "padded", "padded_len", "needed_len",
-                 "zeros_looked", "mostly_zero", "modules_looked", "module")
+                 "zeros_looked", "mostly_zero", "modules_looked", "module", "ignored_looked", "ignored_share")
 
     def __init__(self) -> None:
         self.batch_of_one = self.single_elements = self.grew_by_one = self.grown_len = self.repeated = 0
         self.calls = self.padding_looked = self.padded = self.padded_len = self.needed_len = 0
+        self.ignored_looked = 0  # calls given targets mostly set to the loss's ignore index...
+        self.ignored_share = 0.0  # ... and the share of their positions so set, summed
         self.last_shape: tuple | None = None
         self.repeated_from: dict[tuple, int] = {}
         self.recent: dict[int, tuple] = {}  # id(tensor) -> (weak reference, version, [repeated yet])
@@ -133,12 +136,17 @@ class SiteInputs:
 
     def note_padding(self, tensors: list[Any]) -> None:
         """Of the call's 2-D integer or boolean host tensors (token ids, attention or padding
-        masks), the one padded furthest past its batch's longest row (`padded_past_longest`):
-        sampled after the first `PADDING_LOOKED_FIRST` calls."""
+        masks), the one padded furthest past its batch's longest row (`padded_past_longest`), and
+        the largest share of targets set to the loss's ignore index (`ignored_share`): sampled
+        after the first `PADDING_LOOKED_FIRST` calls."""
         self.calls += 1
         if self.calls > PADDING_LOOKED_FIRST and self.calls % PADDING_LOOK_EVERY:
             return
         best: tuple[int, int] | None = None
+        ignored = max((ignored_share(tensor) for tensor in tensors), default=0.0)
+        if ignored > 0:
+            self.ignored_looked += 1
+            self.ignored_share += ignored
         for tensor in tensors:
             found = padded_past_longest(tensor)
             if found is not None and (best is None or found[0] - found[1] > best[0] - best[1]):
@@ -214,6 +222,9 @@ class SiteInputs:
                 "padding_looked": self.padding_looked, "padded": self.padded,
                 "padded_mean_len": round(self.padded_len / self.padded, 1) if self.padded else None,
                 "needed_mean_len": round(self.needed_len / self.padded, 1) if self.padded else None,
+                "ignored_looked": self.ignored_looked,
+                "ignored_mean_share": (round(self.ignored_share / self.ignored_looked, 3)
+                                       if self.ignored_looked else None),
                 "mostly_zero": list(self.mostly_zero.values()), "module": self.module,
                 "repeated_from": [{"file": f, "line": ln, "function": fn, "calls": n}
                                   for (f, ln, fn), n in sorted(self.repeated_from.items(), key=lambda kv: -kv[1])]}
@@ -317,6 +328,23 @@ def padded_past_longest(tensor: Any) -> tuple[int, int] | None:
         if 0 < needed and (best is None or needed < best[1]):
             best = (length, needed)
     return best
+
+
+IGNORE_INDEX = -100
+"""The target value torch's losses skip by default (`cross_entropy(..., ignore_index=-100)`): a
+masked language model's labels hold it at every position but the masked ones."""
+
+
+def ignored_share(tensor: Any) -> float:
+    """The share of a 2-D integer host tensor's elements equal to `IGNORE_INDEX` (targets the loss
+    skips), read without a torch op; 0 for other tensors."""
+    try:
+        array = _host_array(tensor)
+    except Exception:
+        return 0.0
+    if array is None or array.dtype.kind != "i":
+        return 0.0
+    return float((array == IGNORE_INDEX).mean())
 
 
 def user_frame(frame: types.FrameType | None) -> tuple[str, int, str] | None:

@@ -11,6 +11,7 @@ from . import (  # noqa: F401
     gpu,
     growth,
     hooks,
+    ignored,
     labels,
     ops,
     python,
