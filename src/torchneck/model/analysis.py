@@ -72,6 +72,15 @@ class OpRow(Record):
     mean_us: float
     shapes: str | None = None
 
+    def input_dims(self) -> list[list[int]]:
+        """The recorded input shapes (`"[[2048, 16000], [], []]"`), the tensors' only (scalars and
+        unrecorded inputs are empty); [] when none or unreadable."""
+        try:
+            dims = msgspec.json.decode(self.shapes or "[]")
+        except msgspec.DecodeError:
+            return []
+        return [d for d in dims if isinstance(d, list) and d] if isinstance(dims, list) else []
+
 
 class BackwardNode(Record):
     """One kind of autograd node run in the window's backward passes, and the forward op it

@@ -7,7 +7,6 @@ tensor inputs of every top-level module call at the user's line that made it
 from __future__ import annotations
 
 import ast
-import json
 from typing import Any, ClassVar
 
 import msgspec
@@ -147,12 +146,9 @@ def one_row_products_share(facts: Facts) -> float:
     floor = a.ops.dispatch.floor_op_us
     total_us = 0.0
     for row in a.ops.by_shape:
-        if row.name not in ROW_PRODUCTS or not row.shapes:
+        if row.name not in ROW_PRODUCTS:
             continue
-        try:
-            dims = [d for d in json.loads(row.shapes) if isinstance(d, list) and len(d) == 2]
-        except ValueError:
-            continue
+        dims = [d for d in row.input_dims() if len(d) == 2]
         if any(d[0] == 1 for d in dims) and any(min(d) > 1 for d in dims):
             total_us += max(0.0, row.self_us - row.count * floor)
     return min(total_us / 1e6 / facts.window_s, 1.0)
@@ -175,10 +171,7 @@ def length_squared_share(facts: Facts, length: int) -> float:
     total_us = sum(max(0.0, o.self_us - o.count * floor) for o in a.ops.by_name)
     square_us = 0.0
     for row in a.ops.by_shape:
-        try:
-            dims = [d for d in json.loads(row.shapes or "[]") if isinstance(d, list)]
-        except ValueError:
-            continue
+        dims = row.input_dims()
         twice = any(d.count(length) >= 2 for d in dims)
         scores = (row.name in SQUARE_PRODUCTS and len(dims) >= 2 and len(dims[0]) >= 2 and len(dims[1]) >= 2
                   and dims[0][-2] == length and dims[1][-1] == length)

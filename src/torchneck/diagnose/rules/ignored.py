@@ -5,7 +5,6 @@ onto the vocabulary, and the loss normalises all of them, forward and backward."
 from __future__ import annotations
 
 import ast
-import json
 
 from ...model.base import Record
 from ...model.findings import Finding, Where
@@ -71,10 +70,10 @@ class IgnoredPositions(Rule[IgnoredPositionsEvidence]):
         if a is None or facts.window_s <= 0:
             return []
         classes = max((dims[0][-1] for row in a.ops.by_shape if row.name in self.SOFTMAX_OPS
-                       and (dims := _dims(row.shapes)) and dims[0]), default=0)
+                       and (dims := row.input_dims())), default=0)
         if classes < self.MIN_CLASSES:
             return []
-        head_us = sum(row.self_us for row in a.ops.by_shape if any(classes in d for d in _dims(row.shapes)))
+        head_us = sum(row.self_us for row in a.ops.by_shape if any(classes in d for d in row.input_dims()))
         head = min(head_us / 1e6 / facts.window_s, 1.0)
         for site in model_call_sites(facts):
             looked, ignored = site.get("ignored_looked") or 0, site.get("ignored_mean_share") or 0.0
@@ -104,14 +103,6 @@ class IgnoredPositions(Rule[IgnoredPositionsEvidence]):
                 "logits = head(hidden[keep]); loss = F.cross_entropy(logits, labels[keep]). The encoder still "
                 "sees every position (the context); only the projection onto the classes and the softmax shrink, "
                 "to the positions that carry a target (Hugging Face's masked-LM heads compute them all).")
-
-
-def _dims(shapes: str | None) -> list[list[int]]:
-    """The recorded input shapes of an op row (`"[[2048, 16000], [], []]"`), the non-empty ones."""
-    try:
-        return [d for d in json.loads(shapes or "[]") if isinstance(d, list) and d]
-    except ValueError:
-        return []
 
 
 def loss_input_assigned_at(file: str, line: int) -> int | None:
