@@ -28,6 +28,35 @@ def test_ops_by_line_leaves_out_ops_that_nothing_places(tmp_path):
                      "function": "train", "source": "trace"}]
 
 
+def test_an_op_running_while_the_sampled_thread_waits_on_another_is_not_placed_on_the_wait(tmp_path):
+    """A server's main thread waits in `Future.result()` while its worker runs the model: the
+    sample covering the worker's op is the main thread's wait (its innermost frame in
+    threading.py), which issued nothing; the op stays unplaced. A sample in the user's own code
+    places the op running then."""
+    import threading
+
+    import numpy as np
+
+    from torchneck.analysis.python_stacks import Samples
+    from torchneck.analysis.run import ops_by_user_line
+    from torchneck.trace.loader import load_trace
+
+    def ev(name, ts, dur, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 7, "ts": ts, "dur": dur}
+
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": [ev("ProfilerStep#1", 0, 1000, "user_annotation"),
+                                             ev("aten::mm", 100, 200), ev("aten::addmm", 600, 200)]}))
+    frames = [["main", "/srv/serve.py", 157], ["Condition.wait", threading.__file__, 320],
+              ["pool", "/srv/model.py", 50]]
+    s = Samples(frames=frames, end_s=np.array([0.0005, 0.001]), dur_s=np.array([0.0005, 0.0005]),
+                user_frame=np.array([0, 2]), leaf_is_user=np.array([False, True]), leaf_frame=np.array([1, 2]),
+                tool=np.zeros(2, bool), importing=np.zeros(2, bool), compiling=np.zeros(2, bool),
+                loading=np.zeros(2, bool), start_monotonic_ns=0, stacks=[[0, 1], [2]])
+    rows = ops_by_user_line(load_trace(p), s, offset_us=0.0)
+    assert [(r["op"], r["line"]) for r in rows] == [("aten::addmm", 50)]
+
+
 def test_last_started_within_is_the_last_op_of_the_thread_inside_the_span():
     """On a real trace: against a brute-force scan, and the same answer (row for row) when the
     table's rows are shuffled out of start order."""

@@ -4,9 +4,10 @@ import pytest
 from conftest import SCRIPTS, planted_line, read_report, torchneck
 from rule_cases import analysis, facts, fires, silent
 
+from torchneck.diagnose.rules.conv import ConvBiasBeforeBatchNorm
 from torchneck.diagnose.rules.dispatch import DispatchOverhead
 from torchneck.diagnose.rules.dtype import DtypeFloat64
-from torchneck.diagnose.rules.ops import ConvBiasBeforeBatchNorm, OpHotspot
+from torchneck.diagnose.rules.ops import OpHotspot
 from torchneck.diagnose.rules.rebuilt import RebuiltTensor
 from torchneck.model.analysis import CodeSite, ConvBiasBn, Dispatch, Float64Ops, OpRow
 from torchneck.model.findings import Where
@@ -1084,3 +1085,23 @@ def test_op_hotspot_names_an_embedding_lookup_done_as_a_one_hot_product(tmp_path
     by_line[0]["line"] = 5  # a plain product: the model's compute
     [f] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::mm", 80_000.0)]), ops_by_line=by_line))
     assert f.evidence["one_hot_at"] is None and f.severity == "info"
+
+
+@fires("op_hotspot")
+def test_a_multi_hot_bag_made_on_the_lines_before_its_product_is_an_embedding_bag(tmp_path):
+    """A recommender pools a history as a dense bag (`torch.zeros(b, n)`, `scatter_add_` of ones)
+    multiplied by the item table: an embedding bag done densely. The bag's zero fill and scatter
+    go with the product; a zero matrix nothing scatters into is not one."""
+    from torchneck.diagnose.chains import multi_hot_made_at, one_hot_product
+
+    src = tmp_path / "pool.py"
+    src.write_text("import torch\ndef pool(ids, table):\n    bag = torch.zeros(ids.size(0), table.size(0))\n"
+                   "    bag.scatter_add_(1, ids, torch.ones_like(ids, dtype=bag.dtype))\n    return bag @ table\n"
+                   "def plain(x, table):\n    acc = torch.zeros(x.size(0), table.size(0))\n    return acc @ table\n")
+    assert one_hot_product(str(src), 5) and multi_hot_made_at(str(src), 5) == [3, 4]
+    assert not one_hot_product(str(src), 8) and multi_hot_made_at(str(src), 8) == []
+    by_line = [{"op": op, "file": str(src), "line": line, "function": "pool", "self_us": us}
+               for op, line, us in (("aten::mm", 5, 60_000.0), ("aten::fill_", 3, 20_000.0),
+                                    ("aten::scatter_add_", 4, 5_000.0))]
+    [f] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::mm", 60_000.0)]), ops_by_line=by_line))
+    assert f.evidence["one_hot_at"] == 5 and f.time_lost_s == pytest.approx(0.085)

@@ -265,3 +265,23 @@ def test_a_window_kept_in_a_deque_and_stacked_whole_on_every_pass(tmp_path):
     f = _check(src, 5, op="aten::copy_", others=("aten::sum",))
     assert f.evidence["window_restacked_at"] == 5 and f.where[0].line == 5 and f.severity != "info"
     assert f.time_lost_s == pytest.approx(0.061) and "running" in f.fix
+
+
+@fires("op_hotspot")
+def test_a_whole_array_copied_to_keep_the_rows_an_index_picks(tmp_path):
+    """A replay buffer's minibatch: `torch.tensor(buf[key][:n])[idx]` copies all stored rows for
+    the 128 kept. A slice of the copy, or an index taken before the copy, is not it."""
+    from torchneck.diagnose.idioms import copied_then_indexed
+
+    src = tmp_path / "replay.py"
+    src.write_text("import torch\n"
+                   "def column(buf, key, n, idx):\n"
+                   "    return torch.tensor(buf[key][:n])[idx]\n"  # 3
+                   "def head(x, k):\n"
+                   "    return x.clone()[:k]\n"  # 5: a slice, a view of the copy
+                   "def picked(buf, key, idx):\n"
+                   "    return torch.from_numpy(buf[key][idx])\n")  # 7: indexed first
+    assert [copied_then_indexed(str(src), n) for n in (3, 5, 7)] == [True, False, False]
+    f = _check(src, 3, op="aten::copy_", others=("aten::index",))
+    assert f.evidence["copied_whole_at"] == 3 and f.severity != "info" and "index first" in f.fix
+    assert f.time_lost_s == pytest.approx(0.061)

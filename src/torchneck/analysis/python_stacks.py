@@ -438,10 +438,14 @@ def _library_callee(s: Samples, user_fid: int, win: np.ndarray) -> tuple[str, st
     return best, files[best]
 
 
+def sample_index_at(s: Samples, times_s: np.ndarray) -> np.ndarray:
+    """For each time (s since sampling started), the index of the sample covering it (the last
+    one for times past the end); the samples must not be empty."""
+    return np.clip(np.searchsorted(s.end_s, times_s, side="left"), 0, len(s.end_s) - 1)
+
+
 def user_line_at(s: Samples, times_s: np.ndarray) -> np.ndarray:
     """For each time (s since sampling started), the user frame id of the sample covering it."""
     if not len(s.end_s):
         return np.full(len(times_s), -1, dtype=np.int64)
-    idx = np.searchsorted(s.end_s, times_s, side="left")
-    idx = np.clip(idx, 0, len(s.end_s) - 1)
-    return s.user_frame[idx]
+    return s.user_frame[sample_index_at(s, times_s)]

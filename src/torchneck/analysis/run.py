@@ -10,7 +10,7 @@ from ..trace.table import Cat, Trace
 from .intervals import merge
 from .nesting import Nesting, host_nesting
 from .ops import has_line_marks, rows_starting_in
-from .python_stacks import Samples, hotspots, user_line_at
+from .python_stacks import Samples, hotspots, sample_index_at
 from .steps import find_steps
 from .trace_stacks import describe_site, has_call_stacks, trace_site_keys
 
@@ -165,8 +165,12 @@ def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | N
         main = _main_thread(t, rows)
         rest = rest[t.thread[rows[rest]] == main]
         since_start_s = ((t.ts[rows[rest]] - offset_us) * 1e3 - samples.start_monotonic_ns) / 1e9
-        fids = user_line_at(samples, since_start_s)
-        ok = fids >= 0
+        at = sample_index_at(samples, since_start_s)
+        fids = samples.user_frame[at]
+        # a sample waiting on another thread (a server's main thread in `Future.result()` while its
+        # worker runs the model) did not issue the op running then: the op is that thread's
+        waits = np.array([str(f[1]).endswith(THREAD_WAIT_FILES) for f in samples.frames] + [False])
+        ok = (fids >= 0) & ~waits[samples.leaf_frame[at]]
         key[rest[ok]] = n_strings + fids[ok]
     width = n_strings + (len(samples.frames) if samples is not None else 0) + 1
     combined = t.name[rows].astype(np.int64) * width + (key + 1)
@@ -191,6 +195,11 @@ def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | N
         if len(out) == top:
             break
     return out
+
+
+THREAD_WAIT_FILES = ("threading.py", "queue.py", os.path.join("concurrent", "futures", "_base.py"))
+"""Where a thread waits on another (a Condition, a queue, a future): the sampler's own list
+(`capture/sampler.py: _WAIT_FILES`), by file name, for samples recorded on another machine."""
 
 
 def _main_thread(t, rows) -> int:

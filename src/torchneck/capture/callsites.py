@@ -153,7 +153,7 @@ class CallSites:
         setting)."""
         original = cls.__init__
         sites = self
-        torch_dir = os.path.dirname(os.path.abspath(sys.modules["torch"].__file__)) + os.sep
+        torch_dir = os.path.dirname(os.path.abspath(sys.modules["torch"].__file__ or "")) + os.sep
 
         def __init__(obj, *args, **kwargs):
             original(obj, *args, **kwargs)

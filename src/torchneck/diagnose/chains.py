@@ -3,7 +3,8 @@ costly order (`X.T @ D @ v` runs left to right, so it first builds the d x d mat
 n * d^2 multiply-adds, to multiply it by a vector, where `X.T @ (D @ v)` takes two matrix-vector
 products), a gradient asked of data that every backward then fills whole, pairwise products
 (a matrix product, a cosine similarity) through broadcast tensors and pairwise distances through
-a broadcast difference."""
+a broadcast difference, and a one-hot (or multi-hot) matrix multiplied by a table: an embedding
+lookup done as a dense product."""
 
 from __future__ import annotations
 
@@ -224,3 +225,52 @@ def determinant_of_product(file: str, line: int) -> bool:
                 return True
     return False
 
+
+SCATTERS = frozenset({"scatter_", "scatter_add_", "index_fill_", "index_put_"})
+"""In-place writes that set a zero matrix's entries at given indices (a multi-hot bag)."""
+
+
+def one_hot_product(file: str, line: int) -> bool:
+    """The statement at `line` multiplies a one-hot matrix it builds by a table
+    (`F.one_hot(ids, n).float() @ table`, `torch.mm(one_hot(...), W)`), or a multi-hot one made on
+    the lines before (`bag = torch.zeros(b, n)`, `bag.scatter_add_(1, ids, ones)`, `bag @ table`):
+    an embedding lookup (or bag) done as a dense product of a batch x n matrix of zeros. False when
+    unclear or unreadable."""
+    path, tree = enclosing(file, line), _tree(file)
+    if not path or tree is None:
+        return False
+
+    def one_hot(node: ast.AST) -> bool:
+        if isinstance(node, ast.Name):
+            return bool(_multi_hot_lines(tree, file, line, node.id))
+        return any(isinstance(c, ast.Call) and call_name(c) == "one_hot" for c in ast.walk(node))
+
+    for node in walk_own(path[-1]):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult) and one_hot(node.left):
+            return True
+        if isinstance(node, ast.Call) and call_name(node) in ("mm", "matmul") and node.args and one_hot(node.args[0]):
+            return True
+    return False
+
+
+def multi_hot_made_at(file: str, line: int) -> list[int]:
+    """The lines making the multi-hot matrix the statement at `line` multiplies (`bag = torch.zeros
+    (b, n)`, then its `scatter_add_`): the fix removes their work too; [] when none."""
+    path, tree = enclosing(file, line), _tree(file)
+    if not path or tree is None:
+        return []
+    return next((made for node in walk_own(path[-1]) if isinstance(node, ast.BinOp)
+                 and isinstance(node.op, ast.MatMult) and isinstance(node.left, ast.Name)
+                 and (made := _multi_hot_lines(tree, file, line, node.left.id))), [])
+
+
+def _multi_hot_lines(tree: ast.Module, file: str, line: int, name: str) -> list[int]:
+    """The assignment of `name` to a zero matrix before `line` and the in-place scatters into it
+    between them (a multi-hot bag); [] when `name` is not made so."""
+    made = _assigned_before(tree, file, line, name)
+    if made is None or not isinstance(made.value, ast.Call) or call_name(made.value) not in ("zeros", "new_zeros"):
+        return []
+    scatters = sorted({c.lineno for c in ast.walk(tree) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                       and c.func.attr in SCATTERS and isinstance(c.func.value, ast.Name)
+                       and c.func.value.id == name and made.lineno < c.lineno < line})
+    return [made.lineno, *scatters] if scatters else []

@@ -103,6 +103,22 @@ def _keeps_a_prefix(index: ast.expr) -> bool:
         and last.step is None
 
 
+WHOLE_COPIES = frozenset({"tensor", "Tensor", "FloatTensor", "LongTensor", "clone", "copy", "array", "deepcopy"})
+"""Calls that copy all of what they are given into a new tensor or array."""
+
+
+def copied_then_indexed(file: str, line: int) -> bool:
+    """The statement at `line` copies a whole tensor or array and then keeps some of it by an index
+    (`torch.tensor(buffer[:n])[idx]`, `x.clone()[mask]`): every element is copied for the few kept,
+    where indexing first copies only those. A plain slice of the copy (`[:k]`, a view) is left out
+    too: slicing first is as cheap. False when unclear or unreadable."""
+    path = enclosing(file, line)
+    if not path:
+        return False
+    return any(isinstance(n, ast.Subscript) and isinstance(n.value, ast.Call) and call_name(n.value) in WHOLE_COPIES
+               and not isinstance(n.slice, (ast.Slice, ast.Constant)) for n in walk_own(path[-1]))
+
+
 TENSOR_FROM_DATA = frozenset({"tensor", "as_tensor", "Tensor", "FloatTensor", "LongTensor", "IntTensor"})
 """Calls that copy Python data into a new tensor, element by element when given lists."""
 
@@ -587,25 +603,6 @@ def _made_as_loader(tree: ast.Module, file: str, line: int, name: str) -> int | 
             isinstance(n, ast.Call) and call_name(n) == "DataLoader" for n in ast.walk(found.value)):
         return found.lineno
     return None
-
-
-def one_hot_product(file: str, line: int) -> bool:
-    """The statement at `line` multiplies a one-hot matrix it builds by a table
-    (`F.one_hot(ids, n).float() @ table`, `torch.mm(one_hot(...), W)`): an embedding lookup done as
-    a dense product of a batch x n matrix of zeros. False when unclear or unreadable."""
-    path = enclosing(file, line)
-    if not path:
-        return False
-
-    def one_hot(node: ast.AST) -> bool:
-        return any(isinstance(c, ast.Call) and call_name(c) == "one_hot" for c in ast.walk(node))
-
-    for node in walk_own(path[-1]):
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult) and one_hot(node.left):
-            return True
-        if isinstance(node, ast.Call) and call_name(node) in ("mm", "matmul") and node.args and one_hot(node.args[0]):
-            return True
-    return False
 
 
 ARCHIVE_LOADS = frozenset({"load"})

@@ -29,6 +29,10 @@ LINE_IDIOM_FIXES: tuple[tuple[str, str], ...] = (
      "window.popleft() once it is full; the mean is running / len(window)), in an integer or float64 "
      "accumulator if the sum must stay exact. For a median or quantile, keep the window as one "
      "preallocated tensor and overwrite its oldest slot."),
+    ("copied_whole_at",
+     "Line {at} copies a whole tensor or array and then keeps the rows an index picks: index first and "
+     "copy only those (torch.from_numpy(array[idx]), or tensor[idx] on the original; torch.from_numpy "
+     "shares a NumPy array's memory without a copy)."),
     ("pairwise_at",
      "Line {at} builds every pairwise difference of two broadcast tensors (an N x M x D tensor) to square "
      "and sum it: use torch.cdist(a, b) (squared: cdist(a, b) ** 2), or the expansion (a * a).sum(1)[:, "

@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     calls,
     compile,
     config,
+    conv,
     dispatch,
     dtype,
     gpu,

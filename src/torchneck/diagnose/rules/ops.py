@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from ...model.analysis import ConvBiasBn, OpRow
+from ...model.analysis import OpRow
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..chains import (
@@ -17,17 +17,19 @@ from ..chains import (
     determinant_of_product,
     gradient_asked_for,
     jacobian_kept_diagonal,
+    multi_hot_made_at,
+    one_hot_product,
     pairwise_difference,
 )
 from ..dense import buffer_built_at, dense_built_in
 from ..facts import Facts, where_of
 from ..idioms import (
+    copied_then_indexed,
     diagonal_of_product,
     embedding_defined_at,
     factorises_invariant_matrix,
     invariant_call,
     inverse_then_multiply,
-    one_hot_product,
     sorted_then_searched,
     sorted_then_sliced,
 )
@@ -84,6 +86,8 @@ class OpHotspotEvidence(Record):
     """A line in a loop computing the same value on every pass (its inputs never change there)."""
     window_restacked_at: int | None = None
     """The line stacking a window the loop keeps (appends to) whole again on every pass to reduce it."""
+    copied_whole_at: int | None = None
+    """The line copying a whole tensor or array to keep the rows an index picks (`torch.tensor(a)[idx]`)."""
     pairwise_at: int | None = None
     """The line that squares and reduces a broadcast difference (`((a[:, None] - b[None]) ** 2).sum(-1)`):
     pairwise distances, a `torch.cdist` or one matmul."""
@@ -113,7 +117,7 @@ class OpHotspotEvidence(Record):
 IDIOM_FIELDS = ("densified_at", "mostly_zero_shape", "one_hot_at", "grouped_by_mask", "broadcast_at", "pairwise_at",
                 "recomputed_at", "chain_at", "gradient_asked_at", "inverse_at", "diagonal_at", "jacobian_diagonal_at",
                 "determinant_at", "rank_by_sort", "refactorised_at", "top_k_by_sort", "dense_embedding_rows",
-                "window_restacked_at")
+                "window_restacked_at", "copied_whole_at")
 """`OpHotspotEvidence` fields naming a slower way to the op's result than needed, read from the
 source or the capture: the op is then a cause, not the model's compute."""
 
@@ -313,12 +317,16 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             lost = max(lost, sampled_under(facts, determinant.file, determinant.line) * facts.window_s)
         one_hot = next((w for w in where if one_hot_product(w.file, w.line)), None)  # its product, or its fill
         if one_hot is not None:  # the one-hot matrix's own ops, their Python and their backward go too
+            bag = [Where(file=one_hot.file, line=n) for n in multi_hot_made_at(one_hot.file, one_hot.line)]
             lost = max(lost, sum(e["self_us"] for e in facts.ops_at(one_hot)) / 1e6,
                        sampled_under(facts, one_hot.file, one_hot.line) * facts.window_s) \
-                + facts.backward_us_at(one_hot) / 1e6
+                + (facts.backward_us_at(one_hot) + sum(e["self_us"] for w in bag for e in facts.ops_at(w))) / 1e6
         restacked = next((w for w in where if restacks_window(w.file, w.line)), None)
         if restacked is not None:  # the window's stack and reduction go: a running one adds and subtracts
             lost = max(lost, sum(e["self_us"] for e in facts.ops_at(restacked)) / 1e6)
+        copied = next((w for w in where if copied_then_indexed(w.file, w.line)), None)
+        if copied is not None:  # the whole copy goes: indexing first copies only the rows kept
+            lost = max(lost, sum(e["self_us"] for e in facts.ops_at(copied)) / 1e6)
         factorised = next(((w, m) for w in where if (m := factorises_invariant_matrix(w.file, w.line))), None) \
             if top.name in self.FACTOR_OPS and top.count >= self.MIN_FACTORISATIONS else None
         if factorised is not None:  # the factorisation goes with the copies of the matrix it works on
@@ -349,7 +357,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                 else line_s + (max(lost, back) if paired else lost + back)
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
                                time_lost_is="upper bound (the op's whole self time)"
-                               if not (recomputed or pairwise or factorised or restacked)
+                               if not (recomputed or pairwise or factorised or restacked or copied)
                                else "upper bound (all the ops of the line, which the fix removes)" if not factorised
                                else "upper bound (the line's ops but the solves with the factors, which stay)",
                                avoidable=avoidable,
@@ -363,6 +371,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                pairwise_at=pairwise.line if pairwise else None,
                                recomputed_at=recomputed.line if recomputed else None,
                                window_restacked_at=restacked.line if restacked else None,
+                               copied_whole_at=copied.line if copied else None,
                                chain_at=chain.line if chain else None,
                                diagonal_at=diagonal.line if diagonal else None,
                                jacobian_diagonal_at=jacobian.line if jacobian else None,
@@ -410,6 +419,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                             (searched, "sorts a whole tensor to find where given elements rank"),
                             (one_hot, "multiplies a one-hot matrix by a table (an embedding lookup)"),
                             (restacked, "stacks the whole window it keeps again on every pass to reduce it"),
+                            (copied, "copies a whole tensor or array to keep the rows an index picks"),
                             (factorised[0] if factorised else None,
                              f"factorises {factorised[1] if factorised else ''}, which never changes, on every call")):
             if idiom is not None:  # a slow idiom on a line running the op: that line first
@@ -663,35 +673,3 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                     "conversions inside the step.")
         return ("If this op is needed at this size and precision, it is the model's work; otherwise reduce its "
                 "input, batch its calls, or use a cheaper equivalent (the lines shown run it).")
-
-
-@register
-class ConvBiasBeforeBatchNorm(Rule[ConvBiasBn]):
-    """A convolution with `bias=True` feeding straight into BatchNorm (torch's profiler pattern
-    `Conv2dBiasFollowedByBatchNorm2dPattern`, the performance tuning guide's "disable bias for
-    convolutions directly followed by a batch norm"): BatchNorm subtracts the channel mean, so
-    the bias cancels out. Time lost: not measurable from a trace (the bias add is fused into
-    the convolution); reported as `low` with the number of such convolutions."""
-
-    kind = "conv_bias_bn"
-    summary = "A convolution's bias is computed and then cancelled by the BatchNorm right after it."
-    docs = DOCS["tuning"]
-    evidence_type = ConvBiasBn
-    confidence = "unmeasured"
-    saving_basis = "not measurable from a trace (the bias add is fused into the convolution)"
-
-    def check(self, facts: Facts) -> list[Finding]:
-        a = facts.analysis
-        pairs = a.ops.conv_bias_bn if a else None
-        if not pairs or not pairs.pairs:
-            return []
-        per_step = pairs.pairs / max(facts.steps, 1)
-        return [self.finding(pairs, title=f"{pairs.pairs} convolution call(s) with bias=True feed straight into "
-                                          f"BatchNorm ({per_step:.0f} per step): the bias is computed and cancelled",
-                             lost_s=0.0, pct=0.0, severity="low",
-                             where=facts.lines_for_ops({"aten::conv1d", "aten::conv2d", "aten::conv3d"}),
-                             ops=["aten::conv2d", "aten::batch_norm"])]
-
-    def fix(self, evidence: ConvBiasBn) -> str:
-        return ("Create those convolutions with bias=False (nn.Conv2d(..., bias=False)) when a BatchNorm "
-                "follows: BatchNorm's own shift (beta) replaces it; the output does not change.")
