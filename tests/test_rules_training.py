@@ -471,6 +471,30 @@ def test_anomaly_mode_turned_on_by_torch_itself_is_not_the_user_s_setting():
 
 
 @fires("input_pipeline")
+def test_input_pipeline_of_features_computed_over_a_whole_recording_for_a_crop(tmp_path):
+    """A Dataset featurises a whole 30 s recording (the STFT's lines take the loading time) to keep
+    a 1 s window of frames: the line slicing the result, which the samples name as the caller,
+    leads; slicing the input first is the fix. A slice of the input itself is not it."""
+    from torchneck.diagnose.idioms import computed_then_sliced
+
+    src = tmp_path / "audio.py"
+    src.write_text("import torch\n"
+                   "def logmel(wav):\n    spec = torch.stft(wav, 400, 160, return_complex=True)\n"
+                   "    return spec.abs().log()\n"
+                   "class Clips(torch.utils.data.Dataset):\n    def window(self, wav, start):\n"
+                   "        return logmel(wav)[:, start:start + self.frames]\n"  # 7
+                   "    def cut(self, wav, start):\n        return logmel(wav[start:start + 16000])\n")  # 9
+    assert computed_then_sliced(str(src), 7) and not computed_then_sliced(str(src), 9)
+    a = analysis(annotations=[])
+    a.steps.breakdown_total_us = {"dataloader": 80_000.0, "cpu_exec": 20_000.0}
+    caller = {"file": str(src), "line": 7, "function": "Clips.window"}
+    loading = {"lines": [{"file": str(src), "line": n, "function": "logmel", "total_s": 0.04, "callers": [caller]}
+                         for n in (3, 4)]}
+    [f] = InputPipeline().check(facts(analysis=a, python={"window": {"lines": []}, "loading": loading}))
+    assert f.where[0].line == 7 and f.evidence["sliced_at"] == 7 and "slice the input" in f.fix
+
+
+@fires("input_pipeline")
 def test_input_pipeline_of_a_dataset_indexing_its_own_tensors_row_by_row(tmp_path):
     """A Dataset of the program's own whose __getitem__ indexes its tensors with the index and
     transforms one row: fetched one sample at a time, it is a TensorDataset in all but name."""

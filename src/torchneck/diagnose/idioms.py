@@ -605,6 +605,17 @@ def _made_as_loader(tree: ast.Module, file: str, line: int, name: str) -> int | 
     return None
 
 
+def computed_then_sliced(file: str, line: int) -> bool:
+    """The statement at `line` computes over a whole input and keeps a window of the result
+    (`self.logmel(wav)[:, start:start + n]`, features of a 30 s recording for a 1 s crop): slicing
+    the input first computes only the window. False when unclear or unreadable."""
+    path = enclosing(file, line)
+    return bool(path) and any(
+        isinstance(n, ast.Subscript) and isinstance(n.value, ast.Call) and call_name(n.value) not in WHOLE_COPIES
+        and any(isinstance(s, ast.Slice) and s.lower is not None and s.upper is not None for s in ast.walk(n.slice))
+        and any(isinstance(a, ast.Name) for a in n.value.args) for n in walk_own(path[-1]))
+
+
 ARCHIVE_LOADS = frozenset({"load"})
 """`np.load` of an `.npz` archive: a lazy NpzFile that reads and decompresses a whole array at
 every `archive["key"]`."""

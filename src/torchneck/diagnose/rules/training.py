@@ -11,7 +11,14 @@ from ...model.analysis import Annotation, OpRow, SpanOps
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
-from ..idioms import indexes_own_tensors, invariant_call, keyword_line, lazy_archive_at, written_parameter
+from ..idioms import (
+    computed_then_sliced,
+    indexes_own_tensors,
+    invariant_call,
+    keyword_line,
+    lazy_archive_at,
+    written_parameter,
+)
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import LOOPS, call_name, enclosing, walk_own
 from .ops import is_backward_op
@@ -37,6 +44,9 @@ class InputPipelineEvidence(Record):
     """A helper the Dataset's code calls for every sample with the same arguments (statistics of
     the whole training span recomputed per window): computed once, its time goes."""
     invariant_at: int | None = None
+    sliced_at: int | None = None
+    """A line of the loading code computing over a whole input to keep a window of the result
+    (features of a whole recording for a 1 s crop)."""
     archive_at: int | None = None
     """The line keeping a lazy `np.load` archive whose arrays the Dataset reads by key per sample:
     every read loads and decompresses a whole array from the file for one sample."""
@@ -107,6 +117,7 @@ class InputPipeline(Rule[InputPipelineEvidence]):
                         if (name := invariant_call(w.file, w.line, helpers, called_repeatedly=True))), None)
         archive = next((Where(file=w.file, line=kept, function="") for w in where
                         if (kept := lazy_archive_at(w.file, w.line)) is not None), None)
+        sliced = next((w for w in where if computed_then_sliced(w.file, w.line)), None)
         if made is not None:  # a loader (and its workers) made every epoch: that line is the fix
             ev.made_in_loop = made.line
             where = [made, *(w for w in where if w is not made)]
@@ -117,6 +128,9 @@ class InputPipeline(Rule[InputPipelineEvidence]):
             at, ev.invariant_call = hoisted
             ev.invariant_at = at.line
             where = [at, *(w for w in where if w is not at)]
+        elif sliced is not None:  # a whole recording featurised for the window kept: slice it first
+            ev.sliced_at = sliced.line
+            where = [sliced, *(w for w in where if w is not sliced)]
         elif per_sample is not None:  # rows indexed one by one, then stacked again: fetch batches
             ev.per_sample_from, ev.batch_size = per_sample["dataset"], per_sample.get("batch_size")
             where = [*where_of([per_sample]), *where]
@@ -155,6 +169,11 @@ class InputPipeline(Rule[InputPipelineEvidence]):
             return (f"Line {evidence.invariant_at} computes {evidence.invariant_call}() with the same arguments for "
                     "every sample the DataLoader fetches: compute it once (in the Dataset's __init__, or before "
                     "building it) and reuse the result; only the per-sample work stays in __getitem__.")
+        if evidence.sliced_at is not None and evidence.made_in_loop is None:
+            return (f"Line {evidence.sliced_at} computes over the whole input and keeps a window of the result: "
+                    "slice the input to what that window needs first (for frames of a spectrogram, the samples "
+                    "from start * hop to (start + frames - 1) * hop + n_fft), so each sample pays for its window "
+                    "only; or precompute the whole features once, outside __getitem__.")
         if evidence.per_sample_from is not None and evidence.made_in_loop is None:
             size = evidence.batch_size or "B"
             own = "" if evidence.per_sample_from in self.IN_MEMORY_DATASETS else (
