@@ -285,3 +285,28 @@ def test_a_whole_array_copied_to_keep_the_rows_an_index_picks(tmp_path):
     f = _check(src, 3, op="aten::copy_", others=("aten::index",))
     assert f.evidence["copied_whole_at"] == 3 and f.severity != "info" and "index first" in f.fix
     assert f.time_lost_s == pytest.approx(0.061)
+
+
+@fires("op_hotspot")
+def test_a_multivariate_normal_of_a_diagonal_made_dense(tmp_path):
+    """A VAE's diagonal posterior built as `MultivariateNormal(mu, covariance_matrix=torch.
+    diag_embed(var))`: the trace's top op is the KL's triangular solve at another line; the
+    sampled lines name the constructor's (its Cholesky), which leads. A full covariance is not it."""
+    from torchneck.diagnose.chains import dense_diagonal_distribution
+
+    src = tmp_path / "vae.py"
+    src.write_text("import torch\nfrom torch.distributions import MultivariateNormal, kl_divergence\n"
+                   "def posterior(mu, logvar):\n"
+                   "    return MultivariateNormal(mu, covariance_matrix=torch.diag_embed(logvar.exp()))\n"  # 4
+                   "def full(mu, cov):\n    return MultivariateNormal(mu, cov)\n"  # 6
+                   "def loss(q, p):\n    return kl_divergence(q, p).mean()\n")  # 8
+    assert [dense_diagonal_distribution(str(src), n) for n in (4, 6, 8)] == [True, False, False]
+    by_line = [{"op": "aten::linalg_solve_triangular", "file": str(src), "line": 8, "function": "loss",
+                "self_us": 30_000.0, "count": 30}]
+    python = {"window": {"sampled_s": 1.0, "lines": [{"file": str(src), "line": 4, "function": "posterior",
+                                                       "total_s": 0.3, "self_s": 0.0}],
+                         "inclusive_lines": [{"file": str(src), "line": 4, "total_s": 0.3}]}}
+    [f] = OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::linalg_solve_triangular", 30_000.0, 30)]),
+                                  ops_by_line=by_line, python=python))
+    assert f.evidence["dense_diagonal_at"] == 4 and f.where[0].line == 4 and "Independent(Normal" in f.fix
+    assert f.time_lost_s == pytest.approx(0.03 + 0.3 * 0.1)  # the solves, and the constructor's Cholesky

@@ -274,3 +274,25 @@ def _multi_hot_lines(tree: ast.Module, file: str, line: int, name: str) -> list[
                        and c.func.attr in SCATTERS and isinstance(c.func.value, ast.Name)
                        and c.func.value.id == name and made.lineno < c.lineno < line})
     return [made.lineno, *scatters] if scatters else []
+
+
+DENSE_DIAGONALS = frozenset({"diag_embed", "diag", "diagflat", "eye"})
+"""Calls making a dense matrix of a diagonal (or the identity)."""
+DENSE_COVARIANCES = frozenset({"MultivariateNormal", "LowRankMultivariateNormal"})
+"""Distributions that factorise the dense matrix they are given (a Cholesky per batch element)."""
+
+
+def dense_diagonal_distribution(file: str, line: int) -> bool:
+    """The statement at `line` builds a multivariate normal from a diagonal matrix made dense
+    (`MultivariateNormal(mu, covariance_matrix=torch.diag_embed(var))`): each construction runs a
+    Cholesky of it, and every log_prob, rsample and KL triangular solves, for what independent
+    normals give element-wise. False when unclear or unreadable."""
+    path = enclosing(file, line)
+    if not path:
+        return False
+    for call in (n for n in walk_own(path[-1]) if isinstance(n, ast.Call) and call_name(n) in DENSE_COVARIANCES):
+        given = [k.value for k in call.keywords if k.arg in ("covariance_matrix", "precision_matrix", "scale_tril")]
+        if any(isinstance(c, ast.Call) and call_name(c) in DENSE_DIAGONALS for g in [*call.args[1:2], *given]
+               for c in ast.walk(g)):
+            return True
+    return False

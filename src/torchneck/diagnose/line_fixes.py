@@ -29,6 +29,11 @@ LINE_IDIOM_FIXES: tuple[tuple[str, str], ...] = (
      "window.popleft() once it is full; the mean is running / len(window)), in an integer or float64 "
      "accumulator if the sum must stay exact. For a median or quantile, keep the window as one "
      "preallocated tensor and overwrite its oldest slot."),
+    ("dense_diagonal_at",
+     "Line {at} gives a multivariate normal a diagonal matrix made dense: every construction factorises "
+     "it (a Cholesky per batch element) and every log_prob, rsample and KL solves with the factor. Use "
+     "independent normals: Independent(Normal(mu, std), 1) (std = exp(0.5 * logvar)): the same "
+     "distribution, element-wise, with a closed-form KL against another diagonal normal."),
     ("copied_whole_at",
      "Line {at} copies a whole tensor or array and then keeps the rows an index picks: index first and "
      "copy only those (torch.from_numpy(array[idx]), or tensor[idx] on the original; torch.from_numpy "

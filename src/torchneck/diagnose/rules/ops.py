@@ -14,6 +14,7 @@ from ..chains import (
     INDEXING_OPS,
     broadcast_product,
     chain_ends_in_vector,
+    dense_diagonal_distribution,
     determinant_of_product,
     gradient_asked_for,
     jacobian_kept_diagonal,
@@ -86,6 +87,8 @@ class OpHotspotEvidence(Record):
     """A line in a loop computing the same value on every pass (its inputs never change there)."""
     window_restacked_at: int | None = None
     """The line stacking a window the loop keeps (appends to) whole again on every pass to reduce it."""
+    dense_diagonal_at: int | None = None
+    """The line building a multivariate normal from a diagonal made dense (factorised, then solved with)."""
     copied_whole_at: int | None = None
     """The line copying a whole tensor or array to keep the rows an index picks (`torch.tensor(a)[idx]`)."""
     pairwise_at: int | None = None
@@ -117,7 +120,7 @@ class OpHotspotEvidence(Record):
 IDIOM_FIELDS = ("densified_at", "mostly_zero_shape", "one_hot_at", "grouped_by_mask", "broadcast_at", "pairwise_at",
                 "recomputed_at", "chain_at", "gradient_asked_at", "inverse_at", "diagonal_at", "jacobian_diagonal_at",
                 "determinant_at", "rank_by_sort", "refactorised_at", "top_k_by_sort", "dense_embedding_rows",
-                "window_restacked_at", "copied_whole_at")
+                "window_restacked_at", "copied_whole_at", "dense_diagonal_at")
 """`OpHotspotEvidence` fields naming a slower way to the op's result than needed, read from the
 source or the capture: the op is then a cause, not the model's compute."""
 
@@ -324,6 +327,13 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         restacked = next((w for w in where if restacks_window(w.file, w.line)), None)
         if restacked is not None:  # the window's stack and reduction go: a running one adds and subtracts
             lost = max(lost, sum(e["self_us"] for e in facts.ops_at(restacked)) / 1e6)
+        dense_diag: Where | None = None
+        if top.name in {*self.FACTOR_OPS, *self.TRIANGULAR_OPS}:  # a dense diagonal's factor and solves go
+            busiest = where_of(((facts.python or {}).get("window") or {}).get("lines", [])[:self.LINES_SEARCHED])
+            dense_diag = next((w for w in [*where, *busiest] if dense_diagonal_distribution(w.file, w.line)), None)
+            if dense_diag is not None:
+                made_s = sampled_under(facts, dense_diag.file, dense_diag.line) * facts.window_s
+                lost = max(lost, top.self_us / 1e6 + made_s)
         copied = next((w for w in where if copied_then_indexed(w.file, w.line)), None)
         if copied is not None:  # the whole copy goes: indexing first copies only the rows kept
             lost = max(lost, sum(e["self_us"] for e in facts.ops_at(copied)) / 1e6)
@@ -372,6 +382,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                recomputed_at=recomputed.line if recomputed else None,
                                window_restacked_at=restacked.line if restacked else None,
                                copied_whole_at=copied.line if copied else None,
+                               dense_diagonal_at=dense_diag.line if dense_diag else None,
                                chain_at=chain.line if chain else None,
                                diagonal_at=diagonal.line if diagonal else None,
                                jacobian_diagonal_at=jacobian.line if jacobian else None,
@@ -420,6 +431,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                             (one_hot, "multiplies a one-hot matrix by a table (an embedding lookup)"),
                             (restacked, "stacks the whole window it keeps again on every pass to reduce it"),
                             (copied, "copies a whole tensor or array to keep the rows an index picks"),
+                            (dense_diag, "builds a multivariate normal from a diagonal made dense"),
                             (factorised[0] if factorised else None,
                              f"factorises {factorised[1] if factorised else ''}, which never changes, on every call")):
             if idiom is not None:  # a slow idiom on a line running the op: that line first
@@ -490,6 +502,11 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                 "aten::linalg_solve_triangular", "aten::triangular_solve"})
     """What a factorisation done once leaves of each call: the solves with its factors. The rest of the
     line's ops go with it (a batched LU copies its matrices first: a fifth of the line's time)."""
+    TRIANGULAR_OPS = frozenset({"aten::linalg_solve_triangular", "aten::triangular_solve", "aten::cholesky_solve"})
+    """Solves with a triangular factor (a multivariate normal's log_prob, rsample and KL)."""
+    LINES_SEARCHED = 5
+    """The top sampled lines searched for where a factorised matrix was made (a distribution's
+    constructor factorises it; the solves run where it is used)."""
     MIN_FACTORISATIONS = 10
     """Fewer factorisations in the window are not a matrix factorised again and again."""
     INVERSE_OPS = frozenset({"aten::linalg_inv", "aten::linalg_inv_ex", "aten::inverse", "aten::linalg_lu_solve",
