@@ -450,6 +450,7 @@ def test_anomaly_mode_turned_on_by_torch_itself_is_not_the_user_s_setting():
     construction from torch's own files is no call site of the user's (an evaluation of compiled
     towers had been told anomaly detection was on); the script's own call is."""
     import os
+    import warnings
 
     import torch
 
@@ -458,6 +459,7 @@ def test_anomaly_mode_turned_on_by_torch_itself_is_not_the_user_s_setting():
     inside_torch = os.path.join(os.path.dirname(torch.__file__), "_functorch", "tracing.py")
     sites = CallSites()
     sites.install()
+    warnings.filterwarnings("ignore", "Anomaly Detection has been enabled")  # pytest restores the filters
     try:
         exec(compile("import torch\nwith torch.autograd.detect_anomaly(check_nan=False):\n    pass\n",
                      inside_torch, "exec"), {})
