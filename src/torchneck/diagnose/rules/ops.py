@@ -335,8 +335,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                 made_s = sampled_under(facts, dense_diag.file, dense_diag.line) * facts.window_s
                 lost = max(lost, top.self_us / 1e6 + made_s)
         copied = next((w for w in where if copied_then_indexed(w.file, w.line)), None)
-        if copied is not None:  # the whole copy goes: indexing first copies only the rows kept
-            lost = max(lost, sum(e["self_us"] for e in facts.ops_at(copied)) / 1e6)
+        if copied is not None:  # the whole copy goes (over the steady state: the copied part may grow)
+            lost = max(lost, sum(e["self_us"] for e in facts.ops_at(copied)) / 1e6,
+                       sampled_under(facts, copied.file, copied.line) * facts.window_s)
         factorised = next(((w, m) for w in where if (m := factorises_invariant_matrix(w.file, w.line))), None) \
             if top.name in self.FACTOR_OPS and top.count >= self.MIN_FACTORISATIONS else None
         if factorised is not None:  # the factorisation goes with the copies of the matrix it works on
