@@ -129,6 +129,25 @@ def test_python_hotspot_a_helper_s_lines_under_one_call_are_one_finding_at_its_f
 
 
 @fires("python_hotspot")
+def test_python_hotspot_names_the_setting_of_how_often_a_trainer_saves(tmp_path):
+    """`if self.save_every and step % self.save_every == 0: self.save()` in a Trainer built with
+    `Trainer(save_every=8)`: after the `if`, the line giving the setting its number (where "less
+    often" is written); the assignment from the parameter names no number and is left out."""
+    script = tmp_path / "trainer.py"
+    script.write_text("import torch\nclass Trainer:\n    def __init__(self, save_every):\n"
+                      "        self.save_every = save_every\n"
+                      "    def save(self):\n        torch.save(self.state, 'last.pt')\n"  # 6
+                      "    def fit(self):\n        for step in range(100):\n"
+                      "            if self.save_every and step % self.save_every == 0:\n"  # 9
+                      "                self.save()\n"  # 10
+                      "Trainer(save_every=8).fit()\n")  # 11
+    callers = [{"file": str(script), "line": 10, "function": "Trainer.fit"}]
+    save = _at(script, 6, "Trainer.save", 0.6, "save (serialization.py)", callers)
+    [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(save)))
+    assert [w.line for w in f.where][:4] == [6, 10, 9, 11]  # the save, its call, the `if`, the setting
+
+
+@fires("python_hotspot")
 def test_python_hotspot_lines_of_a_loop_in_one_function_stay_apart(tmp_path):
     """main() runs the steps: its hot lines are problems of their own, though one call holds them."""
     script = tmp_path / "ckpt.py"
