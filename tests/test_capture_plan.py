@@ -304,7 +304,9 @@ def test_a_step_of_many_torch_calls_is_cut_inside_the_step_and_its_line_named(ru
 def test_model_calls_in_worker_threads_are_counted_and_their_grad_mode_named(run_dir):
     """A server whose worker threads run the model: the sampler sees only the main thread
     (waiting for answers), but the module hooks run in the workers: their calls are counted,
-    timed and placed, and the `with` that leaves autograd on is the top finding."""
+    timed and placed, and the `with` that leaves autograd on is found there. (Not necessarily on
+    top: on a CPU, this model's calls take as long under inference_mode, which the probe measures,
+    so any real cost outranks it; under load the workers' sampled lines can.)"""
     script = SCRIPTS / "threaded_server.py"
     r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
     assert r.returncode == 0, r.stderr[-2000:]
@@ -312,8 +314,8 @@ def test_model_calls_in_worker_threads_are_counted_and_their_grad_mode_named(run
     assert clock["thread_module_calls"] == clock["thread_module_outputs_with_grad"] == 300
     assert clock["thread_module_threads"] == 2 and clock["thread_module_s"] > 0
     assert clock["top_module_calls"] == 0  # none in the main thread, and no step ticks from the workers
-    top = read_report(run_dir)["findings"][0]
-    assert top["kind"] == "autograd_in_inference" and top["where"][0]["line"] == planted_line(script), top
+    [found] = [f for f in read_report(run_dir)["findings"] if f["kind"] == "autograd_in_inference"]
+    assert found["where"][0]["line"] == planted_line(script), found
     fixed = run_dir.parent / "fixed"
     r = torchneck("run", "--quiet", "--out", str(fixed), str(script), "--fixed")
     assert r.returncode == 0, r.stderr[-2000:]
