@@ -443,9 +443,3 @@ def sample_index_at(s: Samples, times_s: np.ndarray) -> np.ndarray:
     one for times past the end); the samples must not be empty."""
     return np.clip(np.searchsorted(s.end_s, times_s, side="left"), 0, len(s.end_s) - 1)
 
-
-def user_line_at(s: Samples, times_s: np.ndarray) -> np.ndarray:
-    """For each time (s since sampling started), the user frame id of the sample covering it."""
-    if not len(s.end_s):
-        return np.full(len(times_s), -1, dtype=np.int64)
-    return s.user_frame[sample_index_at(s, times_s)]

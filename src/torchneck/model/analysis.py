@@ -72,6 +72,11 @@ class OpRow(Record):
     mean_us: float
     shapes: str | None = None
 
+    def beyond_floor_us(self, floor_us: float) -> float:
+        """Self time beyond `floor_us` a call (the trace's cheapest op's cost): the work on the data,
+        which batching or caching leaves, rather than per-call overhead."""
+        return max(0.0, self.self_us - self.count * floor_us)
+
     def input_dims(self) -> list[list[int]]:
         """The recorded input shapes (`"[[2048, 16000], [], []]"`), the tensors' only (scalars and
         unrecorded inputs are empty); [] when none or unreadable."""

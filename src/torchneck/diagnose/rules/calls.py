@@ -127,7 +127,7 @@ def arithmetic_share(facts: Facts) -> float:
     if a is None or facts.window_s <= 0:
         return 0.0
     floor = a.ops.dispatch.floor_op_us
-    work_us = sum(max(0.0, o.self_us - o.count * floor) for o in a.ops.by_name)
+    work_us = sum(o.beyond_floor_us(floor) for o in a.ops.by_name)
     return min(work_us / 1e6 / facts.window_s, 1.0)
 
 
@@ -150,7 +150,7 @@ def one_row_products_share(facts: Facts) -> float:
             continue
         dims = [d for d in row.input_dims() if len(d) == 2]
         if any(d[0] == 1 for d in dims) and any(min(d) > 1 for d in dims):
-            total_us += max(0.0, row.self_us - row.count * floor)
+            total_us += row.beyond_floor_us(floor)
     return min(total_us / 1e6 / facts.window_s, 1.0)
 
 
@@ -168,7 +168,7 @@ def length_squared_share(facts: Facts, length: int) -> float:
     if a is None or length <= 1:
         return 0.0
     floor = a.ops.dispatch.floor_op_us
-    total_us = sum(max(0.0, o.self_us - o.count * floor) for o in a.ops.by_name)
+    total_us = sum(o.beyond_floor_us(floor) for o in a.ops.by_name)
     square_us = 0.0
     for row in a.ops.by_shape:
         dims = row.input_dims()
@@ -176,7 +176,7 @@ def length_squared_share(facts: Facts, length: int) -> float:
         scores = (row.name in SQUARE_PRODUCTS and len(dims) >= 2 and len(dims[0]) >= 2 and len(dims[1]) >= 2
                   and dims[0][-2] == length and dims[1][-1] == length)
         if twice or scores:
-            square_us += max(0.0, row.self_us - row.count * floor)
+            square_us += row.beyond_floor_us(floor)
     return min(square_us / total_us, 1.0) if total_us > 0 else 0.0
 
 

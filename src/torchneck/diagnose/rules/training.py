@@ -360,7 +360,7 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
         assert a is not None
         floor = a.ops.dispatch.floor_op_us
         spans = [s for s in a.ops.optimizer.spans if s.name.startswith("Optimizer.step#")]
-        kept = sum(max(0.0, o.self_us - o.count * floor) for s in spans for o in s.ops
+        kept = sum(o.beyond_floor_us(floor) for s in spans for o in s.ops
                    if not in_place_only or o.name.endswith("_"))
         return sum(s.total_us for s in spans), kept
 
