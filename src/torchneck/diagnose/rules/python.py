@@ -561,8 +561,12 @@ def _one_per_call(found: list[Finding]) -> list[Finding]:
 
 def _call_path(facts: Facts, line: dict, frames: int = 5) -> list[dict]:
     """The hot line and the user lines calling it, innermost first: its sampled callers, and, as
-    the kept paths are short, on along another sampled line's path that passes the last frame."""
-    path = [line, *(line.get("callers") or [])]
+    the kept paths are short, on along another sampled line's path that passes the last frame. A
+    generator's or comprehension's frame and the function holding it on the same line are one
+    step (`return sum(i * i for i in ...)`): whether the samples kept the outer frame as a caller
+    must not change the path."""
+    path = [line, *(c for c in line.get("callers") or []
+                    if (c.get("file"), c.get("line")) != (line.get("file"), line.get("line")))]
     paths = [[ln, *(ln.get("callers") or [])] for ln in ((facts.python or {}).get("window") or {}).get("lines") or []]
     while len(path) < frames:
         last = (path[-1].get("file"), path[-1].get("line"))
