@@ -298,7 +298,11 @@ def test_a_step_of_many_torch_calls_is_cut_inside_the_step_and_its_line_named(ru
     assert report["verdict"].startswith("Part of one step profiled") or "the last one cut short" in report["verdict"]
     top = report["findings"][0]
     assert top["kind"] == "python_hotspot" and top["where"][0]["line"] == planted_line(script)
-    assert "tolist()" in top["fix"] and [s["kind"] for s in top["symptoms"]] == ["dispatch_overhead"]
+    assert "tolist()" in top["fix"]
+    # The dispatch time of the reads is the loop's symptom: folded under it when its rule fires
+    # (whether it does depends on the machine's speed of the moment), never a finding of its own.
+    assert {s["kind"] for s in top["symptoms"]} <= {"dispatch_overhead"}
+    assert "dispatch_overhead" not in [f["kind"] for f in report["findings"]]
 
 
 def test_model_calls_in_worker_threads_are_counted_and_their_grad_mode_named(run_dir):
