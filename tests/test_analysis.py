@@ -57,6 +57,38 @@ def test_an_op_running_while_the_sampled_thread_waits_on_another_is_not_placed_o
     assert [(r["op"], r["line"]) for r in rows] == [("aten::addmm", 50)]
 
 
+def test_a_stand_in_sample_of_a_worker_reads_and_places_the_worker_s_own_ops(tmp_path):
+    """The main thread (tid 7) waits on a worker (tid 9) that runs the model; the watcher's
+    samples of the worker (format 5: the fifth value names the thread) read op time from the
+    worker's rows, not the main thread's, which ran no op then: the worker's line is in ops, not
+    Python. The worker's op is placed at that line; a main-thread sample of the same instant
+    places none of the worker's ops, and a sample standing for another thread none either."""
+    import numpy as np
+
+    from torchneck.analysis.python_stacks import load_samples
+    from torchneck.analysis.run import ops_by_user_line, sample_op_seconds
+    from torchneck.trace.loader import load_trace
+
+    def ev(name, ts, dur, tid, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": [
+        ev("ProfilerStep#1", 0, 4000, 7, "user_annotation"), ev("aten::add", 50, 100, 7), ev("aten::add", 200, 100, 7),
+        ev("aten::addmm", 1050, 850, 9), ev("aten::gelu", 2100, 800, 9), ev("aten::relu", 3100, 800, 11)]}))
+    frames = [["worker", "/srv/serve.py", 19], ["main", "/srv/serve.py", 28], ["other", "/srv/serve.py", 40]]
+    data = {"format": 5, "start_monotonic_ns": 0, "frames": frames, "stacks": [[0], [1], [2]],
+            "samples": [[1, 0.001, 0.001, 0.0], [0, 0.001, 0.001, -1, 9], [0, 0.001, 0.001, -1, 9],
+                        [2, 0.001, 0.001, -1, 12]]}
+    samples = load_samples(data)
+    assert samples.thread.tolist() == [0, 9, 9, 12]
+    trace = load_trace(p)
+    op_s = sample_op_seconds(trace, samples, offset_us=0.0)
+    assert np.allclose(op_s, [0.0002, 0.00085, 0.0008, 0.0]), op_s  # tid 12 left no rows: the main thread's reading
+    placed = {(r["op"], r["line"]) for r in ops_by_user_line(trace, samples, offset_us=0.0)}
+    assert placed == {("aten::add", 28), ("aten::addmm", 19), ("aten::gelu", 19)}, placed
+
+
 def test_last_started_within_is_the_last_op_of_the_thread_inside_the_span():
     """On a real trace: against a brute-force scan, and the same answer (row for row) when the
     table's rows are shuffled out of start order."""

@@ -318,8 +318,12 @@ def test_model_calls_in_worker_threads_are_counted_and_their_grad_mode_named(run
     assert clock["thread_module_calls"] == clock["thread_module_outputs_with_grad"] == 300
     assert clock["thread_module_threads"] == 2 and clock["thread_module_s"] > 0
     assert clock["top_module_calls"] == 0  # none in the main thread, and no step ticks from the workers
-    [found] = [f for f in read_report(run_dir)["findings"] if f["kind"] == "autograd_in_inference"]
+    report = read_report(run_dir)
+    [found] = [f for f in report["findings"] if f["kind"] == "autograd_in_inference"]
     assert found["where"][0]["line"] == planted_line(script), found
+    # the workers' model ops are placed at their call by the watcher's samples of the workers
+    assert any(e["op"] == "aten::addmm" and e.get("line") == planted_line(script) + 1
+               for e in report["ops_by_line"]), report["ops_by_line"]
     fixed = run_dir.parent / "fixed"
     r = torchneck("run", "--quiet", "--out", str(fixed), str(script), "--fixed")
     assert r.returncode == 0, r.stderr[-2000:]

@@ -22,9 +22,11 @@ class _Sampler:
         self.last_main_ns = 0  # the main thread's handler never sampled: blocked, if idle
         self.main_waits = False
         self.recorded: list[tuple[str, int]] = []
+        self.threads: list[int] = []  # the native id of the thread each stand-in sample saw
 
-    def record_other(self, frame, on_cpu_ns: int, main_cpu_ns: int) -> bool:
+    def record_other(self, frame, on_cpu_ns: int, main_cpu_ns: int, native_id: int = 0) -> bool:
         self.recorded.append((frame.f_code.co_name, on_cpu_ns))
+        self.threads.append(native_id)
         return True
 
 
@@ -48,6 +50,7 @@ def test_a_joined_worker_is_sampled_in_the_main_threads_place():
     assert watcher.samples_taken >= 5
     assert {name for name, _ in sampler.recorded} <= {"_spin", "<genexpr>"}
     assert all(on_cpu > 0 for _, on_cpu in sampler.recorded)
+    assert set(sampler.threads) == {worker.native_id}  # the trace's tid of the worker's ops
 
 
 def test_a_thread_pool_a_sampled_main_thread_waits_for_is_sampled_in_its_place():

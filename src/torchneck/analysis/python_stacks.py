@@ -48,6 +48,7 @@ class Samples:
     runq_s: np.ndarray | None = None  # seconds ready to run, another process on the CPU (NaN: unknown)
     unsampled: np.ndarray | None = None  # an interval the sampler was paused (the script's own profiler)
     stack_capture: np.ndarray | None = None  # inside a Python stack capture that torch's C++ made (see below)
+    thread: np.ndarray | None = None  # native id of the thread a stand-in sample saw (0: the sampled thread)
 
     def waiting_s(self) -> np.ndarray:
         """Per sample, the part of its interval the thread was off the CPU (blocked: sleep, I/O,
@@ -77,11 +78,13 @@ def load_samples(data: dict) -> Samples:
     # format 4: seconds the thread was ready to run while another process had the CPU
     runq = _runq_to_its_interval(dur, cpu, np.array([s[3] if len(s) > 3 and s[3] >= 0 else np.nan for s in raw],
                                                     dtype=np.float64))
+    # format 5: a sample the watcher took of another thread, while the main thread waited on it, names it
+    thread = np.array([s[4] if len(s) > 4 and isinstance(s[4], int) else 0 for s in raw], dtype=np.int64)
     user_frame, leaf, leaf_user, tool, importing, compiling, loading, unsampled, capture = (
         col[stack_of] if len(stack_of) else col[:0] for col in per_stack)
     return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool, importing, compiling, loading,
                    data.get("start_monotonic_ns"), [table[k] for k in stack_of.tolist()], cpu, runq, unsampled,
-                   capture)
+                   capture, thread)
 
 
 def _runq_to_its_interval(dur: np.ndarray, cpu: np.ndarray, runq: np.ndarray) -> np.ndarray:

@@ -163,14 +163,20 @@ def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | N
     if len(rest) and samples is not None and offset_us is not None and samples.start_monotonic_ns is not None \
             and len(samples.end_s):
         main = _main_thread(t, rows)
-        rest = rest[t.thread[rows[rest]] == main]
+        # an op on another thread is placed by a sample the watcher took of that thread (format 5)
+        native = np.array([int(tid) if tid.isdigit() else -1 for tid in t.threads.tid] + [-1], dtype=np.int64)
+        row_thread = t.thread[rows[rest]]
+        stood_for = samples.thread if samples.thread is not None else np.zeros(len(samples.end_s), np.int64)
+        rest = rest[(row_thread == main) | np.isin(native[row_thread], stood_for[stood_for != 0])]
         since_start_s = ((t.ts[rows[rest]] - offset_us) * 1e3 - samples.start_monotonic_ns) / 1e9
         at = sample_index_at(samples, since_start_s)
         fids = samples.user_frame[at]
         # a sample waiting on another thread (a server's main thread in `Future.result()` while its
         # worker runs the model) did not issue the op running then: the op is that thread's
         waits = np.array([str(f[1]).endswith(THREAD_WAIT_FILES) for f in samples.frames] + [False])
-        ok = (fids >= 0) & ~waits[samples.leaf_frame[at]]
+        on_main = t.thread[rows[rest]] == main
+        same_thread = np.where(on_main, stood_for[at] == 0, stood_for[at] == native[t.thread[rows[rest]]])
+        ok = (fids >= 0) & ~waits[samples.leaf_frame[at]] & same_thread
         key[rest[ok]] = n_strings + fids[ok]
     width = n_strings + (len(samples.frames) if samples is not None else 0) + 1
     combined = t.name[rows].astype(np.int64) * width + (key + 1)
@@ -215,6 +221,10 @@ def sample_op_seconds(trace: Trace, samples: Samples, offset_us: float | None) -
     Python. The trace knows when ops ran; what is left of the interval is Python (or another
     library). None when the sample clock cannot be aligned with the trace.
 
+    A sample the watcher took of another thread (the main thread waiting on a worker: format 5
+    names it) is read from that thread's rows: a server's worker calling the model must not look
+    like Python because the main thread ran no op meanwhile.
+
     A timer signal that fires inside a long C call is handled only when the call returns to
     Python, so such a sample stands for the op, not for the Python before it: when the sample
     was taken within `DEFERRED_SLACK_US` of the end of an op of at least `DEFERRING_OP_US`, its
@@ -227,28 +237,43 @@ def sample_op_seconds(trace: Trace, samples: Samples, offset_us: float | None) -
     rows = np.flatnonzero(t.cat == Cat.CPU_OP)
     if not len(rows):
         return np.zeros(len(samples.end_s))
-    rows = rows[t.thread[rows] == _main_thread(t, rows)]
+    base_us = samples.start_monotonic_ns / 1e3 + offset_us
+    end_us = base_us + samples.end_s * 1e6
+    begin_us = end_us - samples.dur_s * 1e6
+    out = _op_seconds(t, rows[t.thread[rows] == _main_thread(t, rows)], begin_us, end_us, samples.dur_s)
+    others = samples.thread if samples.thread is not None else np.zeros(0, dtype=np.int64)
+    for native in np.unique(others[others != 0]).tolist():
+        threads = [k for k, tid in enumerate(t.threads.tid) if tid == str(native)]
+        if not threads:
+            continue  # the thread's ops were not recorded: its samples keep the main thread's reading
+        on = others == native
+        out[on] = _op_seconds(t, rows[np.isin(t.thread[rows], threads)], begin_us[on], end_us[on], samples.dur_s[on])
+    return out
+
+
+def _op_seconds(t, rows: np.ndarray, begin_us: np.ndarray, end_us: np.ndarray, dur_s: np.ndarray) -> np.ndarray:
+    """Seconds of each interval [begin, end) (µs) covered by the op rows of one thread, or the
+    whole interval when it ends just after a long op (see `sample_op_seconds`)."""
+    if not len(rows):
+        return np.zeros(len(end_us))
     starts, ends = merge(t.ts[rows], t.ts[rows] + t.dur[rows])
     covered_before = np.concatenate([[0.0], np.cumsum(ends - starts)])
 
     def covered(at_us: np.ndarray) -> np.ndarray:
-        """Op time (µs) on the main thread before each instant."""
+        """Op time (µs) on the thread before each instant."""
         k = np.searchsorted(starts, at_us, side="right")  # intervals starting before
         full = covered_before[np.maximum(k - 1, 0)]
         partial = np.clip(at_us - starts[np.maximum(k - 1, 0)], 0.0, None)
         inside = np.minimum(partial, (ends - starts)[np.maximum(k - 1, 0)])
         return np.where(k > 0, full + inside, 0.0)
 
-    base_us = samples.start_monotonic_ns / 1e3 + offset_us
-    end_us = base_us + samples.end_s * 1e6
-    begin_us = end_us - samples.dur_s * 1e6
     in_ops = (covered(end_us) - covered(begin_us)) / 1e6
     last = np.searchsorted(ends, end_us, side="right") - 1  # the last op run that ended before
     ok = last >= 0
     last = np.maximum(last, 0)
     deferred = (ok & (end_us - ends[last] <= DEFERRED_SLACK_US)
                 & (ends[last] - starts[last] >= DEFERRING_OP_US) & (ends[last] > begin_us))
-    return np.where(deferred, samples.dur_s, in_ops)
+    return np.where(deferred, dur_s, in_ops)
 
 
 DEFERRED_SLACK_US = 500.0

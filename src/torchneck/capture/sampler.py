@@ -19,9 +19,11 @@ call and return, and made the 2 s import of torch._dynamo 1 s slower; a timer th
 Where signals are unavailable (not the main thread, no `setitimer`), the thread sampler is used
 at a coarser 5 ms.
 
-Saved as `samples.json` (format 4): `frames` ([function, file, line], line = the line executing
+Saved as `samples.json` (format 5): `frames` ([function, file, line], line = the line executing
 in that frame), `stacks` (frame ids, root first), and `samples` ([stack id, seconds, on-CPU
-seconds, run-queue seconds]): a sample's instant is the running sum of seconds from
+seconds, run-queue seconds], and a fifth value, the native id of the thread sampled, on a sample
+the watcher took of another thread while the main thread waited on it, so its interval's op time
+is read from that thread's rows of the trace): a sample's instant is the running sum of seconds from
 `start_monotonic_ns`; on-CPU seconds are the sampled thread's CPU time over the same interval
 (-1 unknown), so analyses tell a line that computes from one that waits; run-queue seconds
 (Linux: /proc/thread-self/schedstat; -1 unknown) are the part of the interval the thread was
@@ -84,7 +86,7 @@ of samples; an append of a second's samples takes ~1 ms. The first appends come 
 (`FIRST_FLUSH_NS`, then doubling), so a script that crashes early still leaves its samples."""
 FIRST_FLUSH_NS = 50_000_000
 
-FORMAT = 4
+FORMAT = 5
 PARTIAL_NAME = "samples.partial.jsonl"
 
 _BUSY_MARKS = ("<frozen importlib", "torch/_dynamo/convert_frame.py", "torch/_inductor/")
@@ -154,7 +156,8 @@ class StackSampler:
         self.stack_waits: list[bool] = []  # per stack: waiting on another thread (`_WAIT_FILES`)
         self.fresh = 0  # samples whose stack had never been seen: many while a program starts up
         # (stack id, monotonic ns at the sample, the thread's CPU ns at the sample)
-        self.samples: list[tuple[int, int, int, int]] = []  # ... and the thread's run-queue ns
+        # ... the thread's run-queue ns, and (a stand-in sample of another thread) its native id
+        self.samples: list[tuple[int, ...]] = []
         self.on_check: Callable[[], None] | None = None  # from the handler every CHECK_INTERVAL_NS (main thread)
         self.check_interval_ns = CHECK_INTERVAL_NS  # the window shortens it while it records without steps
         self.paused_s = 0.0
@@ -270,11 +273,12 @@ class StackSampler:
             sid = self._unsampled_sid
         self.samples.append((sid, time.monotonic_ns(), time.thread_time_ns() + self.cpu_offset_ns, self._runq()))
 
-    def record_other(self, frame, on_cpu_ns: int, main_cpu_ns: int) -> bool:
+    def record_other(self, frame, on_cpu_ns: int, main_cpu_ns: int, native_id: int = 0) -> bool:
         """A sample, now, of another thread's `frame` standing for the main thread, which is
         blocked waiting on that thread (watcher.py): that thread's stack, and its CPU time over the
-        interval as the interval's. The main thread's own samples count its CPU time on from here
-        (`cpu_offset_ns`). False when the handler is recording."""
+        interval as the interval's, and the thread's native id (0: unknown). The main thread's own
+        samples count its CPU time on from here (`cpu_offset_ns`). False when the handler is
+        recording."""
         if not self._record_lock.acquire(blocking=False):
             return False
         try:
@@ -282,7 +286,8 @@ class StackSampler:
             last = self.samples[-1] if self.samples else None
             base = last[2] if last is not None and last[2] >= 0 else main_cpu_ns + self.cpu_offset_ns
             value = base + max(0, min(on_cpu_ns, at - (last[1] if last is not None else at)))
-            self.samples.append((self._stack_id(frame), at, value, -1))
+            self.samples.append((self._stack_id(frame), at, value, -1, native_id) if native_id else
+                                (self._stack_id(frame), at, value, -1))
             self.cpu_offset_ns = value - main_cpu_ns
             self.stand_in_until_ns = at + STAND_IN_NS
             return True
@@ -456,8 +461,8 @@ class StackSampler:
         start_runq = self.start_runq_ns
         chunk = {"frames": self.frames[f0:n_frames], "stacks": [list(s) for s in self.stacks[s0:n_stacks]],
                  "samples": [[sid, t - start, c - start_cpu if c >= 0 else -1,
-                              q - start_runq if q >= 0 and start_runq >= 0 else -1]
-                             for sid, t, c, q in self.samples[k0:n_samples]]}
+                              q - start_runq if q >= 0 and start_runq >= 0 else -1, *other]
+                             for sid, t, c, q, *other in self.samples[k0:n_samples]]}
         try:
             os.write(fd, (json.dumps(chunk, separators=(",", ":")) + "\n").encode())
         except OSError:
@@ -477,7 +482,7 @@ class StackSampler:
     def to_json(self) -> dict:
         start_runq = getattr(self, "start_runq_ns", -1)
         rel = [(sid, t - (self.start_ns or 0), c - (self.start_cpu_ns or 0) if c >= 0 else -1,
-                q - start_runq if q >= 0 and start_runq >= 0 else -1) for sid, t, c, q in self.samples]
+                q - start_runq if q >= 0 and start_runq >= 0 else -1, *other) for sid, t, c, q, *other in self.samples]
         return {"format": FORMAT, "method": self.method, "interval_s": self.interval,
                 "start_monotonic_ns": self.start_ns, "paused_s": self.paused_s,
                 "frames": self.frames, "stacks": [list(s) for s in self.stacks], "samples": _intervals(rel)}
@@ -491,16 +496,17 @@ class StackSampler:
 
 
 def _intervals(rel: list[tuple]) -> list[list]:
-    """Samples as [stack id, seconds since the previous sample, on-CPU seconds, run-queue seconds]
-    from (stack id, ns, CPU ns, run-queue ns) since the start (-1: unknown)."""
+    """Samples as [stack id, seconds since the previous sample, on-CPU seconds, run-queue seconds
+    (, the native id of another thread sampled)] from (stack id, ns, CPU ns, run-queue ns(, native
+    id)) since the start (-1: unknown)."""
     out = []
     prev = 0
     prev_cpu: int | None = 0
     prev_q: int | None = 0
-    for sid, t, c, q in sorted(rel, key=lambda x: x[1]):
+    for sid, t, c, q, *other in sorted(rel, key=lambda x: x[1]):
         on_cpu = round((c - prev_cpu) / 1e9, 7) if c >= 0 and prev_cpu is not None else -1.0
         runq = round((q - prev_q) / 1e9, 7) if q >= 0 and prev_q is not None else -1.0
-        out.append([sid, round((t - prev) / 1e9, 7), on_cpu, runq])
+        out.append([sid, round((t - prev) / 1e9, 7), on_cpu, runq, *other[:1]])
         prev, prev_cpu, prev_q = t, (c if c >= 0 else None), (q if q >= 0 else None)
     return out
 
@@ -529,7 +535,7 @@ def read_partial(path: Path) -> dict | None:
         frames += chunk.get("frames", [])
         stacks += chunk.get("stacks", [])
         raw += chunk.get("samples", [])
-    samples = _intervals([tuple(s) + (-1,) * (4 - len(s)) for s in raw])
+    samples = _intervals([tuple(s) + (-1,) * (4 - len(s)) for s in raw if len(s) >= 2])
     return {"format": header.get("format", FORMAT), "method": header.get("method"),
             "interval_s": header.get("interval_s"), "start_monotonic_ns": header.get("start_monotonic_ns"),
             "frames": frames, "stacks": stacks, "samples": samples, "partial": True}
