@@ -393,3 +393,43 @@ def test_a_window_whose_first_step_is_already_far_over_the_memory_bound_keeps_th
     report = read_report(run_dir)
     assert report["capture"]["window"]["stopped_by"] == "memory_bound"
     assert report["ranks"][0]["steps"]["count"] == 1
+
+
+def test_a_program_of_a_few_long_calls_is_profiled_in_its_work_not_after_it(run_dir):
+    """No step loop and nothing repeating: three SVDs of a second each hold the run. The sampler's
+    signal waits for each call to return, so a call shows as one long sample; that is the
+    program's work beginning (`long_call_from_ns`), not start-up: the slice begins after the first
+    call and holds the next, and the top finding is the full factors at their line, over the run
+    from the first call (it had been 'set-up before the first step', and a 30 ms slice after it)."""
+    script = SCRIPTS / "pca_full_svd.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    run = json.loads((run_dir / "run.json").read_text())
+    cap = run["capture"]
+    assert cap["long_call_from_ns"] and f"call at pca_full_svd.py:{planted_line(script)} computed" in cap["why"], cap
+    report = read_report(run_dir)
+    top = report["findings"][0]
+    assert top["kind"] == "op_hotspot" and top["where"][0]["line"] == planted_line(script), top
+    assert top["evidence"]["full_factors_at"] == planted_line(script) and "full_matrices=False" in top["fix"]
+    assert not any(f["kind"] == "one_time_cost" and f["severity"] != "info" for f in report["findings"])
+
+
+def test_a_long_call_is_one_long_sample_on_the_cpu_at_the_user_s_own_line():
+    """Readings are (stack, wall ns, CPU ns, run-queue ns). A 0.8 s interval computing at stack 1
+    (the user's line) is a long call, starting at the reading before it; a sleep (off the CPU), an
+    import (busy), a wait on another thread, or a library's frame innermost are not; nor are short
+    intervals; run-queue time (other processes on the CPU) does not count as off-CPU."""
+    from torchneck.capture.plan import long_call
+
+    busy, waits = [False, False, True, False, False], [False, False, False, True, False]
+    user = {0, 1, 2, 3}.__contains__  # stack 4's innermost frame is a library's
+    ms = 1_000_000
+    before = (0, 100 * ms, 90 * ms, 0)
+    assert long_call(before, [(0, 101 * ms, 91 * ms, 0), (1, 901 * ms, 880 * ms, 0)], busy, waits, user) \
+        == (101 * ms, 1)
+    assert long_call(before, [(1, 900 * ms, 300 * ms, 400 * ms)], busy, waits, user) == (100 * ms, 1)  # loaded
+    assert long_call(before, [(1, 900 * ms, 100 * ms, 0)], busy, waits, user) is None  # a sleep
+    for stack in (2, 3, 4):  # importing, waiting on a thread, inside a library
+        assert long_call(before, [(stack, 900 * ms, 880 * ms, 0)], busy, waits, user) is None
+    assert long_call(before, [(1, 300 * ms, 290 * ms, 0)], busy, waits, user) is None  # 0.2 s: not long
+    assert long_call(None, [(1, 900 * ms, 880 * ms, 0)], busy, waits, user) is None  # nothing before it

@@ -310,3 +310,40 @@ def test_a_multivariate_normal_of_a_diagonal_made_dense(tmp_path):
                                   ops_by_line=by_line, python=python))
     assert f.evidence["dense_diagonal_at"] == 4 and f.where[0].line == 4 and "Independent(Normal" in f.fix
     assert f.time_lost_s == pytest.approx(0.03 + 0.3 * 0.1)  # the solves, and the constructor's Cholesky
+
+
+@fires("op_hotspot")
+def test_the_full_factors_of_a_tall_matrix(tmp_path):
+    """A PCA's `torch.linalg.svd(z)` of a 7200 x 64 matrix (round 23): full_matrices defaults to
+    True, so it builds a 7200 x 7200 U. The thin factors save all but 64/7200 of the op; a square
+    matrix's full and thin factors are the same (the model's compute, context); `torch.svd` is thin
+    unless told `some=False`; a QR is full when asked `mode="complete"`."""
+    from torchneck.diagnose.chains import full_factorisation
+
+    src = tmp_path / "pca.py"
+    src.write_text("import torch\ndef fit(z):\n"
+                   "    u, s, vh = torch.linalg.svd(z)\n"  # 3
+                   "    _, s, vh = torch.linalg.svd(z, full_matrices=False)\n"  # 4
+                   "    u, s, v = torch.svd(z)\n"  # 5
+                   "    u, s, v = torch.svd(z, some=False)\n"  # 6
+                   "    q, r = torch.linalg.qr(z, mode='complete')\n"  # 7
+                   "    q, r = torch.linalg.qr(z)\n"  # 8
+                   "    return s\n")
+    assert [full_factorisation(str(src), n) for n in range(3, 9)] == [True, False, False, True, True, False]
+
+    def check(line, shape):
+        by_line = [{"op": "aten::_linalg_svd", "file": str(src), "line": line, "function": "fit",
+                    "self_us": 60_000.0, "count": 1}]
+        ops = analysis(by_name=[_op("aten::_linalg_svd", 60_000.0, 1)],
+                       by_shape=[OpRow(name="aten::_linalg_svd", count=1, self_us=60_000.0, total_us=60_000.0,
+                                       mean_us=60_000.0, shapes=shape)])
+        [f] = OpHotspot().check(facts(analysis=ops, ops_by_line=by_line))
+        return f
+
+    f = check(3, "[[7200, 64], [], [], []]")
+    assert f.evidence["full_factors_at"] == 3 and f.severity != "info" and "full_matrices=False" in f.fix
+    assert f.time_lost_s == pytest.approx(0.06 * (1 - 64 / 7200))
+    square = check(3, "[[512, 512], [], [], []]")
+    assert square.evidence["full_factors_at"] is None and square.severity == "info"
+    thin = check(4, "[[7200, 64], [], [], []]")
+    assert thin.evidence["full_factors_at"] is None and thin.severity == "info"

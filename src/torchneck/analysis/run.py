@@ -33,7 +33,9 @@ def run_phases(run: dict) -> dict:
     ticks = clock.get("ticks") or []
     step_s = list(np.diff(ticks) / 1e9) if len(ticks) > 1 else []
     w0, w1 = profiled_span(run)
-    steady = min([t for t in (capture.get("steady_from_ns"), ticks[0] if ticks else None) if t] or [end])
+    # a program without steps whose work is long calls (nothing repeats): its work began at the first
+    long_call = capture.get("long_call_from_ns") if not ticks else None
+    steady = min([t for t in (capture.get("steady_from_ns"), ticks[0] if ticks else None, long_call) if t] or [end])
     first = ticks[0] if ticks else steady
     if w0 is None or w1 is None:  # nothing profiled: no window
         w0 = w1 = end

@@ -211,6 +211,7 @@ class CaptureLog:
     export_s: float | None = None  # seconds writing and compressing the trace
     bounds: dict = field(default_factory=dict)
     steady_from_ns: int | None = None  # start-up over: first step tick, steady stacks, or fallback
+    long_call_from_ns: int | None = None  # the first long computing call of the user's (see `long_call`)
     loop: dict | None = None  # where the repeating stacks were: function, file, lines
     user_profilers: list[dict] = field(default_factory=list)
     trace_source: str | None = None  # torchneck | script_export | script_events
@@ -378,6 +379,41 @@ class SteadyState:
         """A slice is due anyway: FALLBACK_S since start-up work last ran (or since the start)."""
         since = self.last_busy_ns or started_ns
         return (now_ns - since) / 1e9 >= FALLBACK_S
+
+
+LONG_CALL_S = 0.5
+"""One sample interval this long, the thread on the CPU, at a stack that is neither importing nor
+compiling nor waiting, is one call of the user's code that long: the timer's signal is handled
+when the call returns. Set-up runs Python the sampler interrupts every few ms; a call computing
+for half a second (a decomposition, a product, a sort of a large tensor) is a program's work,
+where a program that never repeats (one pass over its data) spends its run."""
+
+
+def on_cpu_share(samples: list) -> float | None:
+    """The sampled thread's CPU time over the wall time between the first and last of `samples`
+    ((stack, wall ns, thread CPU ns, run-queue ns) readings), its run-queue waits left out; None
+    with fewer than two samples or no CPU clock."""
+    if len(samples) < 2 or len(samples[0]) < 3 or samples[0][2] < 0 or samples[-1][2] < 0:
+        return None
+    first, last = samples[0], samples[-1]
+    wall = last[1] - first[1]
+    if len(first) > 3 and first[3] >= 0 and last[3] >= 0:
+        wall -= last[3] - first[3]
+    return (last[2] - first[2]) / wall if wall > 0 else None
+
+
+def long_call(previous: tuple | None, recent: list[tuple], busy: list[bool], waits: list[bool],
+              leaf_is_user) -> tuple[int, int] | None:
+    """(start ns, stack id) of the first of `recent` samples ((stack, wall ns, CPU ns, ...)
+    readings; `previous` is the one before them) that stands for a long call of the user's own
+    code on the CPU (`LONG_CALL_S`), or None."""
+    for sample in recent:
+        if previous is not None and sample[1] - previous[1] >= LONG_CALL_S * 1e9 and sample[0] < len(busy) \
+                and not busy[sample[0]] and not waits[sample[0]] and leaf_is_user(sample[0]) \
+                and (on_cpu_share([previous, sample]) or 0.0) >= STEADY_ON_CPU_MIN:
+            return previous[1], sample[0]
+        previous = sample
+    return None
 
 
 def loop_site(frames: list[list], stacks: list[tuple[int, ...]], stack_ids: list[int], is_user) -> dict | None:

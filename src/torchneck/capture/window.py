@@ -48,8 +48,10 @@ from .plan import (
     MemoryProbe,
     SteadyState,
     WindowOptions,
+    long_call,
     loop_site,
     module_window_short,
+    on_cpu_share,
 )
 from .profilers import adopt_user_trace
 from .sampler import CHECK_INTERVAL_NS, RECORDING_CHECK_INTERVAL_NS
@@ -435,14 +437,18 @@ class ProfiledWindow:
         sampler = self.sampler
         total = len(sampler.samples)
         recent = sampler.samples[self._seen_samples:total]
-        self._seen_samples = total
+        before, self._seen_samples = sampler.samples[self._seen_samples - 1] if self._seen_samples else None, total
         busy_of = sampler.stack_busy
         busy = any(busy_of[sample[0]] for sample in recent if sample[0] < len(busy_of))
+        call = long_call(before, recent, busy_of, sampler.stack_waits,
+                         lambda sid: is_user_file(sampler.frames[sampler.stacks[sid][-1]][1]))
         synthetic = (sampler._tool_sid, sampler._unsampled_sid)  # torchneck's own work is not a second stack
         steady = self._steady.update(now, len(recent), sampler.fresh, busy,
                                      {sample[0] for sample in recent if sample[0] not in synthetic},
-                                     _on_cpu_share(recent))
+                                     on_cpu_share(recent))
         cap = self.capture
+        if call is not None and cap.long_call_from_ns is None and self.log.last_tick_ns is None:
+            cap.long_call_from_ns = call[0]  # a program without steps: its work began there
         since = self._steady.steady_since_ns
         if steady and since is not None and (cap.steady_from_ns is None or since < cap.steady_from_ns):
             cap.steady_from_ns = since  # the program's main work began there
@@ -484,6 +490,11 @@ class ProfiledWindow:
                      if site else "")
             self._start_recording("loop", "no step clock; the sampled Python stacks repeat" + where
                                   + f": a {self.options.duration or self.options.slice_s:g} s slice of the loop")
+        elif call is not None:  # the next long call, if there is one, runs in the slice
+            _, file, line = sampler.frames[sampler.stacks[call[1]][-1]]
+            self._start_recording("slice", f"no step clock; a {(now - call[0]) / 1e9:.1f} s call at "
+                                  f"{os.path.basename(file)}:{line} computed: the program's work; a "
+                                  f"{self.options.duration or self.options.slice_s:g} s time slice after it")
         elif self._steady.fallback_due(now, self.started_ns):
             cap.steady_from_ns = cap.steady_from_ns or now
             self._start_recording("slice", "no step clock and no repeating stacks: a "
@@ -684,16 +695,3 @@ _WINDOW_FIELDS = ("plan", "why", "window_start_ns", "window_end_ns", "stopped_by
                   "trace_bytes", "stop_s", "export_s", "trace_source")
 """What describes a recorded window in `CaptureLog`: saved when a window is set aside, restored if
 it stays the run's."""
-
-
-def _on_cpu_share(samples: list) -> float | None:
-    """The sampled thread's CPU time over the wall time between the first and last of `samples`
-    ((stack, wall ns, thread CPU ns, run-queue ns) readings), its run-queue waits left out; None
-    with fewer than two samples or no CPU clock."""
-    if len(samples) < 2 or len(samples[0]) < 3 or samples[0][2] < 0 or samples[-1][2] < 0:
-        return None
-    first, last = samples[0], samples[-1]
-    wall = last[1] - first[1]
-    if len(first) > 3 and first[3] >= 0 and last[3] >= 0:
-        wall -= last[3] - first[3]
-    return (last[2] - first[2]) / wall if wall > 0 else None

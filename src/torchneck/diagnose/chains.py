@@ -3,8 +3,8 @@ costly order (`X.T @ D @ v` runs left to right, so it first builds the d x d mat
 n * d^2 multiply-adds, to multiply it by a vector, where `X.T @ (D @ v)` takes two matrix-vector
 products), a gradient asked of data that every backward then fills whole, pairwise products
 (a matrix product, a cosine similarity) through broadcast tensors and pairwise distances through
-a broadcast difference, and a one-hot (or multi-hot) matrix multiplied by a table: an embedding
-lookup done as a dense product."""
+a broadcast difference, a one-hot (or multi-hot) matrix multiplied by a table: an embedding
+lookup done as a dense product, and the full factors of a tall matrix where the thin ones do."""
 
 from __future__ import annotations
 
@@ -296,3 +296,47 @@ def dense_diagonal_distribution(file: str, line: int) -> bool:
                for c in ast.walk(g)):
             return True
     return False
+
+
+DECOMPOSITION_OPS = frozenset({"aten::_linalg_svd", "aten::linalg_svd", "aten::svd", "aten::linalg_qr"})
+"""Ops of an SVD or a QR decomposition, full or thin (the trace does not say which)."""
+THIN_RATIO = 2.0
+"""A matrix at least twice as long as wide is tall: its full U (or Q) has twice the columns of the
+thin one, or more, and building them costs more than the decomposition of the thin one."""
+
+
+def full_factorisation(file: str, line: int) -> bool:
+    """The statement at `line` asks for the full factors of a decomposition: `torch.linalg.svd(A)`
+    (`full_matrices` defaults to True there, unlike `torch.svd`), `torch.svd(A, some=False)`,
+    `torch.linalg.qr(A, mode="complete")`. For an m x n matrix they make an m x m U (or Q), where
+    the thin m x min(m, n) one is what a projection, a PCA or a least-squares fit uses. False
+    when unclear or unreadable."""
+    path = enclosing(file, line)
+    if not path:
+        return False
+    for node in walk_own(path[-1]):
+        if not isinstance(node, ast.Call) or call_name(node) not in ("svd", "qr"):
+            continue
+        func = node.func
+        linalg = isinstance(func, ast.Attribute) and (getattr(func.value, "id", None) == "linalg"
+                                                      or getattr(func.value, "attr", None) == "linalg")
+        asked = {k.arg: k.value for k in node.keywords}
+        option = asked.get({"svd": "full_matrices" if linalg else "some", "qr": "mode"}[call_name(node) or ""],
+                           node.args[1] if len(node.args) > 1 else None)
+        value = option.value if isinstance(option, ast.Constant) else option
+        if call_name(node) == "svd":  # linalg.svd: full unless told not; torch.svd: thin unless some=False
+            if (value is None or value is True) if linalg else value is False:
+                return True
+        elif linalg and value == "complete":
+            return True
+    return False
+
+
+def thin_share(dims: list[list[int]]) -> float:
+    """The share of a decomposition's work the thin factors leave out for a matrix of `dims`
+    (the first input's last two): 1 - min(m, n) / max(m, n) when it is tall (`THIN_RATIO`),
+    else 0."""
+    if not dims or len(dims[0]) < 2 or min(dims[0][-2:]) <= 0:
+        return 0.0
+    short, long = sorted(dims[0][-2:])
+    return 1.0 - short / long if long >= THIN_RATIO * short else 0.0

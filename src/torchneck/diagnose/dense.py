@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import ast
 
-from .source import _tree, _user_function, call_name, enclosing, walk_own
+from ..model.findings import Where
+from .facts import Facts, where_of
+from .source import _tree, _user_function, call_name, densified_at, enclosing, walk_own
 
 DENSE_FACTORIES = frozenset({"zeros", "ones", "full", "empty", "eye", "to_dense"})
 """Calls that make a dense tensor a helper then fills (`adj = torch.zeros(n, n)`)."""
@@ -59,4 +61,17 @@ def _built_by_helper(file: str, value: ast.expr, line: int) -> tuple[str, int] |
         if call_name(call) == "to_dense" or (size is not None and len(size.elts) >= 2) \
                 or len([a for a in call.args if not isinstance(a, ast.Starred)]) >= 2:
             return where, call.lineno
+    return None
+
+
+def densified_operand(facts: Facts, where: list[Where]) -> Where | None:
+    """The line that made an operand of a product dense from a sparse tensor (`.to_dense()`), read
+    from the lines that run it (`where`) and the lines up their sampled call paths; None when none did."""
+    callers = {(ln["file"], ln["line"]): ln.get("callers") or []
+               for ln in ((facts.python or {}).get("window") or {}).get("lines", [])}
+    for w in where:
+        for frame in [w, *where_of(callers.get((w.file, w.line), []))]:
+            line = densified_at(frame.file, frame.line)
+            if line is not None:
+                return Where(file=frame.file, line=line, function=frame.function)
     return None

@@ -75,6 +75,11 @@ LINE_IDIOM_FIXES: tuple[tuple[str, str], ...] = (
      "Line {at} inverts a matrix only to multiply by the inverse: solve instead, torch.linalg.solve(A, b) "
      "(or torch.cholesky_solve for a symmetric positive definite A, torch.linalg.lstsq when it is not "
      "square): one factorisation and a substitution, faster and more accurate than inv(A) @ b."),
+    ("full_factors_at",
+     "Line {at} asks for the full factors of a tall m x n matrix: torch.linalg.svd defaults to "
+     "full_matrices=True (torch.svd did not), so it builds an m x m U of which a projection, a PCA or a "
+     "least-squares fit uses the first n columns. Pass full_matrices=False (torch.linalg.qr: "
+     "mode='reduced'), or call torch.linalg.svdvals when only the singular values are used."),
     ("top_k_by_sort",
      "Line {at} sorts the whole tensor to keep its first elements: torch.topk(x, k, dim, largest=...) "
      "(indices: .indices) finds them without ordering the rest (or kthvalue / min / max for one of them)."),

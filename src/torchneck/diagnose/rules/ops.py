@@ -10,19 +10,22 @@ from ...model.analysis import OpRow
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..chains import (
+    DECOMPOSITION_OPS,
     GRADIENT_FILL_OPS,
     INDEXING_OPS,
     broadcast_product,
     chain_ends_in_vector,
     dense_diagonal_distribution,
     determinant_of_product,
+    full_factorisation,
     gradient_asked_for,
     jacobian_kept_diagonal,
     multi_hot_made_at,
     one_hot_product,
     pairwise_difference,
+    thin_share,
 )
-from ..dense import buffer_built_at, dense_built_in
+from ..dense import buffer_built_at, dense_built_in, densified_operand
 from ..facts import Facts, where_of
 from ..idioms import (
     copied_then_indexed,
@@ -40,7 +43,6 @@ from ..masks import mask_group_by
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import (
     argument_assigned_at,
-    densified_at,
     function_at,
 )
 from .calls import model_call_sites, sampled_under
@@ -111,6 +113,8 @@ class OpHotspotEvidence(Record):
     """The line that inverts a matrix to multiply by its inverse (`inv(A) @ b`): a solve."""
     top_k_by_sort: int | None = None
     """The line that sorts a whole tensor to keep its first elements (a top-k by a full sort)."""
+    full_factors_at: int | None = None
+    """A line asking an SVD or QR for the full factors (`torch.linalg.svd(A)`) of a tall matrix."""
     dense_embedding_rows: int | None = None
     """The rows of an embedding table whose dense gradient this op fills or updates every step."""
     embedding_at: int | None = None
@@ -120,7 +124,7 @@ class OpHotspotEvidence(Record):
 IDIOM_FIELDS = ("densified_at", "mostly_zero_shape", "one_hot_at", "grouped_by_mask", "broadcast_at", "pairwise_at",
                 "recomputed_at", "chain_at", "gradient_asked_at", "inverse_at", "diagonal_at", "jacobian_diagonal_at",
                 "determinant_at", "rank_by_sort", "refactorised_at", "top_k_by_sort", "dense_embedding_rows",
-                "window_restacked_at", "copied_whole_at", "dense_diagonal_at")
+                "window_restacked_at", "copied_whole_at", "dense_diagonal_at", "full_factors_at")
 """`OpHotspotEvidence` fields naming a slower way to the op's result than needed, read from the
 source or the capture: the op is then a cause, not the model's compute."""
 
@@ -274,6 +278,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             ev.determinant_at = at if determinant_of_product(file, at) else None
             ev.jacobian_diagonal_at = at if jacobian_kept_diagonal(file, at) else None
             ev.rank_by_sort = at if sorted_then_searched(file, at) else None
+            ev.full_factors_at = at if full_factorisation(file, at) else None
             ev.avoidable = any(getattr(ev, f) for f in IDIOM_FIELDS)
             out.append(self.finding(ev, title=f"{line['function']}() spends {100 * share:.0f}% of the steady state "
                                               f"inside torch ops at line {at}, outside the profiled window",
@@ -291,7 +296,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             return []
         lost = top.self_us / 1e6
         where = facts.lines_for_ops({top.name}) or facts.sampled_line_in_ops(self.MIN_SHARE)
-        dense = self._densified(facts, where) if top.name in self.MATMULS else None
+        dense = densified_operand(facts, where) if top.name in self.MATMULS else None
         zeros = self._mostly_zero(facts, a.ops.by_shape, [w.file for w in where]) \
             if top.name in self.MATMULS and dense is None else None
         if zeros is not None:  # what a sparse product of the zero-heavy operand would not spend
@@ -334,6 +339,11 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             if dense_diag is not None:
                 made_s = sampled_under(facts, dense_diag.file, dense_diag.line) * facts.window_s
                 lost = max(lost, top.self_us / 1e6 + made_s)
+        full = next((w for w in where if full_factorisation(w.file, w.line)), None) \
+            if top.name in DECOMPOSITION_OPS else None
+        shaped = [o for o in a.ops.by_shape if o.name == top.name and o.input_dims()]
+        thin = sum(o.self_us * thin_share(o.input_dims()) for o in shaped)  # the full factors' extra columns
+        full, lost = (full, thin / 1e6 if thin else lost) if full and (thin or not shaped) else (None, lost)
         copied = next((w for w in where if copied_then_indexed(w.file, w.line)), None)
         if copied is not None:  # the whole copy goes (over the steady state: the copied part may grow)
             lost = max(lost, sum(e["self_us"] for e in facts.ops_at(copied)) / 1e6,
@@ -384,6 +394,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                window_restacked_at=restacked.line if restacked else None,
                                copied_whole_at=copied.line if copied else None,
                                dense_diagonal_at=dense_diag.line if dense_diag else None,
+                               full_factors_at=full.line if full else None,
                                chain_at=chain.line if chain else None,
                                diagonal_at=diagonal.line if diagonal else None,
                                jacobian_diagonal_at=jacobian.line if jacobian else None,
@@ -433,6 +444,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                             (restacked, "stacks the whole window it keeps again on every pass to reduce it"),
                             (copied, "copies a whole tensor or array to keep the rows an index picks"),
                             (dense_diag, "builds a multivariate normal from a diagonal made dense"),
+                            (full, "asks for the full factors of a tall matrix, where the thin ones do"),
                             (factorised[0] if factorised else None,
                              f"factorises {factorised[1] if factorised else ''}, which never changes, on every call")):
             if idiom is not None:  # a slow idiom on a line running the op: that line first
@@ -636,18 +648,6 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                         made = Where(file=inner[0], line=inner[1], function=function_at(*inner))
                     best = (entry, call, made, spent)
         return best
-
-    def _densified(self, facts: Facts, where: list[Where]) -> Where | None:
-        """The line that made an operand of the op dense from a sparse tensor (`.to_dense()`), read
-        from the lines that run it and the lines up their sampled call paths; None when none did."""
-        callers = {(ln["file"], ln["line"]): ln.get("callers") or []
-                   for ln in ((facts.python or {}).get("window") or {}).get("lines", [])}
-        for w in where:
-            for frame in [w, *where_of(callers.get((w.file, w.line), []))]:
-                line = densified_at(frame.file, frame.line)
-                if line is not None:
-                    return Where(file=frame.file, line=line, function=frame.function)
-        return None
 
     def fix(self, evidence: OpHotspotEvidence) -> str:
         if evidence.outside_window and not evidence.avoidable:
