@@ -10,6 +10,7 @@ from ..trace.table import Cat, Trace
 from .intervals import merge
 from .nesting import Nesting, host_nesting
 from .ops import has_line_marks, rows_starting_in
+from .periodic import periodic_steps
 from .python_stacks import Samples, hotspots, sample_index_at
 from .steps import find_steps
 from .trace_stacks import describe_site, has_call_stacks, trace_site_keys
@@ -58,6 +59,7 @@ def run_phases(run: dict) -> dict:
         "phases": phases,
         "window_offsets_s": ((w0 - start) / 1e9, (w1 - start) / 1e9),
         "first_tick_offset_s": (first - start) / 1e9,
+        "started_monotonic_ns": start,  # the offsets' origin (the sampler's starts a little later)
         "steady_from_offset_s": (steady - start) / 1e9,
         "window_note": clock.get("window_note"),
         "profiled_step_s": profiled,
@@ -310,6 +312,7 @@ def python_phases(samples: Samples, phases: dict, op_s: np.ndarray | None = None
         "whole_run": hotspots(samples, top=10),
         "steady_from_s": steady,
         "growth": step_growth(samples, phases),
+        "periodic": periodic_steps(samples, phases),
     }
 
 

@@ -15,6 +15,7 @@ from . import (  # noqa: F401
     ignored,
     labels,
     ops,
+    periodic,
     python,
     rebuilt,
     training,

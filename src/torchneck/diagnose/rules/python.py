@@ -132,7 +132,7 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
     saving_basis = ("the line's sampled time outside torch ops (its share of the steps, over the run); its whole "
                     "time, ops included, when the fix removes the call (work asked too often, elements read one "
                     "at a time)")
-    explains = ("gpu_idle", "launch_bound", "dispatch_overhead", "op_hotspot")
+    explains = ("gpu_idle", "launch_bound", "dispatch_overhead", "op_hotspot", "periodic_work")
     MIN_SHARE = 0.10
     """A line whose work outside torch ops (its own Python, NumPy, other libraries) takes 10 % of
     the steady state is worth moving into tensor ops; below that it is noise next to the ops."""
@@ -298,6 +298,10 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
         (`reads_elements`): the fix is one read of all the values; and the ops of a loop issuing
         them one element at a time (`element_ops_per_step`) when the per-op finding leads with
         their backward's line."""
+        if symptom.kind == "periodic_work":  # the slow steps' work is this line's (a checkpoint every N steps)
+            mine = {(w.file, w.line) for w in cause.where}
+            return Explanation(min(cause.time_lost_s, symptom.time_lost_s)) \
+                if symptom.where and (symptom.where[0].file, symptom.where[0].line) in mine else None
         if symptom.kind == "op_hotspot":  # ops run below a helper call that the fix makes rarer
             same_line = bool(cause.where and symptom.where) \
                 and (symptom.where[0].file, symptom.where[0].line) == (cause.where[0].file, cause.where[0].line)
