@@ -347,3 +347,43 @@ def test_the_full_factors_of_a_tall_matrix(tmp_path):
     assert square.evidence["full_factors_at"] is None and square.severity == "info"
     thin = check(4, "[[7200, 64], [], [], []]")
     assert thin.evidence["full_factors_at"] is None and thin.severity == "info"
+
+
+@fires("op_hotspot")
+def test_a_separable_kernel_convolved_in_two_dimensions(tmp_path):
+    """A Gaussian PSF built as the outer product of a 1-D filter and convolved as 31 x 31 (round 23's
+    deconvolution fit): the backward of the convolution tops the window, at the .backward() line;
+    the kernel's line leads, and the 1-D passes save 1 - 62/961 of both ops. A learned 2-D kernel
+    (not an outer product) and two 1-D passes are the model's compute."""
+    from torchneck.diagnose.chains import separable_kernel
+
+    src = tmp_path / "psf.py"
+    src.write_text("import torch\nimport torch.nn.functional as F\n"
+                   "def blur(img, g, k):\n    psf = g[:, None] * g[None, :]\n"
+                   "    return F.conv2d(img, psf.view(1, 1, k, k), padding=15)\n"  # 5
+                   "def blur2(img, g):\n    return F.conv2d(img, torch.outer(g, g)[None, None])\n"  # 7
+                   "def learned(img, w):\n    return F.conv2d(img, w)\n"  # 9
+                   "def two_passes(img, g, k):\n    out = F.conv2d(img, g.view(1, 1, 1, k))\n"  # 11
+                   "    return F.conv2d(out, g.view(1, 1, k, 1))\n"  # 12
+                   "def loss(x):\n    x.backward()\n")  # 14
+    assert [separable_kernel(str(src), n) for n in (5, 7, 9, 11, 12)] == [True, True, False, False, False]
+
+    def check(line):
+        by_line = [{"op": "aten::convolution_backward", "file": str(src), "line": 14, "function": "loss",
+                    "self_us": 60_000.0, "count": 5},
+                   {"op": "aten::mkldnn_convolution", "file": str(src), "line": line, "function": "blur",
+                    "self_us": 10_000.0, "count": 5}]
+        shapes = [OpRow(name="aten::convolution_backward", count=5, self_us=60_000.0, total_us=60_000.0,
+                        mean_us=12_000.0, shapes="[[4, 1, 64, 64], [4, 1, 64, 64], [1, 1, 31, 31], [], []]"),
+                  OpRow(name="aten::mkldnn_convolution", count=5, self_us=10_000.0, total_us=10_000.0,
+                        mean_us=2_000.0, shapes="[[4, 1, 64, 64], [1, 1, 31, 31], [], []]")]
+        ops = analysis(by_name=[_op("aten::convolution_backward", 60_000.0, 5),
+                                _op("aten::mkldnn_convolution", 10_000.0, 5)], by_shape=shapes)
+        [f] = OpHotspot().check(facts(analysis=ops, ops_by_line=by_line))
+        return f
+
+    f = check(5)
+    assert f.evidence["separable_at"] == 5 and f.where[0].line == 5 and "1-D filter" in f.fix
+    assert f.severity != "info" and f.time_lost_s == pytest.approx(0.07 * (1 - 62 / 961))
+    learned = check(9)
+    assert learned.evidence["separable_at"] is None and learned.severity == "info"

@@ -340,3 +340,56 @@ def thin_share(dims: list[list[int]]) -> float:
         return 0.0
     short, long = sorted(dims[0][-2:])
     return 1.0 - short / long if long >= THIN_RATIO * short else 0.0
+
+
+CONVOLUTIONS = frozenset({"conv1d", "conv2d", "conv3d"})
+CONVOLUTION_OPS = frozenset({"aten::convolution", "aten::_convolution", "aten::conv2d", "aten::conv3d",
+                             "aten::mkldnn_convolution", "aten::thnn_conv2d", "aten::_slow_conv2d_forward",
+                             "aten::slow_conv3d_forward", "aten::convolution_backward",
+                             "aten::_slow_conv2d_backward", "aten::mkldnn_convolution_backward"})
+"""Ops of a convolution and of its backward."""
+OUTER_PRODUCTS = frozenset({"outer", "ger"})
+
+
+def separable_kernel(file: str, line: int) -> bool:
+    """The statement at `line` convolves with a kernel that is an outer product of 1-D filters
+    made in its function (`psf = g[:, None] * g[None, :]`, `torch.outer(g, g)`, then
+    `F.conv2d(x, psf.view(1, 1, k, k))`): a separable filter (a Gaussian, a box) convolved in
+    k x k multiply-adds a pixel where two 1-D passes take 2k. False when unclear or unreadable."""
+    path, tree = enclosing(file, line), _tree(file)
+    if not path or tree is None:
+        return False
+
+    def outer(node: ast.AST | None) -> bool:
+        return node is not None and any(
+            isinstance(n, ast.Call) and call_name(n) in OUTER_PRODUCTS
+            or isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult) and widened(n.left) and widened(n.right)
+            for n in ast.walk(node))
+
+    for node in walk_own(path[-1]):
+        if not isinstance(node, ast.Call) or call_name(node) not in CONVOLUTIONS:
+            continue
+        weight = {k.arg: k.value for k in node.keywords}.get("weight", node.args[1] if len(node.args) > 1 else None)
+        if weight is None:
+            continue
+        if outer(weight):
+            return True
+        for name in {n.id for n in ast.walk(weight) if isinstance(n, ast.Name)}:
+            made = _assigned_before(tree, file, line, name)
+            if made is not None and outer(made.value):
+                return True
+    return False
+
+
+def separable_share(dims: list[list[int]], backward: bool) -> float:
+    """Of a convolution op with input shapes `dims`, the share of its multiply-adds that 1-D passes
+    leave out: 1 - (sum of the kernel's sides) / (their product), for its weight (the second input
+    of a forward op, the third of its backward) of 2 or 3 spatial sides; 0 when not readable."""
+    at = 2 if backward else 1
+    if len(dims) <= at or len(dims[at]) < 4:
+        return 0.0
+    sides = dims[at][2:]
+    area = 1
+    for s in sides:
+        area *= s
+    return max(0.0, 1.0 - sum(sides) / area) if min(sides) > 1 else 0.0

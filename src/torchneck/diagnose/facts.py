@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import msgspec
@@ -93,7 +94,7 @@ class Facts(msgspec.Struct, kw_only=True):
         """`seconds` as a percentage of the profiled window."""
         return 100 * seconds / self.window_s if self.window_s > 0 else 0.0
 
-    def lines_for_ops(self, names: set[str] | None, limit: int = 3) -> list[Where]:
+    def lines_for_ops(self, names: Collection[str] | None, limit: int = 3) -> list[Where]:
         """User lines under which these ops (None: all ops together) spent most self time. With
         all ops, these are the lines where the CPU issues the work, and the kernel launches."""
         acc: dict[tuple[str, int, str], float] = {}

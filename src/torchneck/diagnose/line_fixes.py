@@ -80,6 +80,11 @@ LINE_IDIOM_FIXES: tuple[tuple[str, str], ...] = (
      "full_matrices=True (torch.svd did not), so it builds an m x m U of which a projection, a PCA or a "
      "least-squares fit uses the first n columns. Pass full_matrices=False (torch.linalg.qr: "
      "mode='reduced'), or call torch.linalg.svdvals when only the singular values are used."),
+    ("separable_at",
+     "Line {at} convolves with a k x k kernel that is the outer product of 1-D filters (a Gaussian or box "
+     "blur is): k * k multiply-adds a pixel, backward included. Convolve with the 1-D filter along one axis, "
+     "then the other: F.conv2d(F.conv2d(x, g.view(1, 1, 1, k), padding=(0, r)), g.view(1, 1, k, 1), "
+     "padding=(r, 0)): 2k a pixel, the same result."),
     ("top_k_by_sort",
      "Line {at} sorts the whole tensor to keep its first elements: torch.topk(x, k, dim, largest=...) "
      "(indices: .indices) finds them without ordering the rest (or kthvalue / min / max for one of them)."),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 
+from ..model.findings import Where
 from .source import call_name, enclosing, names_in, walk_own
 
 COMPARISON_CALLS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isin", "equal"})
@@ -147,3 +148,14 @@ def _names(expr: ast.expr) -> set[str]:
 def _is_module(node: ast.expr) -> bool:
     """`torch` or `np` in `torch.nonzero(m)`: the mask is the argument, not the receiver."""
     return isinstance(node, ast.Name) and node.id in ("torch", "np", "numpy")
+
+
+def mask_loop_us(ops_by_line: list[dict], mask: Where, hot: Where, mask_ops: frozenset[str]) -> float:
+    """Self time of the ops building a per-group mask (on its line) and of the mask ops selecting
+    with it (`mask_ops`, on the selecting line): what grouping once removes."""
+    total = 0.0
+    for e in ops_by_line:
+        at = (e.get("file"), e.get("line"))
+        if at == (mask.file, mask.line) or (at == (hot.file, hot.line) and e["op"] in mask_ops):
+            total += e["self_us"]
+    return total

@@ -10,6 +10,7 @@ from ...model.analysis import OpRow
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..chains import (
+    CONVOLUTION_OPS,
     DECOMPOSITION_OPS,
     GRADIENT_FILL_OPS,
     INDEXING_OPS,
@@ -23,6 +24,8 @@ from ..chains import (
     multi_hot_made_at,
     one_hot_product,
     pairwise_difference,
+    separable_kernel,
+    separable_share,
     thin_share,
 )
 from ..dense import buffer_built_at, dense_built_in, densified_operand
@@ -39,7 +42,7 @@ from ..idioms import (
 )
 from ..line_fixes import backward_fix, line_idiom_fix
 from ..loop_invariants import invariant_statement, reads_recomputed, restacks_window
-from ..masks import mask_group_by
+from ..masks import mask_group_by, mask_loop_us
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import (
     argument_assigned_at,
@@ -113,6 +116,8 @@ class OpHotspotEvidence(Record):
     """The line that inverts a matrix to multiply by its inverse (`inv(A) @ b`): a solve."""
     top_k_by_sort: int | None = None
     """The line that sorts a whole tensor to keep its first elements (a top-k by a full sort)."""
+    separable_at: int | None = None
+    """A line convolving with an outer product of 1-D filters (a separable kernel) in 2-D."""
     full_factors_at: int | None = None
     """A line asking an SVD or QR for the full factors (`torch.linalg.svd(A)`) of a tall matrix."""
     dense_embedding_rows: int | None = None
@@ -124,7 +129,8 @@ class OpHotspotEvidence(Record):
 IDIOM_FIELDS = ("densified_at", "mostly_zero_shape", "one_hot_at", "grouped_by_mask", "broadcast_at", "pairwise_at",
                 "recomputed_at", "chain_at", "gradient_asked_at", "inverse_at", "diagonal_at", "jacobian_diagonal_at",
                 "determinant_at", "rank_by_sort", "refactorised_at", "top_k_by_sort", "dense_embedding_rows",
-                "window_restacked_at", "copied_whole_at", "dense_diagonal_at", "full_factors_at")
+                "window_restacked_at", "copied_whole_at", "dense_diagonal_at", "full_factors_at",
+                "separable_at")
 """`OpHotspotEvidence` fields naming a slower way to the op's result than needed, read from the
 source or the capture: the op is then a cause, not the model's compute."""
 
@@ -279,6 +285,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             ev.jacobian_diagonal_at = at if jacobian_kept_diagonal(file, at) else None
             ev.rank_by_sort = at if sorted_then_searched(file, at) else None
             ev.full_factors_at = at if full_factorisation(file, at) else None
+            ev.separable_at = at if separable_kernel(file, at) else None
             ev.avoidable = any(getattr(ev, f) for f in IDIOM_FIELDS)
             out.append(self.finding(ev, title=f"{line['function']}() spends {100 * share:.0f}% of the steady state "
                                               f"inside torch ops at line {at}, outside the profiled window",
@@ -305,7 +312,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         avoidable = top.name in AVOIDABLE_OPS or dense is not None or grouped is not None or zeros is not None
         if grouped is not None:
             mask, hot = grouped
-            lost = max(lost, self._mask_loop_us(facts, mask, hot) / 1e6)
+            lost = max(lost, mask_loop_us(facts.ops_by_line, mask, hot, self.MASK_OPS) / 1e6)
         sliced = next((w for w in where if sorted_then_sliced(w.file, w.line)), None) \
             if top.name in self.SORT_OPS else None
         searched = next((w for w in where if sorted_then_searched(w.file, w.line)), None) \
@@ -355,6 +362,11 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                  if e["op"] not in self.KEPT_SOLVE_OPS) / 1e6)
         table = self._dense_embedding_grad(facts, top)
         paired = self._backward_of(facts, top, where) if grouped is None and dense is None and table is None else None
+        separable = next((w for w in [*where, *(paired[2] if paired else []), *facts.lines_for_ops(CONVOLUTION_OPS)]
+                          if separable_kernel(w.file, w.line)), None) if top.name in CONVOLUTION_OPS else None
+        if separable is not None:  # the k x k kernel's passes become 1-D ones, forward and backward
+            lost = sum(o.self_us * separable_share(o.input_dims(), "backward" in o.name)
+                       for o in a.ops.by_shape if o.name in CONVOLUTION_OPS) / 1e6 or lost
         # a squared broadcast difference: at a line running the op, or whose forward the op is the backward of
         pairwise = next((w for w in [*where, *(paired[2] if paired else [])] if pairwise_difference(w.file, w.line)),
                         None) if top.name in self.PAIRWISE_OPS and broadcast is None else None
@@ -395,6 +407,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                copied_whole_at=copied.line if copied else None,
                                dense_diagonal_at=dense_diag.line if dense_diag else None,
                                full_factors_at=full.line if full else None,
+                               separable_at=separable.line if separable else None,
                                chain_at=chain.line if chain else None,
                                diagonal_at=diagonal.line if diagonal else None,
                                jacobian_diagonal_at=jacobian.line if jacobian else None,
@@ -445,6 +458,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                             (copied, "copies a whole tensor or array to keep the rows an index picks"),
                             (dense_diag, "builds a multivariate normal from a diagonal made dense"),
                             (full, "asks for the full factors of a tall matrix, where the thin ones do"),
+                            (separable, "convolves with an outer product of 1-D filters (a separable kernel) in 2-D"),
                             (factorised[0] if factorised else None,
                              f"factorises {factorised[1] if factorised else ''}, which never changes, on every call")):
             if idiom is not None:  # a slow idiom on a line running the op: that line first
@@ -589,16 +603,6 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         backward_lines = {(w.file, w.line) for w in where}
         lines = [w for w in facts.lines_for_ops({forward}, limit=6) if (w.file, w.line) not in backward_lines][:3]
         return (forward, name, lines) if lines else None
-
-    def _mask_loop_us(self, facts: Facts, mask: Where, hot: Where) -> float:
-        """Self time of the ops building the mask (on its line) and of the mask ops selecting with
-        it (on the selecting line): what grouping once removes."""
-        total = 0.0
-        for e in facts.ops_by_line:
-            at = (e.get("file"), e.get("line"))
-            if at == (mask.file, mask.line) or (at == (hot.file, hot.line) and e["op"] in self.MASK_OPS):
-                total += e["self_us"]
-        return total
 
     MATMULS = ("aten::mm", "aten::addmm", "aten::matmul", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::mv",
                "aten::addmv", "aten::addmv_")
