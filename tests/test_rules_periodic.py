@@ -36,7 +36,7 @@ def test_the_slow_steps_and_the_line_only_they_run_are_found():
               ["evaluate", "/w/train.py", 17], ["step", "/w/train.py", 35]]
     step_s = [0.11 if i % 5 == 4 else 0.01 for i in range(40)]
     s = _samples_of(step_s, [0, 1, 2], [0, 3], frames)
-    phases = {"step_s": step_s, "first_tick_offset_s": 0.0, "window_offsets_s": (0.0, 0.05),
+    phases = {"step_s": step_s, "clock": "optimizer", "first_tick_offset_s": 0.0, "window_offsets_s": (0.0, 0.05),
               "steady_from_offset_s": 0.0, "started_monotonic_ns": 0}
     p = periodic_steps(s, phases)
     assert p is not None and p["slow_steps"] == 7 and p["every"] == 5, p  # the window held one
@@ -47,12 +47,15 @@ def test_the_slow_steps_and_the_line_only_they_run_are_found():
 @silent("periodic_work")
 def test_even_steps_or_mostly_slow_steps_are_no_periodic_work():
     frames = [["main", "/w/train.py", 40], ["step", "/w/train.py", 35], ["evaluate", "/w/train.py", 17]]
-    phases = {"first_tick_offset_s": 0.0, "window_offsets_s": (0.0, 0.0), "steady_from_offset_s": 0.0,
-              "started_monotonic_ns": 0}
+    phases = {"clock": "optimizer", "first_tick_offset_s": 0.0, "window_offsets_s": (0.0, 0.0),
+              "steady_from_offset_s": 0.0, "started_monotonic_ns": 0}
     even = [0.01] * 40
     assert periodic_steps(_samples_of(even, [0, 2], [0, 1], frames), {**phases, "step_s": even}) is None
     mostly = [0.01 if i % 5 == 4 else 0.11 for i in range(40)]  # the fast steps are the exception
     assert periodic_steps(_samples_of(mostly, [0, 2], [0, 1], frames), {**phases, "step_s": mostly}) is None
+    calls = [0.11 if i % 5 == 4 else 0.01 for i in range(40)]  # a server's model calls: a prompt's first is long
+    assert periodic_steps(_samples_of(calls, [0, 2], [0, 1], frames),
+                          {**phases, "step_s": calls, "clock": "module"}) is None
 
 
 def test_a_run_evaluating_every_few_steps_gets_the_evaluation_s_call_on_top(run_dir):

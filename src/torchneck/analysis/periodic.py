@@ -16,6 +16,9 @@ import numpy as np
 from ..sites import is_user_file
 from .python_stacks import Samples
 
+STEP_CLOCKS = ("optimizer", "dataloader")
+"""Clocks whose steps do the same work each: a training step, a batch. A model call (the module
+clock) may be a prompt's first pass or a token's: a server's calls differ by design."""
 SLOW_FACTOR = 3.0
 """A step three times the median is slow: steps vary by tens of percent (a larger batch, the
 machine's load), work added to a step doubles it at least."""
@@ -46,7 +49,7 @@ def periodic_steps(samples: Samples, phases: dict) -> dict | None:
     outermost first: the work that makes them slow and its way in. None when the steps are too
     few, none or most of them are slow, or no line runs only in them."""
     step_s = np.asarray(phases.get("step_s") or [], dtype=np.float64)
-    if len(step_s) < MIN_STEPS:
+    if len(step_s) < MIN_STEPS or phases.get("clock") not in STEP_CLOCKS:
         return None
     starts = phases["first_tick_offset_s"] + np.concatenate([[0.0], np.cumsum(step_s)])
     w0, w1 = phases["window_offsets_s"]

@@ -109,11 +109,12 @@ class PeriodicWork(Rule[PeriodicWorkEvidence]):
                              lost_s=lost, pct=facts.pct(lost), where=where)]
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
-        """Ops found at a line the slow steps alone run (the evaluation's model call) are that
-        work's; steps that seem to grow because slow ones come later in the run are those steps."""
+        """Ops found at a line the slow steps alone run (the evaluation's model call: the model's
+        compute, not a slower way named there, which says more) are that work's; steps that seem to
+        grow because slow ones come later in the run are those steps."""
         lines = {(ln["file"], ln["line"]) for ln in ((facts.python or {}).get("periodic") or {}).get("lines", [])}
-        if symptom.kind == "step_time_growth" or (symptom.where and (symptom.where[0].file, symptom.where[0].line)
-                                                   in lines):
+        if symptom.kind == "step_time_growth" or (not symptom.evidence.get("avoidable") and symptom.where and (
+                symptom.where[0].file, symptom.where[0].line) in lines):
             return Explanation(min(cause.time_lost_s, symptom.time_lost_s))
         return None
 

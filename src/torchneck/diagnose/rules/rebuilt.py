@@ -37,7 +37,7 @@ class RebuiltTensor(Rule[RebuiltTensorEvidence]):
     that growth, all of it goes, with their first steps' time (`growth_removed`), if more."""
 
     kind = "rebuilt_tensor"
-    explains = ("python_hotspot", "op_hotspot", "dispatch_overhead", "step_time_growth")
+    explains = ("python_hotspot", "op_hotspot", "dispatch_overhead", "step_time_growth", "periodic_work")
     summary = "A loop rebuilds a tensor every pass: torch.cat onto a growing tensor, a buffer allocated per call."
     docs = DOCS["tuning"]
     evidence_type = RebuiltTensorEvidence
