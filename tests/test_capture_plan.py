@@ -398,15 +398,15 @@ def test_a_window_whose_first_step_is_already_far_over_the_memory_bound_keeps_th
 def test_a_program_of_a_few_long_calls_is_profiled_in_its_work_not_after_it(run_dir):
     """No step loop and nothing repeating: three SVDs of a second each hold the run. The sampler's
     signal waits for each call to return, so a call shows as one long sample; that is the
-    program's work beginning (`long_call_from_ns`), not start-up: the slice begins after the first
-    call and holds the next, and the top finding is the full factors at their line, over the run
-    from the first call (it had been 'set-up before the first step', and a 30 ms slice after it)."""
+    program's work beginning (`long_call_from_ns`), not start-up, and the top finding is the full
+    factors at their line, over the run from the first call, read from the samples (it had been
+    'set-up before the first step', and a HIGH Python hotspot in a 30 ms slice after the calls)."""
     script = SCRIPTS / "pca_full_svd.py"
     r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
     assert r.returncode == 0, r.stderr[-2000:]
     run = json.loads((run_dir / "run.json").read_text())
     cap = run["capture"]
-    assert cap["long_call_from_ns"] and f"call at pca_full_svd.py:{planted_line(script)} computed" in cap["why"], cap
+    assert cap["long_call_from_ns"], cap
     report = read_report(run_dir)
     top = report["findings"][0]
     assert top["kind"] == "op_hotspot" and top["where"][0]["line"] == planted_line(script), top

@@ -657,6 +657,23 @@ def test_a_line_holding_most_of_the_run_is_missed_even_by_a_short_window():
 
 
 @fires("op_hotspot")
+def test_a_line_whose_work_ended_before_the_window_is_missed_however_short_the_window():
+    """Three long SVDs held the run (round 23's PCA); the fallback slice began after the last one,
+    at the script's end, and holds 2 ms: too few samples to say a line is missing from a window
+    that overlaps its work, but this line's last sample came before the window began."""
+    phases = {"window_offsets_s": (3.0, 3.01)}
+
+    def found(last_s):
+        python = {"window": {"sampled_s": 3.0, "lines": [dict(_sampled(14, 2.9), last_s=last_s)]},
+                  "profiled_window": {"sampled_s": 0.002, "lines": []}}
+        return [f for f in OpHotspot().check(facts(analysis=analysis(window_us=10_000.0), python=python,
+                                                   phases=phases)) if f.evidence.get("outside_window")]
+
+    assert [f.where[0].line for f in found(2.95)] == [14]
+    assert found(3.005) == []  # it ran into the window: 2 ms of samples are chance
+
+
+@fires("op_hotspot")
 def test_op_hotspot_a_missed_line_whose_source_names_a_costlier_way_is_a_problem(tmp_path):
     """The window held training steps; the evaluation's line, outside it, sums a broadcast product:
     the source says what the trace cannot, and the finding is a problem with its fix."""

@@ -231,21 +231,23 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
     own_s = np.where(s.leaf_is_user, outside, 0.0)
     waiting = np.minimum(s.waiting_s(), outside)  # a wait is never inside an op's own CPU time
     lines: dict[int, list[float]] = {}
-    for fid, d, own, out, wait, rq in zip(s.user_frame[win].tolist(), dur[win].tolist(), own_s[win].tolist(),
-                                          outside[win].tolist(), waiting[win].tolist(), ready[win].tolist()):
+    for fid, d, own, out, wait, rq, end in zip(s.user_frame[win].tolist(), dur[win].tolist(), own_s[win].tolist(),
+                                               outside[win].tolist(), waiting[win].tolist(), ready[win].tolist(),
+                                               s.end_s[win].tolist()):
         if fid < 0:
             continue
-        acc = lines.setdefault(fid, [0.0, 0.0, 0.0, 0.0, 0.0])
+        acc = lines.setdefault(fid, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
         acc[0] += d
         acc[1] += own
         acc[2] += out
         acc[3] += wait
         acc[4] += rq
+        acc[5] = end  # the line's last sample (in time order)
     funcs: dict[tuple[str, str], list] = {}
     out_lines: list[dict] = []
     cpu_known = s.cpu_s is not None and bool(np.isfinite(s.cpu_s).any())
     runq_known = s.runq_s is not None and bool(np.isfinite(s.runq_s).any())
-    for fid, (tot, own, out, wait, rq) in sorted(lines.items(), key=lambda kv: -kv[1][0]):
+    for fid, (tot, own, out, wait, rq, last) in sorted(lines.items(), key=lambda kv: -kv[1][0]):
         fn, file, line = s.frames[fid]
         f = funcs.setdefault((file, fn), [0.0, 0.0, line])
         f[0] += tot
@@ -257,7 +259,7 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
                                    or _library_callee(s, fid, win) or ("", ""))
             entry = {"file": file, "line": line, "function": fn, "total_s": tot, "self_s": own,
                      "pct": 100 * tot / total if total else 0.0, "library": callee,
-                     "library_is_torch": _is_torch_file(callee_file)}
+                     "library_is_torch": _is_torch_file(callee_file), "last_s": last}
             callers = _user_callers(s, fid, win)
             if callers:
                 entry["callers"] = callers

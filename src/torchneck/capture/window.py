@@ -448,7 +448,9 @@ class ProfiledWindow:
                                      on_cpu_share(recent))
         cap = self.capture
         if call is not None and cap.long_call_from_ns is None and self.log.last_tick_ns is None:
-            cap.long_call_from_ns = call[0]  # a program without steps: its work began there
+            # a program without steps: its work began there (no slice starts on it: generating a
+            # synthetic dataset is one long call too, and a slice then would miss the loop after it)
+            cap.long_call_from_ns = call[0]
         since = self._steady.steady_since_ns
         if steady and since is not None and (cap.steady_from_ns is None or since < cap.steady_from_ns):
             cap.steady_from_ns = since  # the program's main work began there
@@ -490,11 +492,6 @@ class ProfiledWindow:
                      if site else "")
             self._start_recording("loop", "no step clock; the sampled Python stacks repeat" + where
                                   + f": a {self.options.duration or self.options.slice_s:g} s slice of the loop")
-        elif call is not None:  # the next long call, if there is one, runs in the slice
-            _, file, line = sampler.frames[sampler.stacks[call[1]][-1]]
-            self._start_recording("slice", f"no step clock; a {(now - call[0]) / 1e9:.1f} s call at "
-                                  f"{os.path.basename(file)}:{line} computed: the program's work; a "
-                                  f"{self.options.duration or self.options.slice_s:g} s time slice after it")
         elif self._steady.fallback_due(now, self.started_ns):
             cap.steady_from_ns = cap.steady_from_ns or now
             self._start_recording("slice", "no step clock and no repeating stacks: a "

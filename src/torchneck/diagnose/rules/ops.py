@@ -259,8 +259,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         steady = (facts.python or {}).get("window") or {}
         profiled = (facts.python or {}).get("profiled_window") or {}
         total, in_window = steady.get("sampled_s") or 0.0, profiled.get("sampled_s") or 0.0
-        if total <= 0 or in_window <= 0 or facts.window_s <= 0:
+        if total <= 0 or facts.window_s <= 0:
             return []
+        w0 = ((facts.phases or {}).get("window_offsets_s") or (None,))[0]
         seen = {(ln["file"], ln["line"]): ln["total_s"] / in_window for ln in profiled.get("lines", [])}
         out = []
         for line in steady.get("lines", [])[:5]:
@@ -268,7 +269,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                 continue
             in_ops = line["total_s"] - line["outside_ops_s"]
             share = in_ops / total
-            if share < self.MIN_SHARE or share * in_window < self.MISSED_MIN_EXPECTED_S \
+            ended = w0 is not None and line.get("last_s") is not None and line["last_s"] <= w0  # before the window
+            if share < self.MIN_SHARE or share * in_window < self.MISSED_MIN_EXPECTED_S and not ended \
                     or seen.get((line["file"], line["line"]), 0.0) >= self.MISSED_FACTOR * share:
                 continue
             lost = share * facts.window_s
