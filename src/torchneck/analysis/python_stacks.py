@@ -49,6 +49,7 @@ class Samples:
     unsampled: np.ndarray | None = None  # an interval the sampler was paused (the script's own profiler)
     stack_capture: np.ndarray | None = None  # inside a Python stack capture that torch's C++ made (see below)
     thread: np.ndarray | None = None  # native id of the thread a stand-in sample saw (0: the sampled thread)
+    native_id: int | None = None  # the sampled thread's native id: its ops' tid in the trace
 
     def waiting_s(self) -> np.ndarray:
         """Per sample, the part of its interval the thread was off the CPU (blocked: sleep, I/O,
@@ -84,7 +85,7 @@ def load_samples(data: dict) -> Samples:
         col[stack_of] if len(stack_of) else col[:0] for col in per_stack)
     return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool, importing, compiling, loading,
                    data.get("start_monotonic_ns"), [table[k] for k in stack_of.tolist()], cpu, runq, unsampled,
-                   capture, thread)
+                   capture, thread, data.get("native_id") if isinstance(data.get("native_id"), int) else None)
 
 
 def _runq_to_its_interval(dur: np.ndarray, cpu: np.ndarray, runq: np.ndarray) -> np.ndarray:

@@ -166,7 +166,7 @@ def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | N
     rest = np.flatnonzero(key < 0)
     if len(rest) and samples is not None and offset_us is not None and samples.start_monotonic_ns is not None \
             and len(samples.end_s):
-        main = _main_thread(t, rows)
+        main = _main_thread(t, rows, samples)
         # an op on another thread is placed by a sample the watcher took of that thread (format 5)
         native = np.array([int(tid) if tid.isdigit() else -1 for tid in t.threads.tid] + [-1], dtype=np.int64)
         row_thread = t.thread[rows[rest]]
@@ -212,7 +212,13 @@ THREAD_WAIT_FILES = ("threading.py", "queue.py", os.path.join("concurrent", "fut
 (`capture/sampler.py: _WAIT_FILES`), by file name, for samples recorded on another machine."""
 
 
-def _main_thread(t, rows) -> int:
+def _main_thread(t, rows, samples: Samples | None = None) -> int:
+    """The trace's thread of the sampled (main) thread: its native id where the samples name it
+    (format 5), else the thread with the most rows (a server's worker may have more than it)."""
+    if samples is not None and samples.native_id is not None:
+        named = [k for k, tid in enumerate(t.threads.tid) if tid == str(samples.native_id)]
+        if named:
+            return named[0]
     threads, counts = np.unique(t.thread[rows], return_counts=True)
     return int(threads[np.argmax(counts)])
 
@@ -227,7 +233,8 @@ def sample_op_seconds(trace: Trace, samples: Samples, offset_us: float | None) -
 
     A sample the watcher took of another thread (the main thread waiting on a worker: format 5
     names it) is read from that thread's rows: a server's worker calling the model must not look
-    like Python because the main thread ran no op meanwhile.
+    like Python because the main thread ran no op meanwhile. A sample of the main thread waiting
+    on another thread takes the other threads' ops of its interval: the wait is their work's.
 
     A timer signal that fires inside a long C call is handled only when the call returns to
     Python, so such a sample stands for the op, not for the Python before it: when the sample
@@ -244,8 +251,15 @@ def sample_op_seconds(trace: Trace, samples: Samples, offset_us: float | None) -
     base_us = samples.start_monotonic_ns / 1e3 + offset_us
     end_us = base_us + samples.end_s * 1e6
     begin_us = end_us - samples.dur_s * 1e6
-    out = _op_seconds(t, rows[t.thread[rows] == _main_thread(t, rows)], begin_us, end_us, samples.dur_s)
-    others = samples.thread if samples.thread is not None else np.zeros(0, dtype=np.int64)
+    main = _main_thread(t, rows, samples)
+    out = _op_seconds(t, rows[t.thread[rows] == main], begin_us, end_us, samples.dur_s)
+    others = samples.thread if samples.thread is not None else np.zeros(len(out), dtype=np.int64)
+    # the main thread waiting on another (`Future.result()`, `Queue.get()`) stands for that thread's work
+    waits = np.array([str(f[1]).endswith(THREAD_WAIT_FILES) for f in samples.frames] + [False])
+    waiting = (others == 0) & waits[samples.leaf_frame]
+    if waiting.any():
+        out[waiting] = np.maximum(out[waiting], _op_seconds(t, rows[t.thread[rows] != main], begin_us[waiting],
+                                                             end_us[waiting], samples.dur_s[waiting]))
     for native in np.unique(others[others != 0]).tolist():
         threads = [k for k, tid in enumerate(t.threads.tid) if tid == str(native)]
         if not threads:

@@ -23,7 +23,8 @@ Saved as `samples.json` (format 5): `frames` ([function, file, line], line = the
 in that frame), `stacks` (frame ids, root first), and `samples` ([stack id, seconds, on-CPU
 seconds, run-queue seconds], and a fifth value, the native id of the thread sampled, on a sample
 the watcher took of another thread while the main thread waited on it, so its interval's op time
-is read from that thread's rows of the trace): a sample's instant is the running sum of seconds from
+is read from that thread's rows of the trace; `native_id` is the sampled thread's own): a sample's
+instant is the running sum of seconds from
 `start_monotonic_ns`; on-CPU seconds are the sampled thread's CPU time over the same interval
 (-1 unknown), so analyses tell a line that computes from one that waits; run-queue seconds
 (Linux: /proc/thread-self/schedstat; -1 unknown) are the part of the interval the thread was
@@ -133,6 +134,7 @@ class StackSampler:
     def __init__(self, interval: float = SAMPLE_INTERVAL_S, partial_path: Path | None = None):
         self.interval = interval
         self.thread_id = threading.get_ident()
+        self.native_id = threading.get_native_id()  # the trace's tid of the sampled thread's ops
         wall = os.environ.get("TORCHNECK_SAMPLER", "wall") != "cpu"  # TORCHNECK_SAMPLER=cpu: ITIMER_PROF
         self._timer = _PosixTimer.make() if wall and _signals_usable() else None
         self.method = "wall-timer" if self._timer else "signal" if _signals_usable() else "thread"
@@ -440,7 +442,8 @@ class StackSampler:
             self._partial_fd = os.open(self._partial_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
                                        0o644)
             header = {"format": FORMAT, "method": self.method, "interval_s": self.interval,
-                      "start_monotonic_ns": self.start_ns, "start_cpu_ns": self.start_cpu_ns}
+                      "start_monotonic_ns": self.start_ns, "start_cpu_ns": self.start_cpu_ns,
+                      "native_id": self.native_id}
             os.write(self._partial_fd, (json.dumps(header) + "\n").encode())
         except OSError:
             self._partial_fd = None
@@ -484,7 +487,7 @@ class StackSampler:
         rel = [(sid, t - (self.start_ns or 0), c - (self.start_cpu_ns or 0) if c >= 0 else -1,
                 q - start_runq if q >= 0 and start_runq >= 0 else -1, *other) for sid, t, c, q, *other in self.samples]
         return {"format": FORMAT, "method": self.method, "interval_s": self.interval,
-                "start_monotonic_ns": self.start_ns, "paused_s": self.paused_s,
+                "start_monotonic_ns": self.start_ns, "paused_s": self.paused_s, "native_id": self.native_id,
                 "frames": self.frames, "stacks": [list(s) for s in self.stacks], "samples": _intervals(rel)}
 
     def write(self, path: Path) -> dict:
@@ -538,6 +541,7 @@ def read_partial(path: Path) -> dict | None:
     samples = _intervals([tuple(s) + (-1,) * (4 - len(s)) for s in raw if len(s) >= 2])
     return {"format": header.get("format", FORMAT), "method": header.get("method"),
             "interval_s": header.get("interval_s"), "start_monotonic_ns": header.get("start_monotonic_ns"),
+            "native_id": header.get("native_id"),
             "frames": frames, "stacks": stacks, "samples": samples, "partial": True}
 
 
