@@ -76,10 +76,12 @@ def periodic_steps(samples: Samples, phases: dict) -> dict | None:
     depth: dict[tuple[str, int], list[int]] = defaultdict(list)
     names: dict[tuple[str, int], str] = {}
     user = [is_user_file(f[1]) for f in samples.frames]
-    for k in np.flatnonzero(kept).tolist():
-        step = int(step_of[k])
+    per_stack: dict[tuple[tuple[int, ...], int], float] = defaultdict(float)  # (stack, step): its few, not each sample
+    for k, step, dur in zip(np.flatnonzero(kept).tolist(), step_of[kept].tolist(), samples.dur_s[kept].tolist()):
+        per_stack[(tuple(samples.stacks[k]), step)] += dur
+    for (stack, step), dur in per_stack.items():
         seen = set()
-        for d, fid in enumerate(samples.stacks[k]):
+        for d, fid in enumerate(stack):
             function, file, line = samples.frames[fid][:3]
             key = (file, int(line))
             if key in seen or not user[fid]:
@@ -87,11 +89,11 @@ def periodic_steps(samples: Samples, phases: dict) -> dict | None:
             seen.add(key)
             names[key] = function
             if slow[step]:
-                in_slow[key] += float(samples.dur_s[k])
+                in_slow[key] += dur
                 slow_with[key].add(step)
                 depth[key].append(d)
             else:
-                in_normal[key] += float(samples.dur_s[k])
+                in_normal[key] += dur
     excess = float((step_s[slow] - median).sum())
     on_slow = slow[step_of[kept]]
     slow_total, normal_total = float(samples.dur_s[kept][on_slow].sum()), float(samples.dur_s[kept][~on_slow].sum())
