@@ -133,7 +133,9 @@ def test_op_line_is_the_helper_line_and_script_signals_work(run_dir):
         ("aten::mm", planted_line(script), "project", "trace")
     assert json.loads((run_dir / "run.json").read_text())["clock"]["lines_marked"] is True
     samples = json.loads((run_dir / "samples.json").read_text())
-    assert samples["format"] == 4 and samples["samples"] and all(len(s) == 4 for s in samples["samples"])
+    # format 5: a fifth value only on the watcher's samples of other threads (none in this script)
+    assert samples["format"] == 5 and samples["samples"] and all(len(s) == 4 for s in samples["samples"])
+    assert samples["native_id"] > 0  # the sampled thread's id in the trace
 
 
 @pytest.mark.parametrize("mode", ["per-step", "whole-loop"])
