@@ -166,21 +166,19 @@ def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | N
     rest = np.flatnonzero(key < 0)
     if len(rest) and samples is not None and offset_us is not None and samples.start_monotonic_ns is not None \
             and len(samples.end_s):
-        main = _main_thread(t, rows, samples)
+        native = _native_ids(t)
+        main = _main_thread(t, rows, samples, native)
         # an op on another thread is placed by a sample the watcher took of that thread (format 5)
-        native = np.array([int(tid) if tid.isdigit() else -1 for tid in t.threads.tid] + [-1], dtype=np.int64)
+        stood_for = _stood_for(samples)
+        rest = rest[(t.thread[rows[rest]] == main) | np.isin(native[t.thread[rows[rest]]], stood_for[stood_for != 0])]
         row_thread = t.thread[rows[rest]]
-        stood_for = samples.thread if samples.thread is not None else np.zeros(len(samples.end_s), np.int64)
-        rest = rest[(row_thread == main) | np.isin(native[row_thread], stood_for[stood_for != 0])]
         since_start_s = ((t.ts[rows[rest]] - offset_us) * 1e3 - samples.start_monotonic_ns) / 1e9
         at = sample_index_at(samples, since_start_s)
         fids = samples.user_frame[at]
         # a sample waiting on another thread (a server's main thread in `Future.result()` while its
         # worker runs the model) did not issue the op running then: the op is that thread's
-        waits = np.array([str(f[1]).endswith(THREAD_WAIT_FILES) for f in samples.frames] + [False])
-        on_main = t.thread[rows[rest]] == main
-        same_thread = np.where(on_main, stood_for[at] == 0, stood_for[at] == native[t.thread[rows[rest]]])
-        ok = (fids >= 0) & ~waits[samples.leaf_frame[at]] & same_thread
+        same_thread = np.where(row_thread == main, stood_for[at] == 0, stood_for[at] == native[row_thread])
+        ok = (fids >= 0) & ~_waits_on_threads(samples)[at] & same_thread
         key[rest[ok]] = n_strings + fids[ok]
     width = n_strings + (len(samples.frames) if samples is not None else 0) + 1
     combined = t.name[rows].astype(np.int64) * width + (key + 1)
@@ -212,15 +210,33 @@ THREAD_WAIT_FILES = ("threading.py", "queue.py", os.path.join("concurrent", "fut
 (`capture/sampler.py: _WAIT_FILES`), by file name, for samples recorded on another machine."""
 
 
-def _main_thread(t, rows, samples: Samples | None = None) -> int:
+def _native_ids(t) -> np.ndarray:
+    """Per trace thread (`t.thread` indexes it), its tid as a number (-1 when not one), and a last
+    -1 for an index of -1."""
+    return np.array([int(tid) if tid.isdigit() else -1 for tid in t.threads.tid] + [-1], dtype=np.int64)
+
+
+def _main_thread(t, rows, samples: Samples | None = None, native: np.ndarray | None = None) -> int:
     """The trace's thread of the sampled (main) thread: its native id where the samples name it
     (format 5), else the thread with the most rows (a server's worker may have more than it)."""
     if samples is not None and samples.native_id is not None:
-        named = [k for k, tid in enumerate(t.threads.tid) if tid == str(samples.native_id)]
-        if named:
-            return named[0]
+        named = np.flatnonzero((native if native is not None else _native_ids(t))[:-1] == samples.native_id)
+        if len(named):
+            return int(named[0])
     threads, counts = np.unique(t.thread[rows], return_counts=True)
     return int(threads[np.argmax(counts)])
+
+
+def _stood_for(samples: Samples) -> np.ndarray:
+    """Per sample, the native id of the other thread the watcher sampled in the main thread's
+    place (format 5), 0 for the main thread's own samples."""
+    return samples.thread if samples.thread is not None else np.zeros(len(samples.end_s), dtype=np.int64)
+
+
+def _waits_on_threads(samples: Samples) -> np.ndarray:
+    """Per sample, whether its innermost frame waits on another thread (`THREAD_WAIT_FILES`)."""
+    waits = np.array([str(f[1]).endswith(THREAD_WAIT_FILES) for f in samples.frames] + [False])
+    return waits[samples.leaf_frame]
 
 
 def sample_op_seconds(trace: Trace, samples: Samples, offset_us: float | None) -> np.ndarray | None:
@@ -251,21 +267,21 @@ def sample_op_seconds(trace: Trace, samples: Samples, offset_us: float | None) -
     base_us = samples.start_monotonic_ns / 1e3 + offset_us
     end_us = base_us + samples.end_s * 1e6
     begin_us = end_us - samples.dur_s * 1e6
-    main = _main_thread(t, rows, samples)
+    native = _native_ids(t)
+    main = _main_thread(t, rows, samples, native)
     out = _op_seconds(t, rows[t.thread[rows] == main], begin_us, end_us, samples.dur_s)
-    others = samples.thread if samples.thread is not None else np.zeros(len(out), dtype=np.int64)
+    others = _stood_for(samples)
     # the main thread waiting on another (`Future.result()`, `Queue.get()`) stands for that thread's work
-    waits = np.array([str(f[1]).endswith(THREAD_WAIT_FILES) for f in samples.frames] + [False])
-    waiting = (others == 0) & waits[samples.leaf_frame]
+    waiting = (others == 0) & _waits_on_threads(samples)
     if waiting.any():
         out[waiting] = np.maximum(out[waiting], _op_seconds(t, rows[t.thread[rows] != main], begin_us[waiting],
                                                              end_us[waiting], samples.dur_s[waiting]))
-    for native in np.unique(others[others != 0]).tolist():
-        threads = [k for k, tid in enumerate(t.threads.tid) if tid == str(native)]
-        if not threads:
+    for thread in np.unique(others[others != 0]).tolist():
+        of_thread = native[t.thread[rows]] == thread
+        if not of_thread.any():
             continue  # the thread's ops were not recorded: its samples keep the main thread's reading
-        on = others == native
-        out[on] = _op_seconds(t, rows[np.isin(t.thread[rows], threads)], begin_us[on], end_us[on], samples.dur_s[on])
+        on = others == thread
+        out[on] = _op_seconds(t, rows[of_thread], begin_us[on], end_us[on], samples.dur_s[on])
     return out
 
 

@@ -109,7 +109,6 @@ class MainThreadWatcher:
         self._thread: threading.Thread | None = None
         self._clocks: dict[int, tuple[int | None, RunQueueClock]] = {}  # ident -> (CPU clock, ready clock)
         self._seen: dict[int, tuple[int, int, int]] = {}  # ident -> (monotonic, CPU, ready) ns at the last look
-        self._native_ids: dict[int, int] = {}  # ident -> the thread's native id (the trace's tid)
 
     def start(self) -> None:
         if self._thread is not None or _cpu_clock(self.main_ident) is None:
@@ -173,7 +172,8 @@ class MainThreadWatcher:
                 interval = WATCH_BLOCKED_INTERVAL_S if guarding else WATCH_INTERVAL_S
                 continue
             interval = WATCH_BLOCKED_INTERVAL_S
-            taken = sampler.record_other(frame, busy[0][1], main_cpu, self._native_ids.get(busy[0][0], 0))
+            thread = threading._active.get(busy[0][0])  # type: ignore[attr-defined]
+            taken = sampler.record_other(frame, busy[0][1], main_cpu, getattr(thread, "native_id", None) or 0)
             del frame
             if taken:
                 self.samples_taken += 1
@@ -192,8 +192,7 @@ class MainThreadWatcher:
             if ident in (self.main_ident, me) or thread.name.startswith(OWN_THREADS):
                 continue
             if ident not in self._clocks:
-                self._native_ids[ident] = getattr(thread, "native_id", None) or 0
-                self._clocks[ident] = (_cpu_clock(ident), RunQueueClock(self._native_ids[ident] or -1))
+                self._clocks[ident] = (_cpu_clock(ident), RunQueueClock(getattr(thread, "native_id", None) or -1))
             clock, ready_clock = self._clocks[ident]
             cpu = _read(clock) if clock is not None else None
             if cpu is None:
@@ -207,7 +206,6 @@ class MainThreadWatcher:
         for gone in [i for i in self._seen if i not in active]:  # ended threads (their ids come back)
             del self._seen[gone]
             gone_clocks = self._clocks.pop(gone, None)
-            self._native_ids.pop(gone, None)
             if gone_clocks is not None:
                 gone_clocks[1].close()
         return sorted(busy, key=lambda b: -b[1])

@@ -380,6 +380,19 @@ def setting_lines(tree: ast.Module, names: set[str], gives: Callable[[ast.expr],
     return sorted(out)
 
 
+def modulo_setting_lines(file: str, test: ast.expr, besides: int) -> list[int]:
+    """The lines giving a number to the settings an `if`'s test takes a modulo by (`step %
+    self.save_every_steps == 0` -> `Trainer(save_every_steps=8)`), the `if` (`besides`) left out."""
+    tree = _tree(file)
+    every = {n.right.attr if isinstance(n.right, ast.Attribute) else n.right.id for n in ast.walk(test)
+             if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
+             and isinstance(n.right, (ast.Attribute, ast.Name))}
+    if not every or tree is None:
+        return []
+    return setting_lines(tree, every, lambda value: any(isinstance(c, ast.Constant) and type(c.value) is int
+                                                        for c in ast.walk(value)), besides=besides)
+
+
 REDUCTIONS = frozenset({"sum", "mean"})
 """Reductions that turn a broadcast product into a matrix product (`(a * b).sum(-1)`)."""
 

@@ -350,9 +350,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                 lost = max(lost, top.self_us / 1e6 + made_s)
         full = next((w for w in where if full_factorisation(w.file, w.line)), None) \
             if top.name in DECOMPOSITION_OPS else None
-        shaped = [o for o in a.ops.by_shape if o.name == top.name and o.input_dims()]
-        thin = sum(o.self_us * thin_share(o.input_dims()) for o in shaped)  # the full factors' extra columns
-        full, lost = (full, thin / 1e6 if thin else lost) if full and (thin or not shaped) else (None, lost)
+        if full is not None:  # the full factors' extra columns go (shapes unrecorded: all; a square matrix: none)
+            shaped = [(o.self_us, dims) for o in a.ops.by_shape if o.name == top.name and (dims := o.input_dims())]
+            thin = sum(us * thin_share(dims) for us, dims in shaped)
+            full, lost = (full, thin / 1e6 if thin else lost) if thin or not shaped else (None, lost)
         copied = next((w for w in where if copied_then_indexed(w.file, w.line)), None)
         if copied is not None:  # the whole copy goes (over the steady state: the copied part may grow)
             lost = max(lost, sum(e["self_us"] for e in facts.ops_at(copied)) / 1e6,

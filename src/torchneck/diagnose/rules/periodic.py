@@ -9,9 +9,9 @@ import ast
 from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts
-from ..idioms import setting_lines
+from ..idioms import modulo_setting_lines
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import _tree, enclosing, function_at
+from ..source import enclosing, function_at
 
 
 class PeriodicWorkEvidence(Record):
@@ -42,14 +42,7 @@ def guard_of(file: str, line: int) -> tuple[int, list[int]] | None:
         return None
     modulo = [s for s in ifs if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(s.test))]
     guard = (modulo or ifs)[-1]
-    every = {n.right.attr if isinstance(n.right, ast.Attribute) else n.right.id for n in ast.walk(guard.test)
-             if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
-             and isinstance(n.right, (ast.Attribute, ast.Name))}
-    tree = _tree(file)
-    set_at = setting_lines(tree, every, lambda value: any(isinstance(c, ast.Constant) and type(c.value) is int
-                                                          for c in ast.walk(value)), besides=guard.lineno) \
-        if every and tree is not None else []
-    return guard.lineno, set_at[:2]
+    return guard.lineno, modulo_setting_lines(file, guard.test, guard.lineno)[:2]
 
 
 def _own_statements(path: list) -> list:

@@ -11,10 +11,10 @@ from ...model.findings import Finding, Where
 from ..chains import broadcast_product
 from ..facts import Facts, where_of
 from ..filters import FilteredAfter, filter_first_fix, filter_first_title, filter_first_where, filtered_call
-from ..idioms import invariant_call, setting_lines, tensor_from_lists
+from ..idioms import invariant_call, modulo_setting_lines, tensor_from_lists
 from ..loop_invariants import invariant_parameters
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import COMPREHENSIONS, LOOPS, _tree, call_name, enclosing, in_loop, names_in, repeats, walk_own
+from ..source import COMPREHENSIONS, LOOPS, call_name, enclosing, in_loop, names_in, repeats, walk_own
 
 
 def _runs_the_model(callee: str, files: tuple[str, ...]) -> bool:
@@ -506,13 +506,7 @@ def _with_guard(where: list[Where]) -> list[Where]:
         guards = [s for s in path[loops[-1] + 1:] if isinstance(s, ast.If) and s.lineno != w.line
                   and (names_in(s.test) & counters or any(isinstance(n, ast.Mod) for n in ast.walk(s.test)))]
         if guards and all((g.file, g.line) != (w.file, guards[-1].lineno) for g in where):
-            test, tree = guards[-1].test, _tree(w.file)
-            every = {n.right.attr if isinstance(n.right, ast.Attribute) else n.right.id for n in ast.walk(test)
-                     if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
-                     and isinstance(n.right, (ast.Attribute, ast.Name))}
-            set_at = setting_lines(tree, every, lambda value: any(
-                isinstance(c, ast.Constant) and type(c.value) is int for c in ast.walk(value)),
-                besides=guards[-1].lineno) if every and tree is not None else []
+            set_at = modulo_setting_lines(w.file, guards[-1].test, guards[-1].lineno)
             return where[: i + 1] + [Where(file=w.file, line=n, function=w.function if n == guards[-1].lineno else "")
                                      for n in [guards[-1].lineno, *set_at[:2]]] + where[i + 1:]
         return where
