@@ -37,7 +37,7 @@ def test_an_op_running_while_the_sampled_thread_waits_on_another_is_not_placed_o
 
     import numpy as np
 
-    from torchneck.analysis.python_stacks import Samples
+    from torchneck.analysis.python_stacks import Samples, hotspots
     from torchneck.analysis.run import ops_by_user_line
     from torchneck.trace.loader import load_trace
 
@@ -55,6 +55,8 @@ def test_an_op_running_while_the_sampled_thread_waits_on_another_is_not_placed_o
                 loading=np.zeros(2, bool), start_monotonic_ns=0, stacks=[[0, 1], [2]])
     rows = ops_by_user_line(load_trace(p), s, offset_us=0.0)
     assert [(r["op"], r["line"]) for r in rows] == [("aten::addmm", 50)]
+    lines = {ln["line"]: ln for ln in hotspots(s, op_s=np.zeros(2))["lines"]}
+    assert lines[157].get("waits_on_thread") is True and "waits_on_thread" not in lines[50]  # op_hotspot skips it
 
 
 def test_a_stand_in_sample_of_a_worker_reads_and_places_the_worker_s_own_ops(tmp_path):

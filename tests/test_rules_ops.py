@@ -695,7 +695,11 @@ def test_op_hotspot_trusts_a_window_that_holds_the_line_or_has_too_few_samples()
     steady = {"sampled_s": 6.0, "lines": [_sampled(34, 4.5)]}
     held = {"window": steady, "profiled_window": {"sampled_s": 0.1, "lines": [_sampled(34, 0.07)]}}
     sparse = {"window": steady, "profiled_window": {"sampled_s": 0.004, "lines": []}}  # 3 samples due: too few
-    for python in (held, sparse):
+    # a server's main thread waiting in Future.result() takes its worker's ops (run.sample_op_seconds):
+    # the worker's own line is the one to name, not the wait (round 21's q_reco_scoring_service)
+    waiting = {"window": {"sampled_s": 6.0, "lines": [dict(_sampled(157, 4.5), waits_on_thread=True)]},
+               "profiled_window": {"sampled_s": 0.1, "lines": []}}
+    for python in (held, sparse, waiting):
         assert OpHotspot().check(facts(analysis=analysis(by_name=[_op("aten::addmm", 5_000.0)]), python=python)) == []
 
 

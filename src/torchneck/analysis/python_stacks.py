@@ -189,6 +189,11 @@ _CONVERT_FRAME = "torch/_dynamo/convert_frame.py"
 it on the stack is compile time."""
 
 
+THREAD_WAIT_FILES = ("threading.py", "queue.py", os.path.join("concurrent", "futures", "_base.py"))
+"""Where a thread waits on another (a Condition, a queue, a future): the sampler's own list
+(`capture/sampler.py: _WAIT_FILES`), by file name, for samples recorded on another machine."""
+
+
 def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int = 15,
              op_s: np.ndarray | None = None, only: np.ndarray | None = None) -> dict:
     """Where the time in [lo_s, hi_s) (seconds since sampling started) went, by user line.
@@ -198,8 +203,9 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
     `op_s` gives each sample's seconds inside torch ops, `outside_ops_s` (the line's time outside
     torch ops: its Python plus non-torch libraries such as NumPy), and, when the samples carry
     the thread's CPU time, `waiting_s` (the part of that spent off the CPU: sleeping, blocked on
-    I/O, a lock or a queue). Also per function, and the share of samples in user code vs library
-    code.
+    I/O, a lock or a queue). `waits_on_thread`: what the line calls waits on another thread (a
+    future's result, a join, a queue), whose ops its samples may take (`run.sample_op_seconds`).
+    Also per function, and the share of samples in user code vs library code.
 
     `stack_capture_s` is the time inside Python stack captures that torch's C++ made (anomaly
     mode records the forward stack of every autograd node): work the script did not ask for.
@@ -261,6 +267,8 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
             entry = {"file": file, "line": line, "function": fn, "total_s": tot, "self_s": own,
                      "pct": 100 * tot / total if total else 0.0, "library": callee,
                      "library_is_torch": _is_torch_file(callee_file), "last_s": last}
+            if callee_file.endswith(THREAD_WAIT_FILES):  # its time is another thread's work
+                entry["waits_on_thread"] = True
             callers = _user_callers(s, fid, win)
             if callers:
                 entry["callers"] = callers

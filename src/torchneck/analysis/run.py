@@ -11,7 +11,7 @@ from .intervals import merge
 from .nesting import Nesting, host_nesting
 from .ops import has_line_marks, rows_starting_in
 from .periodic import periodic_steps
-from .python_stacks import Samples, hotspots, sample_index_at
+from .python_stacks import THREAD_WAIT_FILES, Samples, hotspots, sample_index_at
 from .steps import find_steps
 from .trace_stacks import describe_site, has_call_stacks, trace_site_keys
 
@@ -203,11 +203,6 @@ def ops_by_user_line(trace: Trace, samples: Samples | None, offset_us: float | N
         if len(out) == top:
             break
     return out
-
-
-THREAD_WAIT_FILES = ("threading.py", "queue.py", os.path.join("concurrent", "futures", "_base.py"))
-"""Where a thread waits on another (a Condition, a queue, a future): the sampler's own list
-(`capture/sampler.py: _WAIT_FILES`), by file name, for samples recorded on another machine."""
 
 
 def _native_ids(t) -> np.ndarray:

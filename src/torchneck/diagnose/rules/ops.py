@@ -265,7 +265,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         seen = {(ln["file"], ln["line"]): ln["total_s"] / in_window for ln in profiled.get("lines", [])}
         out = []
         for line in steady.get("lines", [])[:5]:
-            if "outside_ops_s" not in line:
+            if "outside_ops_s" not in line or line.get("waits_on_thread"):  # the other thread's line is named
                 continue
             in_ops = line["total_s"] - line["outside_ops_s"]
             share = in_ops / total
