@@ -387,3 +387,39 @@ def test_a_separable_kernel_convolved_in_two_dimensions(tmp_path):
     assert f.severity != "info" and f.time_lost_s == pytest.approx(0.07 * (1 - 62 / 961))
     learned = check(9)
     assert learned.evidence["separable_at"] is None and learned.severity == "info"
+
+
+@fires("op_hotspot")
+def test_pairs_compared_all_against_all_to_count_them(tmp_path):
+    """An AUC from its definition (round 24's tabular cross-validation): every positive's score
+    against every negative's, in chunks, counted with .sum(): the bool-to-int copy of the N x M
+    comparison tops the window at that line, whose ops all go (a sort and a binary search count the
+    same pairs). A comparison of aligned tensors (no new axis) and a broadcast one that is not
+    counted (a mask kept) are not pairs counted."""
+    from torchneck.diagnose.chains import pairwise_comparison_count
+
+    src = tmp_path / "auc.py"
+    src.write_text("import torch\n"
+                   "def auc(pos, neg, chunk=4096):\n    wins = 0.0\n"
+                   "    for i in range(0, len(pos), chunk):\n        p = pos[i:i + chunk, None]\n"
+                   "        wins += (p > neg).sum().item() + 0.5 * (p == neg).sum().item()\n"  # 6
+                   "    return wins\n"
+                   "def ranks(x):\n    return (x[:, None] < x[None, :]).float().mean(1)\n"  # 9
+                   "def hits(a, b):\n    return (a > b).sum()\n"  # 11
+                   "def mask(a, b):\n    return a[:, None] > b\n")  # 13
+    assert [pairwise_comparison_count(str(src), n) for n in (6, 9, 11, 13)] == [True, True, False, False]
+
+    def check(line):
+        by_line = [{"op": "aten::copy_", "file": str(src), "line": line, "function": "auc", "self_us": 44_000.0,
+                    "count": 100},
+                   {"op": "aten::gt", "file": str(src), "line": line, "function": "auc", "self_us": 30_000.0,
+                    "count": 100}]
+        ops = analysis(by_name=[_op("aten::copy_", 44_000.0, 100), _op("aten::gt", 30_000.0, 100)])
+        [f] = OpHotspot().check(facts(analysis=ops, ops_by_line=by_line))
+        return f
+
+    f = check(6)
+    assert f.evidence["pair_count_at"] == 6 and f.where[0].line == 6 and "searchsorted" in f.fix
+    assert f.severity != "info" and f.time_lost_s == pytest.approx(0.074)
+    aligned = check(11)
+    assert aligned.evidence["pair_count_at"] is None and "searchsorted" not in aligned.fix

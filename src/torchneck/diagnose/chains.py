@@ -113,6 +113,42 @@ def gradient_asked_for(file: str, line: int) -> int | None:
     return min(found) if found else None
 
 
+COUNTING_CALLS = frozenset({"sum", "mean", "count_nonzero"})
+"""Reductions that count the true elements of a comparison (`.sum()`, a share with `.mean()`)."""
+CASTS = frozenset({"float", "double", "int", "long", "to", "type"})
+"""Casts a counted comparison passes through (`(a > b).float().mean()`)."""
+
+
+def pairwise_comparison_count(file: str, line: int) -> bool:
+    """The statement at `line` compares every element of one tensor with every element of another,
+    broadcast against each other, and counts the true pairs (`(pos[:, None] > neg).sum()`: an AUC,
+    a Mann-Whitney U, ranks, a Kendall tau), the widened side possibly named on an earlier line of
+    its function (`p = pos[i:i + chunk, None]`): N x M comparisons, where sorting one side once
+    and counting with `torch.searchsorted` takes (N + M) log M. False when unclear or unreadable."""
+    path = enclosing(file, line)
+    tree = _tree(file)
+    if not path or tree is None:
+        return False
+
+    def widened_here(node: ast.AST | None) -> bool:
+        if isinstance(node, ast.Name):
+            found = _assigned_before(tree, file, line, node.id)
+            node = found.value if found is not None else None
+        return node is not None and widened(node)
+
+    for node in walk_own(path[-1]):
+        if not isinstance(node, ast.Call) or call_name(node) not in COUNTING_CALLS:
+            continue
+        operand = call_operand(node)
+        while isinstance(operand, ast.Call) and isinstance(operand.func, ast.Attribute) and call_name(operand) in CASTS:
+            operand = operand.func.value
+        if isinstance(operand, ast.Compare) and len(operand.ops) == 1 \
+                and isinstance(operand.ops[0], (ast.Gt, ast.Lt, ast.GtE, ast.LtE)) \
+                and (widened_here(operand.left) or widened_here(operand.comparators[0])):
+            return True
+    return False
+
+
 SQUARING_CALLS = frozenset({"pow", "square", "abs"})
 """Element-wise calls that turn a pairwise difference into a distance term before the reduction."""
 

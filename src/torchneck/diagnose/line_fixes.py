@@ -85,6 +85,13 @@ LINE_IDIOM_FIXES: tuple[tuple[str, str], ...] = (
      "blur is): k * k multiply-adds a pixel, backward included. Convolve with the 1-D filter along one axis, "
      "then the other: F.conv2d(F.conv2d(x, g.view(1, 1, 1, k), padding=(0, r)), g.view(1, 1, k, 1), "
      "padding=(r, 0)): 2k a pixel, the same result."),
+    ("pair_count_at",
+     "Line {at} compares every element of one tensor with every element of another (an N x M boolean "
+     "tensor) to count the pairs: sort one side once and count with a binary search, O((N + M) log M) and no "
+     "pairwise tensor: s = neg.sort().values; below = torch.searchsorted(s, pos) (the negatives under each "
+     "positive); ties = torch.searchsorted(s, pos, right=True) - below. An AUC is (below.sum() + 0.5 * "
+     "ties.sum()) / (len(pos) * len(neg)), or from ranks: (rank sum of the positives - n_pos (n_pos + 1) / "
+     "2) / (n_pos n_neg)."),
     ("top_k_by_sort",
      "Line {at} sorts the whole tensor to keep its first elements: torch.topk(x, k, dim, largest=...) "
      "(indices: .indices) finds them without ordering the rest (or kthvalue / min / max for one of them)."),

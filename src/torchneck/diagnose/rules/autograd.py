@@ -14,7 +14,7 @@ from ..facts import Facts, where_of
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import LOOPS, call_name, enclosing, in_loop, names_in, walk_own
 from .calls import model_call_sites
-from .ops import is_backward_op
+from .ops_evidence import is_backward_op
 
 
 class RepeatedBackwardEvidence(Record):

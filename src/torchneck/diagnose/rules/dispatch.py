@@ -26,7 +26,8 @@ from ..source import (
     repeats,
     walk_own,
 )
-from .ops import OpHotspot, is_backward_op
+from .ops import OpHotspot
+from .ops_evidence import is_backward_op
 
 
 class TinyOpLoop(Dispatch):

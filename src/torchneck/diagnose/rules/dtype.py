@@ -13,7 +13,7 @@ from ..facts import Facts, where_of
 from ..idioms import float64_conversions, float64_dtype_constant
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import argument_origin, function_at
-from .ops import IDIOM_FIELDS
+from .ops_evidence import IDIOM_FIELDS
 
 
 class Float64Evidence(Record):

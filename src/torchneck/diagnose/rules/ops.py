@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 
 from ...model.analysis import OpRow
-from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..chains import (
     CONVOLUTION_OPS,
@@ -23,6 +22,7 @@ from ..chains import (
     jacobian_kept_diagonal,
     multi_hot_made_at,
     one_hot_product,
+    pairwise_comparison_count,
     pairwise_difference,
     separable_kernel,
     separable_share,
@@ -49,108 +49,7 @@ from ..source import (
     function_at,
 )
 from .calls import model_call_sites, sampled_under
-
-
-class OpHotspotEvidence(Record):
-    self_us: float
-    count: int
-    mean_us: float
-    share: float
-    """The op's self time over the window."""
-    time_lost_is: str
-    avoidable: bool = False
-    """Data movement or creation (copies, conversions, concatenation, fills, indexing): work a change
-    of code usually removes; otherwise the model's own compute, which is context."""
-    shapes: list[str | None] = []
-    """Its most frequent input shapes (when recorded)."""
-    densified_at: int | None = None
-    """The line that made an operand of this product dense from a sparse tensor (`.to_dense()`)."""
-    mostly_zero_shape: list[int] | None = None
-    """A model input of this shape, multiplied by this product, is mostly zeros (seen by the capture)."""
-    nonzero_share: float | None = None
-    """That matrix's share of non-zeros (read from evenly spaced rows)."""
-    mostly_zero_at: int | None = None
-    """The line that last assigned the variable passed as that input (where it is built dense)."""
-    mostly_zero_multiplied_at: int | None = None
-    """For a matrix no model call took (a solver's, plain functions'): the line multiplying it."""
-    backward_of: str | None = None
-    """The forward op whose backward (an autograd node run by `.backward()`) holds this op's time:
-    the user's lines calling that forward op are where to change it."""
-    grouped_by_mask: int | None = None
-    """The line building a boolean mask per group inside a loop (`mask = key == k`) that this op
-    selects with: a group-by done one mask at a time."""
-    outside_window: bool = False
-    """A line's time in torch ops, sampled over the steady state, that the profiled window missed
-    (self_us is that time; the trace cannot say which op)."""
-    broadcast_at: int | None = None
-    """The line that reduces a broadcast product (`(a[:, None] * b[None]).sum(-1)`): a matmul."""
-    gradient_asked_at: int | None = None
-    """The line asking a gradient of data the op's backward indexes (`X.requires_grad_(True)`)."""
-    chain_at: int | None = None
-    """A line multiplying a matrix chain left to right that ends in a vector (`X.T @ D @ v`)."""
-    recomputed_at: int | None = None
-    """A line in a loop computing the same value on every pass (its inputs never change there)."""
-    window_restacked_at: int | None = None
-    """The line stacking a window the loop keeps (appends to) whole again on every pass to reduce it."""
-    dense_diagonal_at: int | None = None
-    """The line building a multivariate normal from a diagonal made dense (factorised, then solved with)."""
-    copied_whole_at: int | None = None
-    """The line copying a whole tensor or array to keep the rows an index picks (`torch.tensor(a)[idx]`)."""
-    pairwise_at: int | None = None
-    """The line that squares and reduces a broadcast difference (`((a[:, None] - b[None]) ** 2).sum(-1)`):
-    pairwise distances, a `torch.cdist` or one matmul."""
-    inverse_at: int | None = None
-    diagonal_at: int | None = None
-    """A line computing a whole matrix product to keep its diagonal."""
-    jacobian_diagonal_at: int | None = None
-    """A line computing the whole Jacobian of a batch to keep its per-sample blocks."""
-    determinant_at: int | None = None
-    """A line taking the (log-)determinant of a matrix product it builds (factors' determinants add)."""
-    rank_by_sort: int | None = None
-    """A line sorting a whole tensor to find where given elements rank."""
-    one_hot_at: int | None = None
-    """A line multiplying a one-hot matrix it builds by a table: an embedding lookup done densely."""
-    refactorised: str | None = None
-    """The matrix (as written) a line factorises again on every call though it never changes."""
-    refactorised_at: int | None = None
-    """The line that inverts a matrix to multiply by its inverse (`inv(A) @ b`): a solve."""
-    top_k_by_sort: int | None = None
-    """The line that sorts a whole tensor to keep its first elements (a top-k by a full sort)."""
-    separable_at: int | None = None
-    """A line convolving with an outer product of 1-D filters (a separable kernel) in 2-D."""
-    full_factors_at: int | None = None
-    """A line asking an SVD or QR for the full factors (`torch.linalg.svd(A)`) of a tall matrix."""
-    dense_embedding_rows: int | None = None
-    """The rows of an embedding table whose dense gradient this op fills or updates every step."""
-    embedding_at: int | None = None
-    """The line that makes that embedding module (where `sparse=True` goes)."""
-
-
-IDIOM_FIELDS = ("densified_at", "mostly_zero_shape", "one_hot_at", "grouped_by_mask", "broadcast_at", "pairwise_at",
-                "recomputed_at", "chain_at", "gradient_asked_at", "inverse_at", "diagonal_at", "jacobian_diagonal_at",
-                "determinant_at", "rank_by_sort", "refactorised_at", "top_k_by_sort", "dense_embedding_rows",
-                "window_restacked_at", "copied_whole_at", "dense_diagonal_at", "full_factors_at",
-                "separable_at")
-"""`OpHotspotEvidence` fields naming a slower way to the op's result than needed, read from the
-source or the capture: the op is then a cause, not the model's compute."""
-
-
-def is_backward_op(name: str) -> bool:
-    """An op autograd runs for the backward pass (its cause is the forward op it differentiates)."""
-    return name.startswith("autograd::") or "Backward" in name or name.endswith("_backward")
-
-
-AVOIDABLE_OPS = frozenset({
-    "aten::copy_", "aten::to", "aten::_to_copy", "aten::clone", "aten::contiguous", "aten::cat", "aten::stack",
-    "aten::index", "aten::index_put_", "aten::nonzero", "aten::masked_select", "aten::zeros", "aten::ones",
-    "aten::empty", "aten::full", "aten::fill_", "aten::zero_", "aten::repeat", "aten::expand_as",
-    "aten::item", "aten::_local_scalar_dense", "aten::tensor", "aten::lift_fresh", "aten::from_numpy",
-    "aten::numpy_T", "aten::pad", "aten::constant_pad_nd", "aten::flip", "aten::roll", "aten::sort",
-    "aten::argsort", "aten::unique", "aten::_unique2",
-})
-"""Ops that move, convert, create or rearrange data rather than compute the model's math: when one
-dominates, a change of code (creating tensors in place, preallocating instead of concatenating,
-keeping one layout) usually removes it."""
+from .ops_evidence import AVOIDABLE_OPS, IDIOM_FIELDS, OpHotspotEvidence, is_backward_op
 
 
 @register
@@ -288,6 +187,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             ev.rank_by_sort = at if sorted_then_searched(file, at) else None
             ev.full_factors_at = at if full_factorisation(file, at) else None
             ev.separable_at = at if separable_kernel(file, at) else None
+            ev.pair_count_at = at if pairwise_comparison_count(file, at) else None
             ev.avoidable = any(getattr(ev, f) for f in IDIOM_FIELDS)
             out.append(self.finding(ev, title=f"{line['function']}() spends {100 * share:.0f}% of the steady state "
                                               f"inside torch ops at line {at}, outside the profiled window",
@@ -338,6 +238,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             lost = max(lost, sum(e["self_us"] for e in facts.ops_at(one_hot)) / 1e6,
                        sampled_under(facts, one_hot.file, one_hot.line) * facts.window_s) \
                 + (facts.backward_us_at(one_hot) + sum(e["self_us"] for w in bag for e in facts.ops_at(w))) / 1e6
+        counted = next((w for w in where if pairwise_comparison_count(w.file, w.line)), None)
+        if counted is not None:  # every op of the line goes: a sort and a search replace them
+            lost = max(lost, sum(e["self_us"] for e in facts.ops_at(counted)) / 1e6)
         restacked = next((w for w in where if restacks_window(w.file, w.line)), None)
         if restacked is not None:  # the window's stack and reduction go: a running one adds and subtracts
             lost = max(lost, sum(e["self_us"] for e in facts.ops_at(restacked)) / 1e6)
@@ -393,7 +296,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                 else line_s + (max(lost, back) if paired else lost + back)
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
                                time_lost_is="upper bound (the op's whole self time)"
-                               if not (recomputed or pairwise or factorised or restacked or copied)
+                               if not (recomputed or pairwise or factorised or restacked or copied or counted)
                                else "upper bound (all the ops of the line, which the fix removes)" if not factorised
                                else "upper bound (the line's ops but the solves with the factors, which stay)",
                                avoidable=avoidable,
@@ -411,6 +314,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                dense_diagonal_at=dense_diag.line if dense_diag else None,
                                full_factors_at=full.line if full else None,
                                separable_at=separable.line if separable else None,
+                               pair_count_at=counted.line if counted else None,
                                chain_at=chain.line if chain else None,
                                diagonal_at=diagonal.line if diagonal else None,
                                jacobian_diagonal_at=jacobian.line if jacobian else None,
@@ -457,6 +361,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                             (inverse, "inverts a matrix to multiply by its inverse"),
                             (searched, "sorts a whole tensor to find where given elements rank"),
                             (one_hot, "multiplies a one-hot matrix by a table (an embedding lookup)"),
+                            (counted, "compares every pair of two tensors' elements to count them"),
                             (restacked, "stacks the whole window it keeps again on every pass to reduce it"),
                             (copied, "copies a whole tensor or array to keep the rows an index picks"),
                             (dense_diag, "builds a multivariate normal from a diagonal made dense"),

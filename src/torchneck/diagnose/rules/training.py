@@ -21,7 +21,7 @@ from ..idioms import (
 )
 from ..rule import DOCS, Explanation, Rule, register
 from ..source import LOOPS, call_name, enclosing, walk_own
-from .ops import is_backward_op
+from .ops_evidence import is_backward_op
 
 
 class InputPipelineEvidence(Record):
