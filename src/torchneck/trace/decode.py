@@ -65,6 +65,10 @@ class ChunkColumns:
     threads: tuple[np.ndarray, np.ndarray] | None = None  # (distinct pid<<32|tid, per row: which)
     arg_pairs: tuple[np.ndarray, np.ndarray] | None = None  # (distinct shapes, types pairs; per row: which)
     grad: GradMode | None = None  # complete events recorded in grad mode, None if none
+    # found by the worker (`_sized`), so the merging thread, the load's serial part, does not:
+    sparse_rows: dict[str, np.ndarray] | None = None  # rows moving bytes ("nbytes"), with a stack ("stack")
+    bounds: dict[str, tuple[int, int]] | None = None  # (min, max) of the raw integer columns the merge narrows
+    longest: int = -1  # the longest string's length (-1: not measured)
 
 
 
@@ -400,10 +404,20 @@ def _sized(chunk: ChunkColumns, source_bytes: int) -> ChunkColumns:
     """Finish a worker's chunk: its size, and its (pid, tid) pairs (found by the scanner, else
     here, in the worker), so the merging thread only maps the few distinct pairs."""
     chunk.source_bytes = source_bytes
+    x = chunk.x
     if chunk.threads is None:  # the scanner finds them as it goes
-        chunk.threads = distinct_threads(chunk.x["pid"], chunk.x["tid"])
-    chunk.arg_pairs = distinct_arg_pairs(chunk.x["shapes"], chunk.x["types"])
+        chunk.threads = distinct_threads(x["pid"], x["tid"])
+    chunk.arg_pairs = distinct_arg_pairs(x["shapes"], x["types"])
+    chunk.sparse_rows = {"nbytes": np.flatnonzero(x["nbytes"]), "stack": np.flatnonzero(x["stack"] >= 0)}
+    if len(x["ts"]):
+        chunk.bounds = {k: (int(x[k].min()), int(x[k].max())) for k in RAW_NARROWED}
+    chunk.longest = max(map(len, chunk.strings), default=0)
     return chunk
+
+
+RAW_NARROWED = ("correlation", "device", "stream")
+"""The columns `merge` stores narrowed that a chunk holds as they will be stored (the others,
+string and thread ids, are renumbered by the merge, which knows their bounds)."""
 
 
 def decode_range(path: str, start: int, stop: int) -> ChunkColumns | None:

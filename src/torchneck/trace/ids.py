@@ -87,16 +87,16 @@ class GlobalIds:
 
     def strings_of(self, local: list[str]) -> np.ndarray:
         """Global string id of each slice-local string, with -1 appended (for "absent")."""
-        get = self.index.get
-        ids = [get(s) for s in local]
-        for i, g in enumerate(ids):
-            if g is None:
-                s = local[i]
-                g = self.index.get(s)  # a repeat within this slice
+        ids = list(map(self.index.get, local))  # nearly all known after the first slices: one C loop
+        if None in ids:
+            for i, g in enumerate(ids):
                 if g is None:
-                    g = self.index[s] = len(self.strings)
-                    self.strings.append(s)
-                ids[i] = g
+                    s = local[i]
+                    g = self.index.get(s)  # a repeat within this slice
+                    if g is None:
+                        g = self.index[s] = len(self.strings)
+                        self.strings.append(s)
+                    ids[i] = g
         ids.append(-1)
         return np.array(ids, dtype=np.int32)
 

@@ -53,9 +53,12 @@ class _Columns:
                                             for k, dt in dtypes.items()}
         self.narrow = narrow
 
-    def append(self, values: dict[str, np.ndarray], hint: int = 0, expected: int = 0) -> None:
+    def append(self, values: dict[str, np.ndarray], hint: int = 0, expected: int = 0,
+               bounds: Mapping[str, tuple[int, int]] | None = None) -> None:
         """Append a slice's columns; `hint`: the capacity to grow to, `expected`: the rows the
-        whole trace is expected to hold (from its size), which decides whether to spill."""
+        whole trace is expected to hold (from its size), which decides whether to spill;
+        `bounds`: for narrowed columns, a (low, high) their values lie within, when known
+        (else their minimum and maximum are read here)."""
         n = len(next(iter(values.values())))
         need = self.size + n
         capacity = len(next(iter(self.cols.values())))
@@ -68,7 +71,8 @@ class _Columns:
         for k in self.narrow:
             v = values[k]
             if n and self.cols[k].dtype != self.dtypes[k]:
-                wanted = _narrowest_int(int(v.min()), int(v.max()), self.dtypes[k])
+                lo, hi = bounds[k] if bounds and k in bounds else (int(v.min()), int(v.max()))
+                wanted = _narrowest_int(lo, hi, self.dtypes[k])
                 if wanted.itemsize > self.cols[k].itemsize:  # copy the rows so far, not the capacity
                     wider = spill.empty(len(self.cols[k]), wanted, rows=max(need, expected))
                     wider[:self.size] = self.cols[k][:self.size]
@@ -300,9 +304,10 @@ class Merger:
             elif kind == "window_end" and isinstance(value, float):
                 self.window_end = value if self.window_end is None else max(self.window_end, value)
         if n:
-            moved = np.flatnonzero(x["nbytes"])
+            sparse = chunk.sparse_rows or {}
+            moved = sparse["nbytes"] if "nbytes" in sparse else np.flatnonzero(x["nbytes"])
             self._keep_sparse("nbytes", moved, x["nbytes"][moved].astype(np.int64))
-            with_stack = np.flatnonzero(x["stack"] >= 0)
+            with_stack = sparse["stack"] if "stack" in sparse else np.flatnonzero(x["stack"] >= 0)
             self._keep_sparse("call_stack", with_stack, remap[x["stack"][with_stack]] + 1)
             values = {k: x[k] for k in ("ts", "dur", "cat", "correlation", "device", "stream")}
             values["name"] = remap[x["name"]]
@@ -310,7 +315,10 @@ class Merger:
             values["thread"] = self.ids.threads_of(pairs, remap)
             arg_pairs = chunk.arg_pairs if chunk.arg_pairs is not None else distinct_arg_pairs(x["shapes"], x["types"])
             values["args"] = self.ids.args_of(arg_pairs, remap)
-            self.x.append(values, size_hint, expected)
+            bounds = dict(chunk.bounds or {})  # the renumbered ids lie within the tables so far
+            bounds.update(name=(-1, int(remap.max())), thread=(0, len(self.ids.threads.pid) - 1),
+                          args=(-1, len(self.ids.arg_keys) - 1))
+            self.x.append(values, size_hint, expected, bounds)
         mem = chunk.mem
         if len(mem["ts"]):
             mem = dict(mem)
@@ -322,7 +330,8 @@ class Merger:
         the terminal report minutes, and every copy of it memory) or, for those its rows use as
         shapes, types or a call stack (parsed by the analyses), over `MAX_TEXT_CHARS`."""
         strings = chunk.strings
-        if not strings or max(map(len, strings)) <= MAX_NAME_CHARS:  # nearly always: one C-level pass
+        longest = chunk.longest if chunk.longest >= 0 else max(map(len, strings), default=0)
+        if longest <= MAX_NAME_CHARS:  # nearly always (measured by the worker, else one C-level pass)
             return
         long = [i for i, text in enumerate(strings) if len(text) > MAX_NAME_CHARS]
         x = chunk.x
