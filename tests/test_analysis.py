@@ -3,6 +3,7 @@ started inside a span."""
 
 import json
 
+import pytest
 from conftest import DATA
 
 
@@ -337,3 +338,61 @@ def test_samples_under_torchneck_s_pass_through_wrappers_are_the_program_s():
     stacks = [[0, 1, 2], [0, 1, 3], [0, 1]]
     tool = _classify_stacks(frames, stacks)[3]
     assert tool.tolist() == [False, True, True]
+
+
+def test_strided_inputs_read_the_trace_s_strides_of_the_ops_asked(tmp_path):
+    """A transposed [20000, 384] input (strides [1, 20000]) is against the grain; a contiguous one,
+    a broadcast (a zero stride), a channels-last image and a small transposed matrix are not. The
+    share is of the op's time; a gzipped trace reads the same; a trace without strides, a file
+    too large to read again and a damaged one give nothing."""
+    import gzip
+
+    from torchneck.analysis import layouts
+    from torchneck.analysis.layouts import against_the_grain, strided_inputs
+
+    assert against_the_grain([20000, 384], [1, 20000])
+    assert not against_the_grain([20000, 384], [384, 1])
+    assert not against_the_grain([20000, 384], [0, 1]) and not against_the_grain([384, 20000], [1, 0])
+    assert not against_the_grain([8, 64, 56, 56], [200704, 1, 3584, 64])  # channels_last
+    assert not against_the_grain([64, 64], [1, 64])  # 4096 elements: too small to matter
+    assert not against_the_grain([20000], [2]) and not against_the_grain("[20000, 384]", [1, 20000])
+
+    def ev(name, dur, dims, strides):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 0, "dur": dur,
+                "args": {"Input Dims": dims, "Input Strides": strides}}
+
+    events = [ev("aten::embedding_bag", 900, [[20000, 384], [159898], [20000]], [[1, 20000], [1], [1]]),
+              ev("aten::embedding_bag", 100, [[20000, 32], [159898], [20000]], [[32, 1], [1], [1]]),
+              ev("aten::addmm", 50, [[384], [20000, 384], [384, 384]], [[1], [384, 1], [1, 384]]),
+              ev("aten::sum", 10, [[1000, 100]], [[1, 1000]])]
+    plain = tmp_path / "t.json"
+    plain.write_text(json.dumps({"traceEvents": events}))
+    packed = tmp_path / "t.json.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    for path in (plain, packed):
+        found, weight = strided_inputs(str(path), ["aten::embedding_bag", "aten::addmm"])  # not sum: not asked
+        assert (found.op, found.dims, found.strides, found.calls) == ("aten::embedding_bag", [20000, 384],
+                                                                      [1, 20000], 1)
+        assert found.share == pytest.approx(0.9)
+        assert (weight.op, weight.dims, weight.share) == ("aten::addmm", [384, 384], 1.0)  # the rule skips matmuls
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(events))  # a bare list of events
+    assert [s.op for s in strided_inputs(str(bare), ["aten::embedding_bag"])] == ["aten::embedding_bag"]
+    unrecorded = tmp_path / "u.json"
+    unrecorded.write_text(json.dumps({"traceEvents": [dict(events[0], args={"Input Dims": [[20000, 384]]})]}))
+    damaged = tmp_path / "d.json"
+    damaged.write_bytes(plain.read_bytes()[:-40])
+    assert strided_inputs(str(unrecorded), ["aten::embedding_bag"]) == []
+    assert strided_inputs(str(damaged), ["aten::embedding_bag"]) == []
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(packed.read_bytes()[:60])  # a gzip stream cut short
+    assert strided_inputs(str(cut), ["aten::embedding_bag"]) == []
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps({"traceEvents": [dict(events[0], args=5)]}))  # args of another type
+    assert strided_inputs(str(odd), ["aten::embedding_bag"]) == []
+    assert strided_inputs(str(tmp_path / "missing.json"), ["aten::embedding_bag"]) == []
+    layouts.READ_MAX_BYTES, kept = 100, layouts.READ_MAX_BYTES
+    try:
+        assert strided_inputs(str(plain), ["aten::embedding_bag"]) == []
+    finally:
+        layouts.READ_MAX_BYTES = kept

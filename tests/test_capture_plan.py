@@ -414,6 +414,24 @@ def test_a_program_of_a_few_long_calls_is_profiled_in_its_work_not_after_it(run_
     assert not any(f["kind"] == "one_time_cost" and f["severity"] != "info" for f in report["findings"])
 
 
+def test_an_aggregation_over_a_transposed_view_is_named_by_its_strides(run_dir):
+    """A real run of a graph layer's aggregation over features handed out as `feats.T` (round 24's
+    GraphSAGE in small): the trace's "Input Strides" show embedding_bag's input column-major, and
+    the top finding is op_hotspot at the aggregation's line with the contiguous fix, not the
+    model's compute."""
+    script = SCRIPTS / "transposed_features.py"
+    r = torchneck("run", "--quiet", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = read_report(run_dir)
+    top = report["findings"][0]
+    line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if "F.embedding_bag(" in text)
+    assert top["kind"] == "op_hotspot" and top["severity"] != "info" and top["where"][0]["line"] == line, top
+    assert top["evidence"]["strided_at"] == line and "strides [1, 20000]" in top["evidence"]["strided_input"]
+    assert ".contiguous()" in top["fix"]
+    strided = {s["op"] for s in report["ranks"][0]["ops"]["strided_inputs"]}
+    assert "aten::_embedding_bag_forward_only" in strided
+
+
 def test_a_long_call_is_one_long_sample_on_the_cpu_at_the_user_s_own_line():
     """Readings are (stack, wall ns, CPU ns, run-queue ns). A 0.8 s interval computing at stack 1
     (the user's line) is a long call, starting at the reading before it; a sleep (off the CPU), an

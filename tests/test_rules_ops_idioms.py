@@ -423,3 +423,28 @@ def test_pairs_compared_all_against_all_to_count_them(tmp_path):
     assert f.severity != "info" and f.time_lost_s == pytest.approx(0.074)
     aligned = check(11)
     assert aligned.evidence["pair_count_at"] is None and "searchsorted" not in aligned.fix
+
+
+@fires("op_hotspot")
+def test_an_op_fed_a_view_against_the_grain(tmp_path):
+    """Round 24's GraphSAGE: PCA-whitened features returned as `whitened.T`, a column-major
+    [20000, 384] view; embedding_bag over it takes a strided loop (93 % of the window). The trace's
+    strides name it at the op's line; a matmul (BLAS reads a transposed operand as it is), a view
+    in a few of the op's calls, and an op fed contiguous tensors are not it."""
+    from torchneck.model.analysis import StridedInput
+
+    def check(op, share=0.99):
+        by_line = [{"op": op, "file": "/x/model.py", "line": 17, "function": "forward", "self_us": 93_000.0,
+                    "count": 20}]
+        strided = [StridedInput(op=op, dims=[20000, 384], strides=[1, 20000], calls=10, share=share)]
+        ops = analysis(by_name=[_op(op, 93_000.0, 20)], strided_inputs=strided)
+        [f] = OpHotspot().check(facts(analysis=ops, ops_by_line=by_line))
+        return f
+
+    f = check("aten::_embedding_bag_forward_only")
+    assert f.evidence["strided_at"] == 17 and f.where[0].line == 17 and "contiguous" in f.fix
+    assert f.evidence["strided_input"] == "[20000, 384] with strides [1, 20000]" and f.severity != "info"
+    assert f.time_lost_s == pytest.approx(0.093 * 0.99)
+    for quiet in (check("aten::addmm"), check("aten::_embedding_bag_forward_only", share=0.2)):
+        assert quiet.evidence["strided_at"] is None and quiet.severity == "info"
+    assert check("aten::copy_").evidence["strided_at"] is None  # a copy takes views: it may be the fix

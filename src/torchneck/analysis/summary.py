@@ -28,6 +28,7 @@ from .gpu import end_of_launched_work, gpu_summary
 from .groups import totals_by_id
 from .key_averages import TableOptions, key_averages
 from .labels import label_table
+from .layouts import strided_inputs
 from .memory import memory_summary
 from .nesting import Nesting, host_nesting
 from .ops import (
@@ -47,6 +48,9 @@ from .steps import BREAKDOWN_CATEGORIES, find_steps, step_breakdown
 from .syncs import host_syncs
 from .trace_stacks import user_code_of
 
+STRIDES_READ_FOR = 5
+"""The top ops (by self time) whose inputs' strides are read (`layouts.strided_inputs`): a rule
+names an op's layout only when the op dominates the window."""
 OPS_BY_NAME = 30
 """Op names kept in the analysis's by-name table (most self time first); the backward nodes
 are read from all of them."""
@@ -102,6 +106,8 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None,
             optimizer=optimizer_work(t, nesting, rows, cpu_ops),
             training_ops=int(np.count_nonzero(t.names_matching(is_training_event)[t.name])) if len(t) else 0,
         )
+        strided = None if lean else background.submit(  # a second read of a small file, beside this thread's work
+            strided_inputs, trace.meta.path, [o.name for o in every_op[:STRIDES_READ_FOR]])
         del cpu_ops
         syncs = host_syncs(t, nesting, rows, place=lambda ops, waits: user_code_of(trace, nesting, ops, waits))
         memory = memory_summary(t, trace.memory, lo, hi, nesting,
@@ -110,6 +116,7 @@ def analyze_with_nesting(trace: Trace, nesting: Nesting | None = None,
         labels = label_table(trace, nesting, rows, span)
         gpu, breakdown, comm = gpu.result(), breakdown.result(), comm.result()
         averaged = averages.result() if averages is not None else None
+        ops.strided_inputs = strided.result() if strided is not None else []
     durations = np.array([s.duration for s in steps])
     totals = {k: float(sum(b[k] for b in breakdown)) for k in BREAKDOWN_CATEGORIES}
     analysis = RankAnalysis(

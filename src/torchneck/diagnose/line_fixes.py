@@ -85,6 +85,12 @@ LINE_IDIOM_FIXES: tuple[tuple[str, str], ...] = (
      "blur is): k * k multiply-adds a pixel, backward included. Convolve with the 1-D filter along one axis, "
      "then the other: F.conv2d(F.conv2d(x, g.view(1, 1, 1, k), padding=(0, r)), g.view(1, 1, k, 1), "
      "padding=(r, 0)): 2k a pixel, the same result."),
+    ("strided_at",
+     "Line {at} runs this op on a tensor whose last dimension is not contiguous in memory: a transposed or "
+     "permuted view (`.T`, `.t()`, `.transpose()`, `.permute()`, `.mT`) kept as it is. Gathers and "
+     "reductions (embedding_bag, index_select, gather, sum over rows) then read it element by element or "
+     "take a strided fallback kernel, often ten times slower. Make it contiguous once, where the view is "
+     "made (`x = x.T.contiguous()`, or compute it in the layout it is used in), not on every call."),
     ("pair_count_at",
      "Line {at} compares every element of one tensor with every element of another (an N x M boolean "
      "tensor) to count the pairs: sort one side once and count with a binary search, O((N + M) log M) and no "

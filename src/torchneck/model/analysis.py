@@ -217,6 +217,20 @@ class FilledThenCopied(Record):
     copy_us: float = 0.0
 
 
+class StridedInput(Record):
+    """An op called with an input whose last dimension is not contiguous in memory (a transposed
+    or permuted view), from the trace's "Input Strides" (analysis/layouts.strided_inputs)."""
+
+    op: str
+    dims: list[int]
+    strides: list[int]
+    """In elements, as the trace records them: [1, 20000] for a [20000, 384] input is column-major."""
+    calls: int
+    """The op's calls with such an input."""
+    share: float
+    """Their share of the op's time (by duration)."""
+
+
 class MainThread(Record):
     """The thread that ran most CPU ops (empty when the window has none)."""
 
@@ -244,6 +258,9 @@ class Ops(Record):
     step anywhere in the trace: the program trains (the top ops of `by_name` may not show them)."""
     backward_nodes: list[BackwardNode] = []
     """The autograd nodes the window's backward passes ran, by kind, with their forward op's calls."""
+    strided_inputs: list[StridedInput] = []
+    """The top ops (`by_name`'s first few) fed a tensor against the grain, when the trace records
+    strides and is small enough to read them again."""
 
 
 class IdleBreakdown(Record):

@@ -238,6 +238,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             lost = max(lost, sum(e["self_us"] for e in facts.ops_at(one_hot)) / 1e6,
                        sampled_under(facts, one_hot.file, one_hot.line) * facts.window_s) \
                 + (facts.backward_us_at(one_hot) + sum(e["self_us"] for w in bag for e in facts.ops_at(w))) / 1e6
+        strided = next((s for s in a.ops.strided_inputs if s.op == top.name and s.share >= self.STRIDED_MIN_SHARE),
+                       None) if where and top.name not in {*self.MATMULS, *CONVOLUTION_OPS, *self.LAYOUT_OPS} else None
+        if strided is not None:  # its calls on the view, an upper bound: a contiguous input still costs a pass
+            lost = top.self_us * strided.share / 1e6
         counted = next((w for w in where if pairwise_comparison_count(w.file, w.line)), None)
         if counted is not None:  # every op of the line goes: a sort and a search replace them
             lost = max(lost, sum(e["self_us"] for e in facts.ops_at(counted)) / 1e6)
@@ -315,6 +319,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                full_factors_at=full.line if full else None,
                                separable_at=separable.line if separable else None,
                                pair_count_at=counted.line if counted else None,
+                               strided_at=where[0].line if strided else None,
+                               strided_input=f"{strided.dims} with strides {strided.strides}" if strided else None,
                                chain_at=chain.line if chain else None,
                                diagonal_at=diagonal.line if diagonal else None,
                                jacobian_diagonal_at=jacobian.line if jacobian else None,
@@ -362,6 +368,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                             (searched, "sorts a whole tensor to find where given elements rank"),
                             (one_hot, "multiplies a one-hot matrix by a table (an embedding lookup)"),
                             (counted, "compares every pair of two tensors' elements to count them"),
+                            (where[0] if strided else None, f"runs it on a view whose last dimension is not "
+                             f"contiguous ({ev.strided_input}: a transposed or permuted tensor)"),
                             (restacked, "stacks the whole window it keeps again on every pass to reduce it"),
                             (copied, "copies a whole tensor or array to keep the rows an index picks"),
                             (dense_diag, "builds a multivariate normal from a diagonal made dense"),
@@ -512,6 +520,13 @@ class OpHotspot(Rule[OpHotspotEvidence]):
         lines = [w for w in facts.lines_for_ops({forward}, limit=6) if (w.file, w.line) not in backward_lines][:3]
         return (forward, name, lines) if lines else None
 
+    LAYOUT_OPS = frozenset({"aten::t", "aten::transpose", "aten::permute", "aten::view", "aten::reshape",
+                            "aten::as_strided", "aten::expand", "aten::contiguous", "aten::clone", "aten::copy_",
+                            "aten::to", "aten::_to_copy", "aten::numpy_T"})
+    """Ops that make or copy a view: a strided input is what they take (a `.contiguous()` is the fix)."""
+    STRIDED_MIN_SHARE = 0.5
+    """An op fed a view against the grain in most of its time is slowed by it (the trace's strides,
+    `analysis/layouts.py`); a few such calls among many are not its cost."""
     MATMULS = ("aten::mm", "aten::addmm", "aten::matmul", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::mv",
                "aten::addmv", "aten::addmv_")
     """Products whose work a sparse operand would shrink to its non-zeros."""

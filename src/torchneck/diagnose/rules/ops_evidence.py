@@ -73,6 +73,10 @@ class OpHotspotEvidence(Record):
     """The line that sorts a whole tensor to keep its first elements (a top-k by a full sort)."""
     separable_at: int | None = None
     """A line convolving with an outer product of 1-D filters (a separable kernel) in 2-D."""
+    strided_at: int | None = None
+    """A line running the op on a view whose last dimension is not contiguous (`strided_input`)."""
+    strided_input: str | None = None
+    """That input's dims and strides, as the trace records them (`[20000, 384] with strides [1, 20000]`)."""
     pair_count_at: int | None = None
     """A line comparing every pair of two tensors' elements to count them (an AUC by its definition)."""
     full_factors_at: int | None = None
@@ -87,7 +91,7 @@ IDIOM_FIELDS = ("densified_at", "mostly_zero_shape", "one_hot_at", "grouped_by_m
                 "recomputed_at", "chain_at", "gradient_asked_at", "inverse_at", "diagonal_at", "jacobian_diagonal_at",
                 "determinant_at", "rank_by_sort", "refactorised_at", "top_k_by_sort", "dense_embedding_rows",
                 "window_restacked_at", "copied_whole_at", "dense_diagonal_at", "full_factors_at",
-                "separable_at", "pair_count_at")
+                "separable_at", "pair_count_at", "strided_at")
 """`OpHotspotEvidence` fields naming a slower way to the op's result than needed, read from the
 source or the capture: the op is then a cause, not the model's compute."""
 
