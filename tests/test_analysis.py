@@ -346,6 +346,7 @@ def test_strided_inputs_read_the_trace_s_strides_of_the_ops_asked(tmp_path):
     share is of the op's time; a gzipped trace reads the same; a trace without strides, a file
     too large to read again and a damaged one give nothing."""
     import gzip
+    import os
 
     from torchneck.analysis import layouts
     from torchneck.analysis.layouts import against_the_grain, strided_inputs
@@ -391,6 +392,9 @@ def test_strided_inputs_read_the_trace_s_strides_of_the_ops_asked(tmp_path):
     odd.write_text(json.dumps({"traceEvents": [dict(events[0], args=5)]}))  # args of another type
     assert strided_inputs(str(odd), ["aten::embedding_bag"]) == []
     assert strided_inputs(str(tmp_path / "missing.json"), ["aten::embedding_bag"]) == []
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # read once by the loader; opening it again would wait for a writer forever
+    assert strided_inputs(str(fifo), ["aten::embedding_bag"]) == []
     layouts.READ_MAX_BYTES, kept = 100, layouts.READ_MAX_BYTES
     try:
         assert strided_inputs(str(plain), ["aten::embedding_bag"]) == []

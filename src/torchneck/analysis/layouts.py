@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import os
 import zlib
 from collections.abc import Collection
 from typing import Any
@@ -66,7 +67,7 @@ def strided_inputs(path: str, names: Collection[str]) -> list[StridedInput]:
     first such input's dims and strides, how many of its calls had one, and the share of the op's
     time they took. Empty when the file is large, unreadable or records no strides."""
     try:
-        if not names:
+        if not names or not os.path.isfile(path):  # a pipe or a device is not read twice (nor waited on)
             return []
         with open(path, "rb") as f:
             gzipped = f.read(2) == b"\x1f\x8b"
