@@ -55,10 +55,10 @@ page faults again in the next load (a worker reading hundreds of small rank trac
 
 THREAD_RANGE_BLOCKS = 2
 """Slices (`slices.BLOCK_BYTES`) of an uncompressed file a worker thread decodes at once (read
-where they lie, mapped): two, so the merging thread, the load's serial part, maps each distinct string and thread
-half as often. `trace_speed.py` on 1 GB: 4 MB 2.29 s / 150 MB, 8 MB 2.15 s / 149 MB, 16 MB 2.18 s
-/ 183 MB (3 runs each; the mapped pages of the ranges in flight count in the RSS); 8 MB against
-4 MB interleaved (`--against`, 4 pairs): x0.98 time, x1.01 memory."""
+where they lie, mapped): two, so the merging thread, the load's serial part, maps each distinct
+string and thread half as often. `trace_speed.py` on 1 GB: 4 MB 2.29 s / 150 MB, 8 MB 2.15 s /
+149 MB, 16 MB 2.18 s / 183 MB (3 runs each; the mapped pages of the ranges in flight count in the
+RSS); 8 MB against 4 MB interleaved (`--against`, 4 pairs): x0.98 time, x1.01 memory."""
 
 PARALLEL_MIN_BYTES = 96 << 20
 """Uncompressed size from which slices the native scanner declines (so msgspec decodes them,

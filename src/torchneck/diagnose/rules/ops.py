@@ -72,7 +72,10 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     Slower ways to the op's result read from the source (idioms.py, loop_invariants.py,
     chains.py) make it a cause too: a broadcast product or a squared broadcast difference reduced
     (a matmul, `torch.cdist`), a value recomputed on every pass of its loop, a matrix chain
-    multiplied left to right into a vector, a gradient asked of data the step indexes, and more.
+    multiplied left to right into a vector, a gradient asked of data the step indexes, every pair
+    of two tensors compared to count them (a sort and `searchsorted`), and more. So is a gather
+    or reduction fed, in most of its time, a view whose last dimension is not contiguous (a
+    transposed tensor kept as it is: the trace's strides, `analysis/layouts.py`).
 
     Time lost: the op's self time, an upper bound (what removing the op entirely would save); for
     a per-group mask, the ops of the mask's line and the selecting ops of the lines using it
@@ -80,7 +83,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     helper called the same way on every pass of a loop, the sampled time under that call); for a
     squared broadcast difference or a one-hot product, the ops of its line (its sampled time, for
     the one-hot matrix) and the backward nodes differentiating them (`Facts.backward_us_at`); for
-    a line outside the window, its sampled time inside torch ops."""
+    pairs compared to count them, all the ops of the line; for a strided input, the op's self time
+    in the calls fed it; for a line outside the window, its sampled time inside torch ops."""
 
     kind = "op_hotspot"
     summary = "One operator takes a large share of the steps (avoidable data movement, or context)."
