@@ -428,6 +428,7 @@ def test_an_aggregation_over_a_transposed_view_is_named_by_its_strides(run_dir):
     assert top["kind"] == "op_hotspot" and top["severity"] != "info" and top["where"][0]["line"] == line, top
     assert top["evidence"]["strided_at"] == line and "strides [1, 20000]" in top["evidence"]["strided_input"]
     assert ".contiguous()" in top["fix"]
+    assert top["where"][1]["line"] == planted_line(script)  # the one function returning a transposed view
     strided = {s["op"] for s in report["ranks"][0]["ops"]["strided_inputs"]}
     assert "aten::_embedding_bag_forward_only" in strided
 

@@ -448,3 +448,21 @@ def test_an_op_fed_a_view_against_the_grain(tmp_path):
     for quiet in (check("aten::addmm"), check("aten::_embedding_bag_forward_only", share=0.2)):
         assert quiet.evidence["strided_at"] is None and quiet.severity == "info"
     assert check("aten::copy_").evidence["strided_at"] is None  # a copy takes views: it may be the fix
+
+
+def test_the_functions_returning_a_transposed_view_are_found_in_the_program_s_folders(tmp_path):
+    """`return x.T` (or `.transpose()`, `.permute()`) hands callers a view against the grain; a
+    view made contiguous, one kept in a local variable, and another folder's modules are not it;
+    the finding's own file is searched first, then its folder's other modules."""
+    from torchneck.diagnose.chains import views_returned_near
+
+    pkg, other = tmp_path / "pkg", tmp_path / "other"
+    pkg.mkdir()
+    other.mkdir()
+    (pkg / "graph.py").write_text("def whiten(w, c):\n    out = w @ c.T\n    return out.T\n"
+                                  "def fixed(w):\n    return w.T.contiguous()\n")
+    (pkg / "model.py").write_text("def heads(x):\n    h = x.T\n    return x.permute(0, 2, 1)\n")
+    (pkg / "notes.txt").write_text("return x.T\n")
+    (other / "far.py").write_text("def far(x):\n    return x.T\n")
+    assert views_returned_near([str(pkg / "model.py")]) == [(str(pkg / "model.py"), 3), (str(pkg / "graph.py"), 3)]
+    assert views_returned_near([str(tmp_path / "missing" / "x.py")]) == []

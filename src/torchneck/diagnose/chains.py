@@ -9,9 +9,10 @@ lookup done as a dense product, and the full factors of a tall matrix where the 
 from __future__ import annotations
 
 import ast
+import os
 
 from .idioms import REDUCTIONS
-from .source import _assigned_before, _tree, _user_function, block_of, call_name, enclosing, walk_own
+from .source import _assigned_before, _resolved, _tree, _user_function, block_of, call_name, enclosing, walk_own
 
 INDEXING_OPS = frozenset({"aten::index", "aten::index_select", "aten::gather", "aten::slice", "aten::select"})
 """Forward ops whose backward writes into a zero tensor as large as the one indexed."""
@@ -147,6 +148,43 @@ def pairwise_comparison_count(file: str, line: int) -> bool:
                 and (widened_here(operand.left) or widened_here(operand.comparators[0])):
             return True
     return False
+
+
+TRANSPOSING_CALLS = frozenset({"t", "transpose", "permute", "swapaxes", "swapdims", "movedim", "moveaxis"})
+"""Methods returning a view with the dimensions reordered (no copy: its last one not contiguous)."""
+VIEWS_SEARCHED_FILES = 128
+"""Modules of a program's own folders searched for a function returning a transposed view (the
+files the finding names first)."""
+
+
+def views_returned_near(files: list[str]) -> list[tuple[str, int]]:
+    """The `return x.T` statements (or `.t()`, `.transpose(...)`, `.permute(...)`, `.mT`: a view
+    with its dimensions reordered, not made contiguous) in `files` and the other Python modules of
+    their folders (the program's own code): a function handing such a view to its callers is
+    where a tensor read against the grain usually comes from (a whitening or projection computed
+    feature-major, returned transposed). Files named as `files` name their folder."""
+    searched = list(dict.fromkeys(files))
+    for folder in sorted({os.path.dirname(f) for f in files}):
+        try:
+            names = sorted(n for n in os.listdir(_resolved(folder) if folder else ".") if n.endswith(".py"))
+        except OSError:
+            continue
+        searched += [p for p in (os.path.join(folder, n) for n in names) if p not in searched]
+    found: list[tuple[str, int]] = []
+    for path in searched[:VIEWS_SEARCHED_FILES]:
+        tree = _tree(path)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Return) and _transposed(node.value):
+                found.append((path, node.lineno))
+    return found
+
+
+def _transposed(value: ast.expr | None) -> bool:
+    """`x.T` (`.mT`, `.H`, `.mH`) or `x.transpose(...)` and the like, outermost (not made contiguous)."""
+    if isinstance(value, ast.Attribute):
+        return value.attr in ("T", "mT", "H", "mH")
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+        and value.func.attr in TRANSPOSING_CALLS
 
 
 SQUARING_CALLS = frozenset({"pow", "square", "abs"})

@@ -4,6 +4,7 @@ data: dtype.py)."""
 
 from __future__ import annotations
 
+import os
 import re
 
 from ...model.analysis import OpRow
@@ -27,6 +28,7 @@ from ..chains import (
     separable_kernel,
     separable_share,
     thin_share,
+    views_returned_near,
 )
 from ..dense import buffer_built_at, dense_built_in, densified_operand
 from ..facts import Facts, where_of
@@ -385,6 +387,11 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                 ev.avoidable = avoidable = True
                 what = f": line {idiom.line} {does}"
                 where = [idiom, *(w for w in where if (w.file, w.line) != (idiom.file, idiom.line))]
+        returned = views_returned_near([w.file for w in where]) if strided is not None else []
+        if len(returned) == 1:  # the one function of the program returning a transposed view: where it comes from
+            (file, line), = returned
+            what += f", the view returned at line {line} of {os.path.basename(file)}"
+            where = [where[0], Where(file=file, line=line, function=function_at(file, line)), *where[1:]]
         indexing = ([*paired[2]] if paired else []) + facts.lines_for_ops(set(INDEXING_OPS))
         asked = next(((w, at) for w in indexing if (at := gradient_asked_for(w.file, w.line))), None) \
             if paired or top.name in GRADIENT_FILL_OPS else None
