@@ -391,6 +391,10 @@ def test_strided_inputs_read_the_trace_s_strides_of_the_ops_asked(tmp_path):
     odd = tmp_path / "odd.json"
     odd.write_text(json.dumps({"traceEvents": [dict(events[0], args=5)]}))  # args of another type
     assert strided_inputs(str(odd), ["aten::embedding_bag"]) == []
+    deep = tmp_path / "deep.json"  # nesting past msgspec's depth in a field read as it is (round 24's fuzz)
+    deep.write_text('{"traceEvents": [' + json.dumps(events[0]) + ', {"ph": "X", "name": ' + "[" * 5000
+                    + "]" * 5000 + "}]}")
+    assert strided_inputs(str(deep), ["aten::embedding_bag"]) == []
     assert strided_inputs(str(tmp_path / "missing.json"), ["aten::embedding_bag"]) == []
     fifo = tmp_path / "fifo.json"
     os.mkfifo(fifo)  # read once by the loader; opening it again would wait for a writer forever

@@ -76,7 +76,8 @@ def strided_inputs(path: str, names: Collection[str]) -> list[StridedInput]:
         if len(data) > READ_MAX_BYTES or b"Input Strides" not in data:
             return []
         doc = _DOCUMENT.decode(data)
-    except (OSError, EOFError, ValueError, zlib.error, msgspec.DecodeError, msgspec.ValidationError):
+    except (OSError, EOFError, ValueError, RecursionError, zlib.error, msgspec.DecodeError,
+            msgspec.ValidationError):  # RecursionError: msgspec's answer to deep nesting under `Any`
         return []  # the loader said what it could read; strides are extra
     events = doc.traceEvents if isinstance(doc, _Document) else doc
     wanted = set(names)
