@@ -23,8 +23,8 @@ def worker() -> None:
 workers = [threading.Thread(target=worker) for _ in range(2)]
 for t in workers:
     t.start()
-for _ in range(300):
-    requests.put(torch.randn(64, 256))
+for _ in range(300):  # batches of 256: the workers' loop outlasts the capture's steady-state hold on a fast machine
+    requests.put(torch.randn(256, 256))
 labels = [answers.get() for _ in range(300)]
 for _ in workers:
     requests.put(None)
