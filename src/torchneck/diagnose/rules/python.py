@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Collection
 
 from ...analysis.ops import BACKWARD_NODE
@@ -576,6 +577,10 @@ def _call_path(facts: Facts, line: dict, frames: int = 5) -> list[dict]:
     return path[:frames]
 
 
+_COMPREHENSION_FRAME = re.compile(r"\.<locals>\.<(?:genexpr|listcomp|setcomp|dictcomp)>$")
+"""The suffix of a generator's or comprehension's frame name (Python 3.11: frames of their own)."""
+
+
 def _invariant_caller(facts: Facts, line: dict) -> tuple[int, str, float] | None:
     """Up the sampled call path of the hot line (three calls at most), a call made with the same
     arguments on every pass: in a loop with arguments the loop does not change, or in a function
@@ -586,7 +591,9 @@ def _invariant_caller(facts: Facts, line: dict) -> tuple[int, str, float] | None
     inclusive = ((facts.python or {}).get("window") or {}).get("inclusive_lines") or []
     for k in range(1, min(len(path), 4)):
         below, caller = path[k - 1], path[k]
-        called = (below.get("function") or "").rsplit(".", 1)[-1]
+        # a generator's or comprehension's frame stands for the function holding it (the same step,
+        # `_call_path`): `slow_penalty.<locals>.<genexpr>` is a call of slow_penalty
+        called = _COMPREHENSION_FRAME.sub("", below.get("function") or "").rsplit(".", 1)[-1]
         if not called or called.startswith("<") or not caller.get("file"):
             continue
         up = path[k + 1] if k + 1 < len(path) else None
