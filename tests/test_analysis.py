@@ -404,3 +404,46 @@ def test_strided_inputs_read_the_trace_s_strides_of_the_ops_asked(tmp_path):
         assert strided_inputs(str(plain), ["aten::embedding_bag"]) == []
     finally:
         layouts.READ_MAX_BYTES = kept
+
+
+def test_the_steady_state_of_a_loop_without_steps_begins_where_the_loop_was_entered():
+    """f_newton_logreg: the capture plan saw the Newton loop steady at 0.82 s (its stacks must
+    repeat for a while), but the loop was entered at 0.03 s; a fifth of the run was counted as
+    start-up and every window share applied to too short a steady state. The steady samples
+    share main's call of the solver: walking back, the samples under that call belong to the
+    loop (a line below those seen is an earlier pass's tail); the data set-up above does not."""
+    import pytest
+
+    from torchneck.analysis.python_stacks import load_samples
+    from torchneck.analysis.run import run_phases
+
+    frames = [["<module>", "n.py", 127], ["main", "n.py", 106], ["make_data", "n.py", 24],
+              ["main", "n.py", 114], ["newton", "n.py", 84], ["newton", "n.py", 88], ["cg", "n.py", 59],
+              ["newton", "n.py", 91]]
+    stacks = [[0, 1, 2], [0, 3, 4], [0, 3, 5, 6], [0, 3, 7]]
+    # 30 ms of data set-up, then the loop: passes of 10 x 23 ms in cg, a 1 ms test at line 91
+    samples = [[0, 0.01, 0.01, 0.0]] * 3
+    for _ in range(8):
+        samples += [[1, 0.001, 0.001, 0.0]] + [[2, 0.023, 0.023, 0.0]] * 10 + [[3, 0.001, 0.001, 0.0]]
+    data = {"format": 5, "frames": frames, "stacks": stacks, "samples": samples, "start_monotonic_ns": 1_000_000}
+    start = 0  # the run's clock began 1 ms before the sampler
+    ended = 1_000_000 + int(sum(s[1] for s in samples) * 1e9)
+    seen_at = 1_000_000 + int(1.2 * 1e9)  # the plan's steady state: late in the loop
+    run = {"started_monotonic_ns": start, "ended_monotonic_ns": ended,
+           "clock": {"ticks": [], "window_start_ns": seen_at + 100_000_000, "window_end_ns": ended - 50_000_000},
+           "capture": {"plan": "loop", "steady_from_ns": seen_at}}
+    assert run_phases(run)["phases"]["startup_s"] == pytest.approx(1.201, abs=1e-3)  # without the samples
+    phases = run_phases(run, load_samples(data))["phases"]
+    assert phases["startup_s"] == pytest.approx(0.031, abs=1e-3)  # the loop's first sample began at 30 ms
+    # a slice (no repeating stacks) or a step clock keeps its own start
+    assert run_phases(dict(run, capture={"plan": "slice", "steady_from_ns": seen_at}),
+                      load_samples(data))["phases"]["startup_s"] == pytest.approx(1.201, abs=1e-3)
+    # an import on the way back ends the walk: a one-time cost stays start-up
+    stacks_imp = stacks + [[0, 3, 4, 8]]
+    frames_imp = frames + [["_find_and_load", "<frozen importlib._bootstrap>", 1]]
+    imported = [list(s) for s in samples]
+    imported[20] = [4, 0.023, 0.023, 0.0]
+    phases = run_phases(run, load_samples(dict(data, frames=frames_imp, stacks=stacks_imp, samples=imported)))["phases"]
+    # (sample 20, in the second pass: the first pass, the second's start and its five cg samples)
+    assert phases["startup_s"] == pytest.approx(0.001 + 0.03 + (0.001 + 10 * 0.023 + 0.001) + 0.001 + 5 * 0.023,
+                                                abs=1e-3)

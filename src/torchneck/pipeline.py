@@ -93,7 +93,7 @@ def report_from_run_dir(run_dir: Path, tables: TableOptions | None = None) -> Re
     env = read_json(run_dir / "env.json", required=False) or {}
     env["settings_at_end"] = run.get("settings_at_end")
     samples = load_samples(samples_data or {})
-    phases = run_phases(run)
+    phases = run_phases(run, samples)
     analysis = None
     op_s = None
     ops_lines: list[dict] = []

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from ..sites import TOOL_FRAME, UNSAMPLED_FRAME
 from ..trace.table import Cat, Trace
 from .intervals import merge
 from .nesting import Nesting, host_nesting
@@ -15,10 +16,14 @@ from .python_stacks import THREAD_WAIT_FILES, Samples, hotspots, sample_index_at
 from .steps import find_steps
 from .trace_stacks import describe_site, has_call_stacks, trace_site_keys
 
+LOOP_SAMPLES_MIN = 5
+"""Samples of the steady state needed to tell the loop's frames from chance."""
 
-def run_phases(run: dict) -> dict:
+
+def run_phases(run: dict, samples: Samples | None = None) -> dict:
     """Split the run's wall time at the step clock's ticks (or, without steps, where the capture
-    plan saw the steady state begin).
+    plan saw the steady state begin, or, with the run's samples, where the loop it saw was entered:
+    `loop_entered_ns`).
 
     startup: script start to the steady state: the first step boundary (imports, data and model
     set-up, the first step with its lazy initialisation and compilation), or earlier, where the
@@ -36,7 +41,9 @@ def run_phases(run: dict) -> dict:
     w0, w1 = profiled_span(run)
     # a program without steps whose work is long calls (nothing repeats): its work began at the first
     long_call = capture.get("long_call_from_ns") if not ticks else None
-    steady = min([t for t in (capture.get("steady_from_ns"), ticks[0] if ticks else None, long_call) if t] or [end])
+    entered = loop_entered_ns(samples, run) if samples is not None and not ticks else None
+    steady = min([t for t in (capture.get("steady_from_ns"), ticks[0] if ticks else None, long_call, entered) if t]
+                 or [end])
     first = ticks[0] if ticks else steady
     if w0 is None or w1 is None:  # nothing profiled: no window
         w0 = w1 = end
@@ -66,6 +73,60 @@ def run_phases(run: dict) -> dict:
         "unprofiled_step_s": unprofiled,
         "profiling_slowdown": profiled / unprofiled if profiled and unprofiled else None,
     }
+
+
+def loop_entered_ns(s: Samples, run: dict) -> int | None:
+    """When the loop the capture plan saw repeating (plan "loop": no step clock) was entered: the
+    plan needs its stacks to repeat for a while, and its checks come every few ms, so it sees
+    the steady state late (a Newton solver's loop entered 0.03 s into the run, seen steady at
+    0.82 s: a fifth of the run counted as start-up, and every window share applied to too short a
+    steady state). The steady state's samples (from the plan's start to the window's end) share
+    their outer frames (the call that runs the loop, to its line) and, one frame deeper, one
+    function from the first line they were seen at (the loop's first line: set-up is above it;
+    a line below the lines seen, met walking back, is an earlier pass's tail, a Newton step's
+    convergence test); walking back from the plan's start, the samples that still do belong to
+    the loop. An import or a compilation ends the walk: a one-time cost is start-up even when the
+    loop made it. None when nothing earlier is found."""
+    capture = run.get("capture") or {}
+    since = capture.get("steady_from_ns")
+    origin = s.start_monotonic_ns
+    if capture.get("plan") != "loop" or not since or not origin or not len(s.end_s):
+        return None
+    clock = run.get("clock") or {}
+    until = clock.get("window_end_ns") or run["ended_monotonic_ns"]
+    first = int(np.searchsorted(s.end_s, (since - origin) / 1e9, side="left"))
+    last = int(np.searchsorted(s.end_s, (until - origin) / 1e9, side="right"))
+    steady = [s.stacks[i] for i in range(first, min(last, len(s.stacks))) if not _synthetic(s, s.stacks[i])]
+    if len(steady) < LOOP_SAMPLES_MIN or first == 0:
+        return None
+    depth = 0  # the frames all the steady samples share, to the line
+    while all(len(st) > depth for st in steady) and len({st[depth] for st in steady}) == 1:
+        depth += 1
+    prefix = steady[0][:depth]
+    body = {tuple(s.frames[st[depth]][:2]) for st in steady if len(st) > depth}
+    if len(body) != 1:
+        return None
+    low = min(s.frames[st[depth]][2] for st in steady if len(st) > depth)
+    (function, file), = body
+    entered = first
+    for i in range(first - 1, -1, -1):
+        st = s.stacks[i]
+        if _synthetic(s, st):
+            continue
+        if s.importing[i] or s.compiling[i] or st[:depth] != prefix or len(st) <= depth:
+            break
+        frame = s.frames[st[depth]]
+        if (frame[0], frame[1]) != (function, file) or frame[2] < low:
+            break
+        entered = i
+    if entered == first:
+        return None
+    return origin + int(round((s.end_s[entered] - s.dur_s[entered]) * 1e9))
+
+
+def _synthetic(s: Samples, stack: list[int]) -> bool:
+    """A sample of torchneck's own work or of a pause, not of the program's stack."""
+    return len(stack) == 1 and s.frames[stack[0]][0] in (TOOL_FRAME, UNSAMPLED_FRAME)
 
 
 def profiled_span(run: dict) -> tuple[int | None, int | None]:

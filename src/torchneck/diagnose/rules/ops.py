@@ -288,6 +288,8 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                         None) if top.name in self.PAIRWISE_OPS and broadcast is None else None
         chain = next((w for w in where if chain_ends_in_vector(w.file, w.line, {e["op"] for e in facts.ops_at(w)})),
                      None) if top.name in self.MATMULS else None
+        if chain is not None:  # the whole matrix's product and the ops building its factors go: mat-vecs stay
+            lost = max(lost, sum(e["self_us"] for e in facts.ops_at(chain)) / 1e6)
         recomputed = next((w for w in where if invariant_statement(w.file, w.line)), None) \
             if pairwise is None and broadcast is None else None
         if recomputed is not None:  # every pass after the first redoes all of that line's ops
@@ -306,7 +308,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                 else line_s + (max(lost, back) if paired else lost + back)
         ev = OpHotspotEvidence(self_us=top.self_us, count=top.count, mean_us=top.mean_us, share=share,
                                time_lost_is="upper bound (the op's whole self time)"
-                               if not (recomputed or pairwise or factorised or restacked or copied or counted)
+                               if not (recomputed or pairwise or factorised or restacked or copied or counted or chain)
                                else "upper bound (all the ops of the line, which the fix removes)" if not factorised
                                else "upper bound (the line's ops but the solves with the factors, which stay)",
                                avoidable=avoidable,
