@@ -9,7 +9,8 @@ from rule_cases import analysis, facts, fires, silent
 
 from torchneck.capture.call_inputs import SiteInputs, content_fingerprint, padded_past_longest
 from torchneck.diagnose.padding import fixed_length_lines, pads_to_max_length
-from torchneck.diagnose.rules.calls import PaddingWaste, RepeatedCall, UnbatchedCalls, UncachedGeneration, sampled_under
+from torchneck.diagnose.rules.calls import PaddingWaste, UnbatchedCalls, UncachedGeneration, sampled_under
+from torchneck.diagnose.rules.repeats import RepeatedCall
 from torchneck.model.analysis import OpRow
 
 SERVER = '''import torch

@@ -25,6 +25,20 @@ def test_python_hotspot_computing_and_waiting_lines_get_different_fixes():
 
 
 @silent("python_hotspot")
+def test_a_dispatcher_waiting_on_workers_that_call_the_model_is_not_the_finding():
+    """u_image_server: the main thread submits requests to a thread pool and blocks in
+    Semaphore.acquire until a worker finishes one (53 % of the run): the workers' model calls
+    (their lines, their findings) are the time; without worker model calls the wait is named."""
+    wait = dict(_line(211, 0.5, 0.0, waiting_s=0.5, library="Semaphore.acquire (threading.py)"),
+                waits_on_thread=True)
+    python = _window(wait)
+    workers = {"thread_module_calls": 1515, "thread_module_sites": [{"file": "/x/t.py", "line": 153}]}
+    assert PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=python, clock=workers)) == []
+    [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=python))
+    assert f.evidence["waits"] is True and f.where[0].line == 211
+
+
+@silent("python_hotspot")
 def test_python_hotspot_silent_for_small_lines_and_the_loader_s_own():
     small = _window(_line(12, 0.05, 0.05))  # 5 % < 10 %
     assert PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=small)) == []

@@ -22,6 +22,9 @@ INPUTS_LOOKED_AT = 4
 """The first positional and keyword arguments looked at for the call's tensor input."""
 RECENT_KEPT = 32
 """Inputs remembered per line to tell one passed again (a corpus encoded at every request)."""
+CONTENT_KEPT = 1024
+"""Large inputs' fingerprints remembered per line (~0.6 KB each): a feed's 200 images asked again
+after 150 others (a cache too small evicts them first) come back far beyond `RECENT_KEPT`."""
 CALLERS_KEPT = 8
 """Lines kept that passed an input again (the call's caller: where the input comes from)."""
 CONTENT_MIN_ELEMENTS = 4096
@@ -55,6 +58,14 @@ included, costs ~20-30x a dense one per stored value (`OpHotspot.SPARSE_COST`), 
 near 4 % and saves at least two fifths below 3 %."""
 ZEROS_COLUMNS_READ = 4096
 """Columns read (evenly spaced) of each row read: a look stays under a millisecond however wide."""
+ROWS_MIN = 256
+"""A 2-D input of at least this many rows is looked at for rows repeated (a request's features
+copied to each of its candidates): on fewer, recomputing a few rows costs little."""
+ROWS_READ = 65_536
+"""Rows read (the first ones) to count the distinct ones: a look stays a few ms (a hash per row,
+then a sort of the hashes). Repeats made by `repeat_interleave` or an index are near each other."""
+ROWS_LOOKS_KEPT = 8
+"""Calls looked at per line for repeated rows: a server's thousands of calls are alike."""
 
 
 class SiteInputs:
@@ -71,13 +82,17 @@ class SiteInputs:
     __slots__ = ("batch_of_one", "single_elements", "grew_by_one", "grown_len", "last_shape", "repeated",
                  "repeated_from", "recent",
                  "recent_content", "repeated_inputs", "calls", "padding_looked", "padded", "padded_len", "needed_len",
-                 "zeros_looked", "mostly_zero", "modules_looked", "module", "ignored_looked", "ignored_share")
+                 "zeros_looked", "mostly_zero", "modules_looked", "module", "ignored_looked", "ignored_share",
+                 "rows_looked", "rows_seen", "distinct_share", "repeated_argument")
 
     def __init__(self) -> None:
         self.batch_of_one = self.single_elements = self.grew_by_one = self.grown_len = self.repeated = 0
         self.calls = self.padding_looked = self.padded = self.padded_len = self.needed_len = 0
         self.ignored_looked = 0  # calls given targets mostly set to the loss's ignore index...
         self.ignored_share = 0.0  # ... and the share of their positions so set, summed
+        self.rows_looked = self.rows_seen = 0  # calls whose 2-D inputs were looked at for repeated rows, their rows
+        self.distinct_share = 0.0  # ... the smallest share of distinct rows among each call's inputs, summed
+        self.repeated_argument: Any = None  # the argument holding the most repeated rows (its position or keyword)
         self.last_shape: tuple | None = None
         self.repeated_from: dict[tuple, int] = {}
         self.recent: dict[int, tuple] = {}  # id(tensor) -> (weak reference, version, [repeated yet])
@@ -121,7 +136,7 @@ class SiteInputs:
         if known is not None:
             self._repeated(caller, known)
             return
-        if len(self.recent_content) >= RECENT_KEPT:
+        if len(self.recent_content) >= CONTENT_KEPT:
             self.recent_content.clear()
         self.recent_content[fingerprint] = [False]
 
@@ -159,6 +174,24 @@ class SiteInputs:
             self.padded += 1
             self.padded_len += length
             self.needed_len += needed
+
+    def note_rows(self, tensors: list[tuple[Any, Any]]) -> None:
+        """Of the call's 2-D host tensors of `ROWS_MIN` rows or more, the one with the smallest
+        share of distinct rows (`distinct_row_share`): sampled as `note_padding` is (after it)."""
+        if self.rows_looked >= ROWS_LOOKS_KEPT or self.calls > PADDING_LOOKED_FIRST and self.calls % PADDING_LOOK_EVERY:
+            return
+        best: tuple[int, float, Any] | None = None
+        for at, tensor in tensors:
+            found = distinct_row_share(tensor)
+            if found is not None and (best is None or found[1] < best[1]):
+                best = (*found, at)
+        if best is None:
+            return
+        self.rows_looked += 1
+        self.rows_seen += best[0]
+        self.distinct_share += best[1]
+        if best[1] < 0.5 and self.repeated_argument is None:
+            self.repeated_argument = best[2]
 
     def note_zeros(self, tensor: Any, argument: int | str) -> None:
         """Note a large 2-D floating input that is mostly zeros (`nonzero_share`), once per
@@ -226,6 +259,10 @@ class SiteInputs:
                 "ignored_mean_share": (round(self.ignored_share / self.ignored_looked, 3)
                                        if self.ignored_looked else None),
                 "mostly_zero": list(self.mostly_zero.values()), "module": self.module,
+                "rows_looked": self.rows_looked,
+                "rows_mean": round(self.rows_seen / self.rows_looked) if self.rows_looked else None,
+                "distinct_rows_share": round(self.distinct_share / self.rows_looked, 4) if self.rows_looked else None,
+                "repeated_rows_argument": self.repeated_argument,
                 "repeated_from": [{"file": f, "line": ln, "function": fn, "calls": n}
                                   for (f, ln, fn), n in sorted(self.repeated_from.items(), key=lambda kv: -kv[1])]}
 
@@ -246,6 +283,31 @@ def nonzero_share(tensor: Any) -> float | None:
     n, m = array.shape
     rows = array[::max(1, n // ZEROS_ROWS_READ)][:ZEROS_ROWS_READ, ::max(1, m // ZEROS_COLUMNS_READ)]  # strided views
     return float(np.count_nonzero(rows)) / rows.size
+
+
+def distinct_row_share(tensor: Any) -> tuple[int, float] | None:
+    """(rows, share of distinct rows among the first `ROWS_READ`) of a 2-D host tensor (integer,
+    boolean or floating) of at least `ROWS_MIN` rows and two columns, read through its data
+    pointer (no torch op); None for other tensors. Identical rows give identical outputs through
+    a row-wise model (an MLP tower, an embedding lookup): computed once each, gathered after.
+    Each row's bytes are hashed by a product with fixed random odd multipliers (a collision is
+    ~1 in 2^64), then the hashes sorted."""
+    import numpy as np
+
+    try:
+        array = _host_array(tensor, floating=tensor.is_floating_point())
+    except Exception:
+        return None
+    if array is None or array.shape[0] < ROWS_MIN or array.shape[1] < 2:
+        return None
+    n = array.shape[0]
+    rows = np.ascontiguousarray(array[:ROWS_READ])
+    width = rows.dtype.itemsize * rows.shape[1]
+    word = next(w for w in (8, 4, 2, 1) if width % w == 0)
+    words = rows.view(f"u{word}").reshape(len(rows), width // word)
+    multipliers = np.random.default_rng(width).integers(1, 2 ** 63, width // word, dtype=np.uint64) | np.uint64(1)
+    keys = words @ multipliers  # uint64 arithmetic wraps: a hash of the row
+    return n, len(np.unique(keys)) / len(keys)
 
 
 def _host_array(tensor: Any, floating: bool = False):
@@ -379,6 +441,7 @@ def note_site_input(site_inputs: dict, key: tuple, args: tuple, kwargs: dict | N
         if not tensors:
             return
         tally.note_padding([value for _, value in tensors])
+        tally.note_rows(tensors)
         for at, value in tensors:
             tally.note_zeros(value, at)
         tally.note(tensors[0][1], caller, [value for _, value in tensors[1:]])

@@ -18,5 +18,6 @@ from . import (  # noqa: F401
     periodic,
     python,
     rebuilt,
+    repeats,
     training,
 )

@@ -51,6 +51,13 @@ class ModelCallsEvidence(Record):
     or the line setting the chunk a loop calls the model on to one sample."""
     cache_off_at: int | None = None
     """The line turning off the cache the calls' branch depends on (`use_cache=False`)."""
+    cache_at: int | None = None
+    """The line making an `lru_cache` smaller than the inputs that come back (their results are
+    evicted before they are asked again)."""
+    cache_entries: int | None = None
+    """That cache's maxsize."""
+    distinct_inputs: int | None = None
+    """Distinct inputs the model was given again."""
 
 
 def model_call_sites(facts: Facts) -> list[dict[str, Any]]:
@@ -497,88 +504,6 @@ class UncachedGeneration(_SiteRule):
         return ("Keep a key/value cache and feed only the new token each call (Hugging Face: use_cache=True and "
                 "past_key_values, or model.generate(); your own attention: append each step's keys and values to a "
                 "preallocated cache); re-running the whole prefix makes generation quadratic in its length.")
-
-
-@register
-class RepeatedCall(_SiteRule):
-    """The model is called again on the very tensor it was given before, unchanged (a corpus
-    encoded again at every request, a constant batch scored every step), or on one rebuilt with
-    the same content, in a program that does not train: the output is the same every time, and
-    could be computed once and kept. Seen by the capture's module hooks (the same tensor object
-    with the same version counter as a recent call's input, or a large input whose sampled
-    elements match a recent one's, at the same line), which also note the line that called from
-    there: where the constant input comes from, and where the result can be kept.
-
-    Time lost: the sampled share of the steady state under that calling line (at most the model
-    call's own line's: the caller may make other calls), times the share of its calls that
-    repeated an input: the first computation of each input stays (a corpus encoded in 8 chunks,
-    9 times: 64 of 72 calls go)."""
-
-    kind = "repeated_call"
-    summary = "The model is called again and again on the same unchanged input (compute it once, keep it)."
-    docs = DOCS["tuning"]
-    evidence_type = ModelCallsEvidence
-    saving_basis = ("the sampled time under the line that passes the unchanged input again, times the share of its "
-                    "calls that repeated an input (each input's first computation stays)")
-    MIN_REPEATS = 10
-    """Fewer repeats are a warm-up or a check, not a loop recomputing a constant."""
-    MIN_SHARE = 0.10
-    """What keeping the result would save must be a tenth of the steady state to be worth it."""
-    MAX_REPEATED_SHARE = 0.9
-    """The line also takes other inputs (a query between two encodings of the corpus), or other
-    lines call a model on new inputs (each request's own work): when nearly every call repeats
-    one input and nothing else varies, the loop is a benchmark timing one call (the profiler
-    tutorial's), whose repetition is its point."""
-    MIN_VARIED_SHARE = 0.5
-    """Calls on new inputs at another line, per repeated call, that make the repeats a request's
-    constant part rather than a benchmark's loop."""
-    explains: ClassVar[tuple[str, ...]] = (*_SiteRule.explains, "unbatched_calls")
-
-    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
-        """Requests served one at a time whose time is mostly the constant recomputed for each
-        (a catalog encoded again per request, under the request loop): the per-request calls'
-        sampled time holds the recomputation, which keeping its result removes."""
-        if symptom.kind == "unbatched_calls":  # the repeated call's lines (the call, the model's) under a request's
-            if not any(_under_site(c, w, facts) for c in cause.where[:2] for w in symptom.where):
-                return None
-            return Explanation(min(symptom.time_lost_s, cause.time_lost_s))
-        return super().explained(cause, symptom, facts)
-
-    def check(self, facts: Facts) -> list[Finding]:
-        if (facts.clock or {}).get("kind") == "optimizer" or (facts.analysis and facts.analysis.ops.training_ops):
-            return []  # training: the weights change between two calls on the same input
-        out = []
-        sites = model_call_sites(facts)
-        for site in sites:
-            repeated = site.get("repeated") or 0
-            origins = site.get("repeated_from") or []
-            varied = max(((s.get("calls") or 0) - (s.get("repeated") or 0) for s in sites if s is not site), default=0)
-            benchmark = repeated > self.MAX_REPEATED_SHARE * (site.get("calls") or 0) \
-                and varied < self.MIN_VARIED_SHARE * repeated
-            if repeated < self.MIN_REPEATS or benchmark:
-                continue
-            origin = origins[0] if origins else site
-            calls = site.get("calls") or 0
-            share = sampled_under(facts, origin["file"], int(origin["line"]))
-            if origin is not site:  # the origin may call the model at other lines too (test-time flips)
-                share = min(share, sampled_under(facts, site["file"], int(site["line"])) or share)
-            firsts = max(int(site.get("repeated_inputs") or 1), 1)  # each input's first computation stays
-            saving = share * repeated / (repeated + firsts)
-            if saving < self.MIN_SHARE:
-                continue
-            evidence = ModelCallsEvidence(calls=calls, matching_calls=repeated, calls_share=share,
-                                          work_share=arithmetic_share(facts), share_kept=1.0 - saving / share)
-            # the origin's own callers: a helper (`encode_corpus`) called again for every request
-            where = facts.with_callers(where_of([origin] if origin is site else [origin, site]))[:4]
-            out.append(self.found(evidence, f"{repeated:,} model calls are given again an input they had before, "
-                                            f"unchanged: {100 * saving:.0f}% of the time recomputes the same output",
-                                  saving, facts, where))
-        return out[:1]
-
-    def fix(self, evidence: ModelCallsEvidence) -> str:
-        return ("Compute it once and keep the result (in __init__, or cached by the input), then reuse it: the "
-                "same input through the same weights gives the same output every call. Recompute only when the "
-                "input or the model changes.")
 
 
 @register

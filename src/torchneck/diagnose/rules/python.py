@@ -218,6 +218,8 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                                        from_lists=any(tensor_from_lists(ln["file"], ln["line"]) for ln in lines),
                                        broadcast_product=any(broadcast_product(ln["file"], ln["line"])
                                                              for ln in lines))
+            if ev.waits and line.get("waits_on_thread") and (facts.clock or {}).get("thread_module_calls"):
+                continue  # a dispatcher waiting on workers that call the model: their lines are named instead
             removed = outside
             ev.element_ops_per_step, backward_share = _element_ops(facts, [line, *body])
             if not ev.waits and ev.element_ops_per_step >= self.ELEMENT_OPS_PER_STEP:
