@@ -89,3 +89,17 @@ def test_a_scorer_given_each_user_once_per_candidate(run_dir):
     top = read_report(run_dir)["findings"][0]
     assert top["kind"] == "repeated_rows" and [w["line"] for w in top["where"]][:1] == [planted_line(script)], top
     assert top["evidence"]["rows"] == 3200 and top["evidence"]["distinct_share"] == pytest.approx(1 / 200, abs=1e-3)
+
+
+def test_of_two_frames_on_one_line_the_heavier_names_the_callers():
+    """h_photo_matcher: `embed_all`'s list comprehension (0.34 s, called from the gallery's line
+    94) and `embed_all` itself (a few samples, called from the queries' line 120) share line 76;
+    the call path goes up from the one that took the time."""
+    from torchneck.model.findings import Where
+
+    lines = [{"file": "m.py", "line": 76, "function": "embed_all.<locals>.<listcomp>", "total_s": 0.34,
+              "callers": [{"file": "m.py", "line": 94, "function": "GalleryIndex.embeddings"}]},
+             {"file": "m.py", "line": 76, "function": "embed_all", "total_s": 0.01,
+              "callers": [{"file": "m.py", "line": 120, "function": "main"}]}]
+    f = facts(python={"window": {"sampled_s": 1.0, "lines": lines}})
+    assert [w.line for w in f.with_callers([Where(file="m.py", line=76, function="embed_all")])] == [76, 94]

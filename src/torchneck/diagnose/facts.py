@@ -165,9 +165,14 @@ class Facts(msgspec.Struct, kw_only=True):
         return where + [c for c in callers if (c.file, c.line) not in seen]
 
     def _sampled_callers(self, part: str) -> dict[tuple[Any, Any], list]:
-        """The sampled lines' callers by (file, line), in `python.<part>`."""
+        """The sampled lines' callers by (file, line), in `python.<part>`: of two frames on one line
+        (a comprehension's and the function holding it, `embed_all.<locals>.<listcomp>` and
+        `embed_all`), the one that took more time (lines come heaviest first)."""
         lines = ((self.python or {}).get(part) or {}).get("lines", [])
-        return {(ln.get("file"), ln.get("line")): ln.get("callers") or [] for ln in lines}
+        callers: dict[tuple[Any, Any], list] = {}
+        for ln in lines:
+            callers.setdefault((ln.get("file"), ln.get("line")), ln.get("callers") or [])
+        return callers
 
 
 def where_of(items: list[Any]) -> list[Where]:

@@ -48,6 +48,9 @@ class RepeatedCall(_SiteRule):
     lines call a model on new inputs (each request's own work): when nearly every call repeats
     one input and nothing else varies, the loop is a benchmark timing one call (the profiler
     tutorial's), whose repetition is its point."""
+    BENCHMARK_INPUTS = 2
+    """A benchmark times one input (or two); a program asking again for 25 images' embeddings
+    out of 40 (a matcher re-embedding its gallery for every query) is not one."""
     MIN_VARIED_SHARE = 0.5
     """Calls on new inputs at another line, per repeated call, that make the repeats a request's
     constant part rather than a benchmark's loop."""
@@ -73,7 +76,8 @@ class RepeatedCall(_SiteRule):
             origins = site.get("repeated_from") or []
             varied = max(((s.get("calls") or 0) - (s.get("repeated") or 0) for s in sites if s is not site), default=0)
             benchmark = repeated > self.MAX_REPEATED_SHARE * (site.get("calls") or 0) \
-                and varied < self.MIN_VARIED_SHARE * repeated
+                and varied < self.MIN_VARIED_SHARE * repeated \
+                and int(site.get("repeated_inputs") or 1) <= self.BENCHMARK_INPUTS
             if repeated < self.MIN_REPEATS or benchmark:
                 continue
             origin = origins[0] if origins else site
