@@ -103,3 +103,38 @@ def test_of_two_frames_on_one_line_the_heavier_names_the_callers():
               "callers": [{"file": "m.py", "line": 120, "function": "main"}]}]
     f = facts(python={"window": {"sampled_s": 1.0, "lines": lines}})
     assert [w.line for w in f.with_callers([Where(file="m.py", line=76, function="embed_all")])] == [76, 94]
+
+
+@fires("repeated_call")
+def test_a_cache_smaller_than_the_inputs_that_come_back_is_named_with_the_workers_time(tmp_path):
+    """u_image_server: a Handler memoises predictions with `functools.lru_cache()` (128 results)
+    while 200 images come back in turn: each is evicted before it is asked again, and a worker
+    thread's model call recomputes it (1,312 of 1,515 calls). The main thread waits on the pool
+    for half the run: the workers' share is of the time it did not wait."""
+    from torchneck.diagnose.rules.repeats import RepeatedCall, undersized_cache
+
+    src = tmp_path / "server.py"
+    src.write_text("import functools\n"
+                   "class Handler:\n"
+                   "    def __init__(self, model):\n"
+                   "        self._classify = functools.lru_cache()(self._classify_body)\n"
+                   "    def _classify_body(self, body):\n"
+                   "        return self.model(decode(body))\n"
+                   "    def handle(self, req):\n"
+                   "        return self._classify(req.body)\n"
+                   "@functools.lru_cache(maxsize=4096)\n"
+                   "def tokenize(s):\n    return s\n")
+    path = str(src)
+    assert undersized_cache([path], 200) == (path, 4, 128) and undersized_cache([path], 100) is None
+    site = {"file": path, "line": 6, "function": "Handler._classify_body", "calls": 1515, "repeated": 1312,
+            "repeated_inputs": 200, "repeated_from": [{"file": path, "line": 8, "function": "Handler.handle",
+                                                       "calls": 1312}]}
+    lines = [{"file": "/x/load.py", "line": 211, "function": "run_load", "total_s": 4.0, "waits_on_thread": True}]
+    inclusive = [{"file": path, "line": 8, "total_s": 3.0}, {"file": path, "line": 6, "total_s": 2.0}]
+    python = {"window": {"sampled_s": 8.0, "lines": lines, "inclusive_lines": inclusive}}
+    clock = {"kind": "module", "thread_module_calls": 1515, "thread_module_sites": [site]}
+    from rule_cases import analysis
+    [f] = RepeatedCall().check(facts(analysis=analysis(window_us=1e6), python=python, clock=clock))
+    assert [w.line for w in f.where][:3] == [4, 8, 6] and "lru_cache at line 4 keeps 128" in f.fix
+    # the handler's whole miss (3 s of the 4 s not waited), not the model call's 2 s alone
+    assert f.time_lost_pct == pytest.approx(100 * 3.0 / 4.0 * 1312 / 1512)

@@ -18,6 +18,21 @@ from ..source import _tree, function_at
 from .calls import ModelCallsEvidence, _SiteRule, _under_site, arithmetic_share, model_call_sites, sampled_under
 
 
+def workers_share(facts: Facts, site: dict, line: dict) -> float:
+    """`sampled_under` the line; for a model called in worker threads (a server's pool), of the
+    time the sampled thread did not spend waiting on them (`waits_on_thread`: its samples there
+    stood for the workers', whose own lines the watcher's stand-in samples name): a dispatcher
+    blocked half the run on a semaphore until a worker frees a slot goes as fast as the workers."""
+    share = sampled_under(facts, line["file"], int(line["line"]))
+    threaded = {(s.get("file"), s.get("line")) for s in (facts.clock or {}).get("thread_module_sites") or []}
+    if (site.get("file"), site.get("line")) not in threaded:
+        return share
+    window = (facts.python or {}).get("window") or {}
+    total = window.get("sampled_s") or 0.0
+    waiting = sum(ln["total_s"] for ln in window.get("lines", []) if ln.get("waits_on_thread"))
+    return min(share * total / (total - waiting), 1.0) if total - waiting > 0 else share
+
+
 @register
 class RepeatedCall(_SiteRule):
     """The model is called again on the very tensor it was given before, unchanged (a corpus
@@ -82,19 +97,20 @@ class RepeatedCall(_SiteRule):
                 continue
             origin = origins[0] if origins else site
             calls = site.get("calls") or 0
-            share = sampled_under(facts, origin["file"], int(origin["line"]))
-            if origin is not site:  # the origin may call the model at other lines too (test-time flips)
-                share = min(share, sampled_under(facts, site["file"], int(site["line"])) or share)
+            # the origin's own callers: a helper (`encode_corpus`) called again for every request
+            where = facts.with_callers(where_of([origin] if origin is site else [origin, site]))[:4]
+            distinct = int(site.get("repeated_inputs") or 0)
+            cache = undersized_cache(list(dict.fromkeys(w.file for w in where)), distinct)
+            share = workers_share(facts, site, origin)
+            if origin is not site and cache is None:  # the origin may call the model at other lines too
+                share = min(share, workers_share(facts, site, site) or share)  # (test-time flips); a cache's
+                # miss redoes all the cached function's work, its decoding and preprocessing with the model
             firsts = max(int(site.get("repeated_inputs") or 1), 1)  # each input's first computation stays
             saving = share * repeated / (repeated + firsts)
             if saving < self.MIN_SHARE:
                 continue
             evidence = ModelCallsEvidence(calls=calls, matching_calls=repeated, calls_share=share,
                                           work_share=arithmetic_share(facts), share_kept=1.0 - saving / share)
-            # the origin's own callers: a helper (`encode_corpus`) called again for every request
-            where = facts.with_callers(where_of([origin] if origin is site else [origin, site]))[:4]
-            distinct = int(site.get("repeated_inputs") or 0)
-            cache = undersized_cache(list(dict.fromkeys(w.file for w in where)), distinct)
             if cache is not None:  # the results were kept, but evicted before they were asked again
                 evidence.cache_at, evidence.cache_entries, evidence.distinct_inputs = cache[1], cache[2], distinct
                 where = [Where(file=cache[0], line=cache[1], function=function_at(cache[0], cache[1])), *where][:4]
@@ -215,7 +231,7 @@ class RepeatedRows(Rule[RepeatedRowsEvidence]):
             looked, distinct = site.get("rows_looked") or 0, site.get("distinct_rows_share")
             if looked < self.MIN_LOOKS or distinct is None or distinct > self.MAX_DISTINCT:
                 continue
-            share = sampled_under(facts, site["file"], int(site["line"]))
+            share = workers_share(facts, site, site)
             saving = share * (1.0 - distinct)
             if saving < self.MIN_SHARE:
                 continue
