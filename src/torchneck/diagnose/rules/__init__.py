@@ -16,6 +16,7 @@ from . import (  # noqa: F401
     labels,
     ops,
     periodic,
+    polling,
     python,
     rebuilt,
     repeats,
