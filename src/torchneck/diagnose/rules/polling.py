@@ -3,8 +3,8 @@
 The thread spins at 100 % of a core in Python, holding the GIL most of the time, and the main
 thread, which releases the GIL in every torch op, waits to get it back after each one (and, on
 a machine with few cores, for a core too). Seen from the main thread's samples: its lines that
-compute (inside torch ops or its own Python) spend much of their time off the CPU or ready to
-run; and the polling loop read from the source of the sampled lines (the watcher's samples of
+compute (inside torch ops or its own Python) spend much of their time off the CPU, blocked (on
+the GIL: a torch op does not wait otherwise); and the polling loop read from the source of the sampled lines (the watcher's samples of
 other threads name it) or, failing that, of the program's files."""
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ NOWAIT_CALLS = frozenset({"put_nowait", "get_nowait"})
 
 class PollingEvidence(Record):
     contended_s: float
-    """The main thread's sampled seconds, on lines that compute, off the CPU or ready to run:
-    waiting for the GIL, or for a core, that the polling thread holds."""
+    """The main thread's sampled seconds off the CPU on lines that compute: waiting for the GIL
+    the polling thread holds. (Time ready to run is left out: other processes' load makes it too.)"""
     sampled_s: float
     """The sampled steady state."""
     polling_at: int
@@ -40,19 +40,21 @@ class PollingThread(Rule[PollingEvidence]):
     """A thread of the program retries a queue or lock call that does not wait (a zero timeout,
     `block=False`, `put_nowait`) in a loop: it spins, holding the GIL and a core, and the main
     thread's work waits for both. Seen when the main thread's computing lines spend at least
-    `MIN_SHARE` of the steady state off the CPU or ready to run, and a polling loop is in the
+    `MIN_SHARE` of the steady state off the CPU, and a polling loop is in the
     sampled lines (or the program's files).
 
-    Time lost: the main thread's off-CPU and ready time on its computing lines (each line's at
-    most its sampled time): with the thread blocked, the GIL and the cores are the main thread's."""
+    Time lost: the main thread's off-CPU time on its computing lines (each line's at most its
+    sampled time): with the thread blocked, the GIL is the main thread's. A lower bound: the
+    cores the spinning thread takes (time ready to run) are left out, since other processes'
+    load makes that too."""
 
     kind = "polling_thread"
     summary = "A thread retries a call that does not wait (timeout=0, put_nowait) in a loop: it spins, taking the GIL."
     docs = "https://docs.python.org/3/library/queue.html#queue.Queue.put"
     evidence_type = PollingEvidence
     confidence = "estimated"
-    saving_basis = ("the main thread's sampled time off the CPU or ready to run on its lines that compute (inside "
-                    "torch ops or their own Python), each line's at most its sampled time")
+    saving_basis = ("the main thread's sampled time off the CPU on its lines that compute (inside torch ops or "
+                    "their own Python), each line's at most its sampled time")
     MIN_SHARE = 0.10
     """The main thread must lose a tenth of the steady state waiting while it computes."""
 
@@ -62,8 +64,7 @@ class PollingThread(Rule[PollingEvidence]):
         lines = window.get("lines") or []
         if total <= 0 or facts.window_s <= 0:
             return []
-        contended = sum(min(ln["total_s"], (ln.get("waiting_s") or 0.0) + (ln.get("ready_s") or 0.0))
-                        for ln in lines if _computes(ln))
+        contended = sum(min(ln["total_s"], ln.get("waiting_s") or 0.0) for ln in lines if _computes(ln))
         if contended < self.MIN_SHARE * total:
             return []
         found = next(((ln["file"], int(ln["line"]), z) for ln in lines
@@ -103,11 +104,16 @@ def _computes(line: dict[str, Any]) -> bool:
 def polling_call(file: str, line: int) -> int | None:
     """When the statement at `line` makes a queue or lock call that does not wait (`timeout=0`, a
     timeout whose value is a parameter defaulting to 0, `block=False`, `put_nowait`) inside a
-    `while` loop: the line where its zero comes from (the call's own, or the default's); None
-    otherwise or when unreadable."""
+    `try` whose handlers only pass or continue, inside a `while` loop (it is retried at once):
+    the line where its zero comes from (the call's own, or the default's); None otherwise or
+    when unreadable."""
     path = enclosing(file, line)
-    if not path or not any(isinstance(s, ast.While) for s in path[:-1]):
+    tries = [i for i, s in enumerate(path[:-1]) if isinstance(s, ast.Try)]
+    if not tries or not any(isinstance(s, ast.While) for s in path[:tries[-1]]):
         return None
+    handlers = path[tries[-1]].handlers  # type: ignore[attr-defined]
+    if not handlers or not all(isinstance(s, (ast.Pass, ast.Continue)) for h in handlers for s in h.body):
+        return None  # the failure waits some other way (an awaited get with a deadline), or ends the loop
     for node in ast.walk(path[-1]):
         if isinstance(node, ast.Call) and (zero := _zero_wait(file, node)) is not None:
             return zero
