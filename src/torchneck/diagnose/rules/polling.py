@@ -4,8 +4,9 @@ The thread spins at 100 % of a core in Python, holding the GIL most of the time,
 thread, which releases the GIL in every torch op, waits to get it back after each one (and, on
 a machine with few cores, for a core too). Seen from the main thread's samples: its lines that
 compute (inside torch ops or its own Python) spend much of their time off the CPU, blocked (on
-the GIL: a torch op does not wait otherwise); and the polling loop read from the source of the sampled lines (the watcher's samples of
-other threads name it) or, failing that, of the program's files."""
+the GIL: a torch op does not wait otherwise); and the polling loop read from the source of the
+sampled lines (the watcher's samples of other threads name it) or, failing that, of the
+program's files."""
 
 from __future__ import annotations
 
