@@ -467,3 +467,52 @@ def separable_share(dims: list[list[int]], backward: bool) -> float:
     for s in sides:
         area *= s
     return max(0.0, 1.0 - sum(sides) / area) if min(sides) > 1 else 0.0
+
+
+DIAGONALS = frozenset({"diag", "diagonal", "trace"})
+"""Calls that keep only the diagonal of a matrix (its sum: `trace`)."""
+PRODUCTS = frozenset({"matmul", "mm", "bmm", "einsum"})
+MODULE_NAMES = frozenset({"torch", "np", "numpy"})
+
+
+def diagonal_of_product(file: str, line: int) -> bool:
+    """The statement at `line` computes a whole matrix product only to keep its diagonal
+    (`torch.diag(d @ P @ d.T)`, `(a @ b).diagonal()`, `torch.trace(a.mm(b))`), or assigns a
+    product to a name whose only later use in the function is a diagonal of it (`cov = k_ss -
+    v.T @ v`, then `var = torch.diagonal(cov)`: a GP's predictive variances): N x N products for
+    N numbers. False when unclear or unreadable."""
+    path = enclosing(file, line)
+    if not path:
+        return False
+
+    def product(node: ast.AST) -> bool:
+        return any((isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult))
+                   or (isinstance(n, ast.Call) and call_name(n) in PRODUCTS) for n in ast.walk(node))
+
+    def diagonal_of(node: ast.Call) -> ast.AST | None:
+        """The matrix a diagonal call reads: `torch.diagonal(m)`, `m.diagonal()`, `np.trace(m)`."""
+        if call_name(node) not in DIAGONALS:
+            return None
+        receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
+        if receiver is None or isinstance(receiver, ast.Name) and receiver.id in MODULE_NAMES:
+            return node.args[0] if node.args else None
+        return receiver
+
+    for node in walk_own(path[-1]):
+        if isinstance(node, ast.Call) and (of := diagonal_of(node)) is not None and product(of):
+            return True
+    stmt = path[-1]
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and product(stmt.value)):
+        return False
+    name = stmt.targets[0].id
+    scope = _tree(file)
+    holder = next((f for f in ast.walk(scope) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   and f.lineno <= line <= (f.end_lineno or f.lineno)), scope) if scope is not None else None
+    if holder is None:
+        return False
+    uses = [n for n in ast.walk(holder) if isinstance(n, ast.Name) and n.id == name
+            and isinstance(n.ctx, ast.Load) and n.lineno > line]
+    diagonals = [n for n in ast.walk(holder) if isinstance(n, ast.Call) and n.lineno > line
+                 and isinstance(of := diagonal_of(n), ast.Name) and of.id == name]
+    return bool(uses) and len(diagonals) == len(uses)

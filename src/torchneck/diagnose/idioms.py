@@ -216,32 +216,6 @@ def inverse_then_multiply(file: str, line: int) -> bool:
     return False
 
 
-DIAGONALS = frozenset({"diag", "diagonal", "trace"})
-"""Calls that keep only the diagonal of a matrix (its sum: `trace`)."""
-PRODUCTS = frozenset({"matmul", "mm", "bmm", "einsum"})
-
-
-def diagonal_of_product(file: str, line: int) -> bool:
-    """The statement at `line` computes a whole matrix product only to keep its diagonal
-    (`torch.diag(d @ P @ d.T)`, `(a @ b).diagonal()`, `torch.trace(a.mm(b))`): N x N products
-    for N numbers. False when unclear or unreadable."""
-    path = enclosing(file, line)
-    if not path:
-        return False
-
-    def product(node: ast.AST) -> bool:
-        return (isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult)) or \
-            (isinstance(node, ast.Call) and call_name(node) in PRODUCTS)
-
-    for node in walk_own(path[-1]):
-        if not isinstance(node, ast.Call) or call_name(node) not in DIAGONALS:
-            continue
-        receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
-        if (node.args and product(node.args[0])) or (receiver is not None and product(receiver)):
-            return True
-    return False
-
-
 EMBEDDINGS = frozenset({"Embedding", "EmbeddingBag"})
 
 

@@ -18,6 +18,7 @@ from ..chains import (
     chain_ends_in_vector,
     dense_diagonal_distribution,
     determinant_of_product,
+    diagonal_of_product,
     full_factorisation,
     gradient_asked_for,
     jacobian_kept_diagonal,
@@ -34,7 +35,6 @@ from ..dense import buffer_built_at, dense_built_in, densified_operand
 from ..facts import Facts, where_of
 from ..idioms import (
     copied_then_indexed,
-    diagonal_of_product,
     embedding_defined_at,
     factorises_invariant_matrix,
     invariant_call,
