@@ -468,3 +468,43 @@ def test_the_functions_returning_a_transposed_view_are_found_in_the_program_s_fo
     (other / "far.py").write_text("def far(x):\n    return x.T\n")
     assert views_returned_near([str(pkg / "model.py")]) == [(str(pkg / "model.py"), 3), (str(pkg / "graph.py"), 3)]
     assert views_returned_near([str(tmp_path / "missing" / "x.py")]) == []
+
+
+GP_PREDICT = """\
+import torch
+def predict(xs, v, alpha):
+    k_ss = kernel(xs, xs)
+    mu = v.T @ alpha
+    cov = k_ss - v.T @ v
+    var = torch.diagonal(cov)
+    return mu, var
+def keep(k_ss, v):
+    cov = k_ss - v.T @ v
+    return torch.diagonal(cov), cov
+"""
+
+
+@fires("op_hotspot")
+def test_a_covariance_built_whole_for_its_diagonal_outside_the_window(tmp_path):
+    """u_gp_kriging: each chunk's full N x N posterior covariance (k_ss - v.T @ v) is built, then
+    only its diagonal kept, on the next line. The window fell on the fit; the sampler puts the
+    product's time on the diagonal's line (a long C call's sample lands after it) and the
+    kernel matrix made for it on its own line: the product's line leads, all three lines go."""
+    from torchneck.diagnose.chains import kept_diagonal
+
+    src = tmp_path / "gp.py"
+    src.write_text(GP_PREDICT)
+    path = str(src)
+    assert kept_diagonal(path, 6) == [5, 3, 6] and kept_diagonal(path, 5) == [5, 3, 6]
+    assert kept_diagonal(path, 10) is None and kept_diagonal(path, 9) is None  # the covariance is returned too
+    assert kept_diagonal(path, 4) is None
+    lines = [{"file": path, "line": 6, "function": "predict", "total_s": 4.0, "self_s": 0.0, "outside_ops_s": 0.0},
+             {"file": path, "line": 3, "function": "predict", "total_s": 2.0, "self_s": 0.0, "outside_ops_s": 0.0}]
+    inclusive = [{"file": path, "line": n, "total_s": s} for n, s in ((6, 4.0), (3, 2.0), (5, 0.5))]
+    python = {"window": {"sampled_s": 8.0, "lines": lines, "inclusive_lines": inclusive},
+              "profiled_window": {"sampled_s": 0.5, "lines": []}}
+    found = [f for f in OpHotspot().check(facts(analysis=analysis(window_us=1e6), python=python))
+             if f.evidence.get("diagonal_at")]
+    assert [w.line for w in found[0].where][:2] == [5, 6] and found[0].severity != "info"
+    assert found[0].time_lost_s == pytest.approx((4.0 + 2.0 + 0.5) / 8.0)
+    assert "keeps only its diagonal" in found[0].fix

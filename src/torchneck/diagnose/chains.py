@@ -476,43 +476,65 @@ MODULE_NAMES = frozenset({"torch", "np", "numpy"})
 
 
 def diagonal_of_product(file: str, line: int) -> bool:
-    """The statement at `line` computes a whole matrix product only to keep its diagonal
-    (`torch.diag(d @ P @ d.T)`, `(a @ b).diagonal()`, `torch.trace(a.mm(b))`), or assigns a
-    product to a name whose only later use in the function is a diagonal of it (`cov = k_ss -
-    v.T @ v`, then `var = torch.diagonal(cov)`: a GP's predictive variances): N x N products for
-    N numbers. False when unclear or unreadable."""
+    """`kept_diagonal` finds one at `line`."""
+    return kept_diagonal(file, line) is not None
+
+
+def kept_diagonal(file: str, line: int) -> list[int] | None:
+    """The lines computing a whole matrix product only to keep its diagonal, when `line` is one of
+    them: a diagonal of a product in one statement (`torch.diag(d @ P @ d.T)`, `(a @ b).diagonal()`,
+    `torch.trace(a.mm(b))`): [line]; or a product assigned to a name whose only later uses in the
+    function are diagonals of it (`cov = k_ss - v.T @ v`, then `var = torch.diagonal(cov)`: a GP's
+    predictive variances), `line` being the assignment or a diagonal: [the assignment, the lines
+    assigning names used there and nowhere else (`k_ss = kernel(xs, xs)`: a whole matrix made
+    for it), the diagonals]. N x N products for N numbers. None when unclear or unreadable."""
     path = enclosing(file, line)
-    if not path:
-        return False
+    tree = _tree(file)
+    if not path or tree is None:
+        return None
 
     def product(node: ast.AST) -> bool:
         return any((isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult))
                    or (isinstance(n, ast.Call) and call_name(n) in PRODUCTS) for n in ast.walk(node))
 
-    def diagonal_of(node: ast.Call) -> ast.AST | None:
+    def diagonal_of(node: ast.AST) -> ast.AST | None:
         """The matrix a diagonal call reads: `torch.diagonal(m)`, `m.diagonal()`, `np.trace(m)`."""
-        if call_name(node) not in DIAGONALS:
+        if not isinstance(node, ast.Call) or call_name(node) not in DIAGONALS:
             return None
         receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
         if receiver is None or isinstance(receiver, ast.Name) and receiver.id in MODULE_NAMES:
             return node.args[0] if node.args else None
         return receiver
 
-    for node in walk_own(path[-1]):
-        if isinstance(node, ast.Call) and (of := diagonal_of(node)) is not None and product(of):
-            return True
+    if any((of := diagonal_of(n)) is not None and product(of) for n in walk_own(path[-1])):
+        return [line]
+    holder = next((f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   and f.lineno <= line <= (f.end_lineno or f.lineno)), tree)
+    assigned = {}  # name -> its single assignment in the function
+    for n in ast.walk(holder):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+            assigned.setdefault(n.targets[0].id, []).append(n)
+    loads = [n for n in ast.walk(holder) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+
+    def diagonal_only(name: str, after: int) -> list[int] | None:
+        uses = [n for n in loads if n.id == name and n.lineno > after]
+        diagonals = [n.lineno for n in ast.walk(holder) if isinstance(n, ast.Call) and n.lineno > after
+                     and isinstance(of := diagonal_of(n), ast.Name) and of.id == name]
+        return sorted(set(diagonals)) if uses and len(diagonals) == len(uses) else None
+
     stmt = path[-1]
     if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
             and product(stmt.value)):
-        return False
-    name = stmt.targets[0].id
-    scope = _tree(file)
-    holder = next((f for f in ast.walk(scope) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                   and f.lineno <= line <= (f.end_lineno or f.lineno)), scope) if scope is not None else None
-    if holder is None:
-        return False
-    uses = [n for n in ast.walk(holder) if isinstance(n, ast.Name) and n.id == name
-            and isinstance(n.ctx, ast.Load) and n.lineno > line]
-    diagonals = [n for n in ast.walk(holder) if isinstance(n, ast.Call) and n.lineno > line
-                 and isinstance(of := diagonal_of(n), ast.Name) and of.id == name]
-    return bool(uses) and len(diagonals) == len(uses)
+        # a diagonal taken at `line` of a name: the product assigned to it
+        names = {of.id for n in walk_own(stmt) if isinstance(of := diagonal_of(n), ast.Name)}
+        stmt = next((a for name in names for a in assigned.get(name, [])[-1:] if a.lineno < line), stmt)
+    if not (isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name) and product(stmt.value)
+            and len(assigned.get(stmt.targets[0].id, [])) == 1):
+        return None
+    diagonals = diagonal_only(stmt.targets[0].id, stmt.lineno)
+    if diagonals is None:
+        return None
+    feeders = [a.lineno for name in {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)}
+               for a in assigned.get(name, []) if len(assigned[name]) == 1 and a.lineno < stmt.lineno
+               and len([u for u in loads if u.id == name and u.lineno > a.lineno]) == 1]
+    return [stmt.lineno, *sorted(feeders), *diagonals]

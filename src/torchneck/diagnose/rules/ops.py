@@ -22,6 +22,7 @@ from ..chains import (
     full_factorisation,
     gradient_asked_for,
     jacobian_kept_diagonal,
+    kept_diagonal,
     multi_hot_made_at,
     one_hot_product,
     pairwise_comparison_count,
@@ -187,7 +188,11 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             ev.pairwise_at = at if ev.broadcast_at is None and pairwise_difference(file, at) else None
             ev.top_k_by_sort = at if ev.broadcast_at is None and sorted_then_sliced(file, at) else None
             ev.inverse_at = at if inverse_then_multiply(file, at) else None
-            ev.diagonal_at = at if diagonal_of_product(file, at) else None
+            diagonal = kept_diagonal(file, at)  # the product line, the matrices made for it, the diagonals
+            ev.diagonal_at = diagonal[0] if diagonal else None
+            if diagonal:  # the line's neighbours in the idiom go too (a long call's time lands a line late)
+                lost = max(lost, sum(sampled_under(facts, file, n) for n in dict.fromkeys([at, *diagonal]))
+                           * facts.window_s)
             ev.determinant_at = at if determinant_of_product(file, at) else None
             ev.jacobian_diagonal_at = at if jacobian_kept_diagonal(file, at) else None
             ev.rank_by_sort = at if sorted_then_searched(file, at) else None
@@ -198,7 +203,9 @@ class OpHotspot(Rule[OpHotspotEvidence]):
             out.append(self.finding(ev, title=f"{line['function']}() spends {100 * share:.0f}% of the steady state "
                                               f"inside torch ops at line {at}, outside the profiled window",
                                     lost_s=lost, pct=facts.pct(lost), severity=None if ev.avoidable else "info",
-                                    where=where_of([line, *(line.get("callers") or [])])))
+                                    where=([Where(file=file, line=ev.diagonal_at, function=line["function"])]
+                                           if ev.diagonal_at not in (None, at) else [])
+                                    + where_of([line, *(line.get("callers") or [])])))
         return out
 
     def _top_op(self, facts: Facts) -> list[Finding]:
