@@ -510,7 +510,7 @@ def kept_diagonal(file: str, line: int) -> list[int] | None:
         return [line]
     holder = next((f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                    and f.lineno <= line <= (f.end_lineno or f.lineno)), tree)
-    assigned = {}  # name -> its single assignment in the function
+    assigned: dict[str, list[ast.Assign]] = {}  # name -> its assignments in the function
     for n in ast.walk(holder):
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
             assigned.setdefault(n.targets[0].id, []).append(n)
