@@ -26,8 +26,8 @@ NOWAIT_CALLS = frozenset({"put_nowait", "get_nowait"})
 
 class PollingEvidence(Record):
     contended_s: float
-    """The main thread's sampled seconds off the CPU on lines that compute: waiting for the GIL
-    the polling thread holds. (Time ready to run is left out: other processes' load makes it too.)"""
+    """The main thread's sampled seconds off the CPU or ready to run on lines that compute:
+    waiting for the GIL, or a core, that the polling threads hold."""
     sampled_s: float
     """The sampled steady state."""
     polling_at: int
@@ -41,21 +41,21 @@ class PollingThread(Rule[PollingEvidence]):
     """A thread of the program retries a queue or lock call that does not wait (a zero timeout,
     `block=False`, `put_nowait`) in a loop: it spins, holding the GIL and a core, and the main
     thread's work waits for both. Seen when the main thread's computing lines spend at least
-    `MIN_SHARE` of the steady state off the CPU, and a polling loop is in the
-    sampled lines (or the program's files).
+    `MIN_SHARE` of the steady state off the CPU (waiting for the GIL; time ready to run, which
+    other processes' load makes too, does not decide), and a polling loop is in the sampled
+    lines (or the program's files).
 
-    Time lost: the main thread's off-CPU time on its computing lines (each line's at most its
-    sampled time): with the thread blocked, the GIL is the main thread's. A lower bound: the
-    cores the spinning thread takes (time ready to run) are left out, since other processes'
-    load makes that too."""
+    Time lost: the main thread's off-CPU and ready-to-run time on its computing lines (each
+    line's at most its sampled time): with the threads blocked, the GIL and the cores they spun
+    on are the main thread's (on a machine loaded by other processes, an upper bound)."""
 
     kind = "polling_thread"
     summary = "A thread retries a call that does not wait (timeout=0, put_nowait) in a loop: it spins, taking the GIL."
     docs = "https://docs.python.org/3/library/queue.html#queue.Queue.put"
     evidence_type = PollingEvidence
     confidence = "estimated"
-    saving_basis = ("the main thread's sampled time off the CPU on its lines that compute (inside torch ops or "
-                    "their own Python), each line's at most its sampled time")
+    saving_basis = ("the main thread's sampled time off the CPU or ready to run on its lines that compute (inside "
+                    "torch ops or their own Python), each line's at most its sampled time")
     MIN_SHARE = 0.10
     """The main thread must lose a tenth of the steady state waiting while it computes."""
 
@@ -65,9 +65,11 @@ class PollingThread(Rule[PollingEvidence]):
         lines = window.get("lines") or []
         if total <= 0 or facts.window_s <= 0:
             return []
-        contended = sum(min(ln["total_s"], ln.get("waiting_s") or 0.0) for ln in lines if _computes(ln))
-        if contended < self.MIN_SHARE * total:
-            return []
+        computing = [ln for ln in lines if _computes(ln)]
+        if sum(min(ln["total_s"], ln.get("waiting_s") or 0.0) for ln in computing) < self.MIN_SHARE * total:
+            return []  # the GIL alone decides (time ready to run is other processes' load too)
+        contended = sum(min(ln["total_s"], (ln.get("waiting_s") or 0.0) + (ln.get("ready_s") or 0.0))
+                        for ln in computing)
         found = next(((ln["file"], int(ln["line"]), z) for ln in lines
                       if (z := polling_call(ln["file"], int(ln["line"]))) is not None), None)
         if found is None:
