@@ -318,3 +318,20 @@ def test_a_loop_issuing_ops_element_by_element_explains_the_tiny_ops_and_their_b
     own = Finding(kind="dispatch_overhead", title="", time_lost_s=3.0, time_lost_pct=50.0, fix="",
                   severity="high", where=at(55, 54))  # the loop's own per-op cost: a cause of its own
     assert PythonHotspot().explained(loop, own, facts()) is None
+
+
+@fires("python_hotspot")
+def test_a_parametrized_weight_recomputed_at_every_access_is_named_with_its_registration(tmp_path):
+    """u_beam_translate: a LoRA adapter registered as a parametrization of the embedding's weight
+    is recomputed (W + B @ A) each time a decoding step reads the weight; at inference it can be
+    merged once. The line reading it, then the line registering it."""
+    src = tmp_path / "model.py"
+    src.write_text("from torch.nn.utils import parametrize\n"
+                   "def add_lora(module, lora):\n"
+                   "    parametrize.register_parametrization(module, 'weight', lora)\n"
+                   "def step(self, feed):\n"
+                   "    return F.linear(feed, self.embed.weight, self.out_bias)\n")
+    hot = dict(_line(5, 0.4, 0.05, library="_inject_property.<locals>.get_parametrized (parametrize.py)"),
+               file=str(src), outside_ops_s=0.3)
+    [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(hot)))
+    assert [w.line for w in f.where] == [5, 3] and "remove_parametrizations" in f.fix and "cached()" in f.fix

@@ -15,7 +15,18 @@ from ..filters import FilteredAfter, filter_first_fix, filter_first_title, filte
 from ..idioms import invariant_call, modulo_setting_lines, tensor_from_lists
 from ..loop_invariants import invariant_parameters
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import COMPREHENSIONS, LOOPS, call_name, enclosing, in_loop, names_in, repeats, walk_own
+from ..source import (
+    COMPREHENSIONS,
+    LOOPS,
+    _tree,
+    call_name,
+    enclosing,
+    function_at,
+    in_loop,
+    names_in,
+    repeats,
+    walk_own,
+)
 
 
 def _runs_the_model(callee: str, files: tuple[str, ...]) -> bool:
@@ -38,12 +49,32 @@ REPEATED_WORK_FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("dataloader.py",), "Create the DataLoader iterator once per pass (`for batch in loader`, or keep "
                          "`it = iter(loader)` and call next(it)): each new iterator starts its workers again and "
                          "drops the batches they prefetched."),
+    (("get_parametrized",), "This weight is a parametrization (torch.nn.utils.parametrize: a LoRA adapter, "
+                            "weight_norm, orthogonal) recomputed at every access, so every call rebuilds it. At "
+                            "inference merge it once: parametrize.remove_parametrizations(module, 'weight', "
+                            "leave_parametrized=True), or run the loop under `with parametrize.cached():`."),
     (("__repr__", "__format__", "_tensor_str"), "Do not format tensors every step: log a few scalars "
                                                 "(loss.item()) every N steps, or format only when that log "
                                                 "level is on (logging evaluates f-strings even when it drops them)."),
 )
 """Fixes that depend on what the line calls: a call that is set-up or reporting work (a deep copy,
 a checkpoint, a new DataLoader iterator, a tensor printed) is done too often, not too slowly."""
+
+
+REPLACED_IN_PLACE = ("deepcopy", "get_parametrized")
+"""Repeated work fixed where it is made (a copy kept and updated, a weight merged once), not by
+calling the helper holding it less: the helper's other work stays."""
+
+
+def registered_parametrizations(where: list[Where]) -> list[Where]:
+    """The lines of the files of `where` calling `register_parametrization`."""
+    found = []
+    for file in dict.fromkeys(w.file for w in where):
+        tree = _tree(file)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Call) and call_name(node) == "register_parametrization":
+                found.append(Where(file=file, line=node.lineno, function=function_at(file, node.lineno)))
+    return found
 
 
 def asks_too_often(callee: str) -> bool:
@@ -228,7 +259,7 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
             if not ev.waits and (asks_too_often(callee) or ev.reads_elements or ev.broadcast_product):
                 removed = max(outside, sum(ln["total_s"] for ln in [*lines, *body]))  # the call's ops go too
             # a helper that only does that work (a load_model()); a deep copy is replaced where it is made
-            if not ev.waits and asks_too_often(callee) and "deepcopy" not in callee:
+            if not ev.waits and asks_too_often(callee) and not any(k in callee for k in REPLACED_IN_PLACE):
                 below = _helper_call_s(facts, line)  # calling it less saves all below its call
                 if below > removed:
                     removed, ev.called_at = below, int(line["callers"][0]["line"])
@@ -285,6 +316,8 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 where = first + [w for w in where if w not in first]
             if asks_too_often(callee):  # done too often: the condition that says how often is the place
                 where = _with_guard(where)
+            if "get_parametrized" in callee:  # where the parametrization is registered (an adapter's set-up)
+                where += [w for w in registered_parametrizations(where) if w not in where][:1]
             elif (filtered := filtered_call(where)) is not None:  # a loop over candidates mostly filtered out after
                 site, ev.filtered_after = filtered
                 where = filter_first_where(site, ev.filtered_after, where)
