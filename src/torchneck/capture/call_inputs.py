@@ -64,6 +64,9 @@ copied to each of its candidates): on fewer, recomputing a few rows costs little
 ROWS_READ = 65_536
 """Rows read (the first ones) to count the distinct ones: a look stays a few ms (a hash per row,
 then a sort of the hashes). Repeats made by `repeat_interleave` or an index are near each other."""
+ROWS_BYTES = 8 << 20
+"""At most this much of the input is read (its first rows, `ROWS_MIN` at least): a look at a
+[65536, 4096] float input stays a few ms, not a third of a second."""
 ROWS_LOOKS_KEPT = 8
 """Calls looked at per line for repeated rows: a server's thousands of calls are alike."""
 
@@ -286,9 +289,9 @@ def nonzero_share(tensor: Any) -> float | None:
 
 
 def distinct_row_share(tensor: Any) -> tuple[int, float] | None:
-    """(rows, share of distinct rows among the first `ROWS_READ`) of a 2-D host tensor (integer,
-    boolean or floating) of at least `ROWS_MIN` rows and two columns, read through its data
-    pointer (no torch op); None for other tensors. Identical rows give identical outputs through
+    """(rows, share of distinct rows among the first `ROWS_READ` rows and `ROWS_BYTES`) of a 2-D
+    host tensor (integer, boolean or floating) of at least `ROWS_MIN` rows and two columns, read
+    through its data pointer (no torch op); None for other tensors. Identical rows give identical outputs through
     a row-wise model (an MLP tower, an embedding lookup): computed once each, gathered after.
     Each row's bytes are hashed by a product with fixed random odd multipliers (a collision is
     ~1 in 2^64), then the hashes sorted."""
@@ -301,8 +304,8 @@ def distinct_row_share(tensor: Any) -> tuple[int, float] | None:
     if array is None or array.shape[0] < ROWS_MIN or array.shape[1] < 2:
         return None
     n = array.shape[0]
-    rows = np.ascontiguousarray(array[:ROWS_READ])
-    width = rows.dtype.itemsize * rows.shape[1]
+    width = array.dtype.itemsize * array.shape[1]
+    rows = np.ascontiguousarray(array[:min(ROWS_READ, max(ROWS_MIN, ROWS_BYTES // width))])
     word = next(w for w in (8, 4, 2, 1) if width % w == 0)
     words = rows.view(f"u{word}").reshape(len(rows), width // word)
     multipliers = np.random.default_rng(width).integers(1, 2 ** 63, width // word, dtype=np.uint64) | np.uint64(1)

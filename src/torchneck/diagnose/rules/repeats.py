@@ -41,12 +41,16 @@ class RepeatedCall(_SiteRule):
     could be computed once and kept. Seen by the capture's module hooks (the same tensor object
     with the same version counter as a recent call's input, or a large input whose sampled
     elements match a recent one's, at the same line), which also note the line that called from
-    there: where the constant input comes from, and where the result can be kept.
+    there: where the constant input comes from, and where the result can be kept. A
+    `functools.lru_cache` in those files keeping fewer results than the distinct inputs that
+    come back is named first, with the cache-size fix (`undersized_cache`).
 
     Time lost: the sampled share of the steady state under that calling line (at most the model
-    call's own line's: the caller may make other calls), times the share of its calls that
-    repeated an input: the first computation of each input stays (a corpus encoded in 8 chunks,
-    9 times: 64 of 72 calls go)."""
+    call's own line's: the caller may make other calls; with a cache too small, all the cached
+    function's work, its preprocessing too), times the share of its calls that repeated an
+    input: the first computation of each input stays (a corpus encoded in 8 chunks, 9 times: 64
+    of 72 calls go). A model called in worker threads takes its share of the time the sampled
+    thread did not spend waiting on them (`workers_share`)."""
 
     kind = "repeated_call"
     summary = "The model is called again and again on the same unchanged input (compute it once, keep it)."
