@@ -340,6 +340,25 @@ def test_samples_under_torchneck_s_pass_through_wrappers_are_the_program_s():
     assert tool.tolist() == [False, True, True]
 
 
+def test_a_parametrized_weight_s_rebuilds_count_under_whichever_line_read_it():
+    """u_beam_translate: the tied embedding's weight is a parametrization, rebuilt both where the
+    decoder step reads it (line 106) and under the lookup's module call (line 102); the window's
+    `parametrized_s` counts both, the lines only their own."""
+    from torchneck.analysis.python_stacks import hotspots, load_samples
+
+    torch_dir = "/usr/lib/python3/site-packages/torch/"
+    frames = [["step", "/x/beam.py", 106], ["step", "/x/beam.py", 102],
+              ["_inject_property.<locals>.get_parametrized", torch_dir + "nn/utils/parametrize.py", 419],
+              ["Module._call_impl", torch_dir + "nn/modules/module.py", 1750],
+              ["Embedding.forward", torch_dir + "nn/modules/sparse.py", 190], ["step", "/x/beam.py", 110]]
+    data = {"frames": frames, "stacks": [[0, 2], [1, 3, 4, 2], [5]],
+            "samples": [[0, 0.01]] * 4 + [[1, 0.01]] * 3 + [[2, 0.01]] * 3}
+    hot = hotspots(load_samples(data))
+    assert abs(hot["parametrized_s"] - 0.07) < 1e-9 and abs(hot["sampled_s"] - 0.10) < 1e-9
+    by_line = {ln["line"]: ln for ln in hot["lines"]}
+    assert "get_parametrized" in by_line[106]["library"] and "get_parametrized" not in by_line[102]["library"]
+
+
 def test_strided_inputs_read_the_trace_s_strides_of_the_ops_asked(tmp_path):
     """A transposed [20000, 384] input (strides [1, 20000]) is against the grain; a contiguous one,
     a broadcast (a zero stride), a channels-last image and a small transposed matrix are not. The

@@ -335,3 +335,9 @@ def test_a_parametrized_weight_recomputed_at_every_access_is_named_with_its_regi
                file=str(src), outside_ops_s=0.3)
     [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(hot)))
     assert [w.line for w in f.where] == [5, 3] and "remove_parametrizations" in f.fix and "cached()" in f.fix
+    assert abs(f.time_lost_s - 0.4) < 1e-9 and "recomputed on every read: the rebuilds take 40%" in f.title
+    # the same weight also rebuilt under other lines' module calls (a tied embedding's lookup): all of it goes
+    python = _window(hot)
+    python["window"]["parametrized_s"] = 0.8
+    [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=python))
+    assert abs(f.time_lost_s - 0.8) < 1e-9 and "the rebuilds take 80%" in f.title

@@ -50,6 +50,7 @@ class Samples:
     stack_capture: np.ndarray | None = None  # inside a Python stack capture that torch's C++ made (see below)
     thread: np.ndarray | None = None  # native id of the thread a stand-in sample saw (0: the sampled thread)
     native_id: int | None = None  # the sampled thread's native id: its ops' tid in the trace
+    rebuilding: np.ndarray | None = None  # a parametrized weight being recomputed on its read (see below)
 
     def waiting_s(self) -> np.ndarray:
         """Per sample, the part of its interval the thread was off the CPU (blocked: sleep, I/O,
@@ -81,11 +82,12 @@ def load_samples(data: dict) -> Samples:
                                                     dtype=np.float64))
     # format 5: a sample the watcher took of another thread, while the main thread waited on it, names it
     thread = np.array([s[4] if len(s) > 4 and isinstance(s[4], int) else 0 for s in raw], dtype=np.int64)
-    user_frame, leaf, leaf_user, tool, importing, compiling, loading, unsampled, capture = (
+    user_frame, leaf, leaf_user, tool, importing, compiling, loading, unsampled, capture, rebuilding = (
         col[stack_of] if len(stack_of) else col[:0] for col in per_stack)
     return Samples(frames, np.cumsum(dur), dur, user_frame, leaf_user, leaf, tool, importing, compiling, loading,
                    data.get("start_monotonic_ns"), [table[k] for k in stack_of.tolist()], cpu, runq, unsampled,
-                   capture, thread, data.get("native_id") if isinstance(data.get("native_id"), int) else None)
+                   capture, thread, data.get("native_id") if isinstance(data.get("native_id"), int) else None,
+                   rebuilding)
 
 
 def _runq_to_its_interval(dur: np.ndarray, cpu: np.ndarray, runq: np.ndarray) -> np.ndarray:
@@ -122,7 +124,8 @@ def _frame_mask(frames: list[list], predicate) -> np.ndarray:
 def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.ndarray, ...]:
     """Per stack: deepest user frame, leaf frame, leaf is user code, torchneck overhead below the
     user frame (or a sample of torchneck's own work), importing, compiling, inside DataLoader
-    iteration, an interval the sampler did not sample, inside a stack capture torch's C++ made."""
+    iteration, an interval the sampler did not sample, inside a stack capture torch's C++ made,
+    rebuilding a parametrized weight."""
     user = _frame_mask(frames, lambda f: is_user_file(f[1]))
     ours = _frame_mask(frames, lambda f: is_hook_file(f[1]))
     through = _frame_mask(frames, lambda f: is_pass_through(f[1], f[0]))  # a wrapper: below it, the program's call
@@ -133,10 +136,12 @@ def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.nd
     comp = _frame_mask(frames, lambda f: f[1].replace(os.sep, "/").endswith(_CONVERT_FRAME))
     in_data = _frame_mask(frames, lambda f: "/torch/utils/data/" in f[1].replace(os.sep, "/"))
     capturing = _frame_mask(frames, _is_stack_capture)
+    rebuild = _frame_mask(frames, _is_parametrization_rebuild)
     n = len(stacks)
     user_frame = np.full(n, -1, dtype=np.int64)
     leaf = np.full(n, -1, dtype=np.int64)
-    leaf_user, tool, importing, compiling, loading, unsampled, capture = (np.zeros(n, dtype=bool) for _ in range(7))
+    leaf_user, tool, importing, compiling, loading, unsampled, capture, rebuilding = (
+        np.zeros(n, dtype=bool) for _ in range(8))
     for i, st in enumerate(stacks):
         if not st:
             continue
@@ -148,6 +153,7 @@ def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.nd
         loading[i] = in_data[ids].any()
         importing[i] = imp[ids].any()
         compiling[i] = comp[ids].any()
+        rebuilding[i] = rebuild[ids].any()
         captures = np.flatnonzero(capturing[ids])
         if len(captures):  # the outermost capture frame: its caller made the call
             k = int(captures[0])
@@ -161,7 +167,14 @@ def _classify_stacks(frames: list[list], stacks: list[list[int]]) -> tuple[np.nd
             below = ids[depth + 1:]
             tool[i] = ((ours & ~through)[below].any() or bool(ours[st[-1]])
                        or (marker[below].any() and not user_call[below].any()))
-    return user_frame, leaf, leaf_user, tool, importing, compiling, loading, unsampled, capture
+    return user_frame, leaf, leaf_user, tool, importing, compiling, loading, unsampled, capture, rebuilding
+
+
+def _is_parametrization_rebuild(frame: list) -> bool:
+    """torch.nn.utils.parametrize's property getter: reading a parametrized weight (a LoRA
+    adapter, weight_norm) recomputes it from its parameters, every time, wherever it is read (a
+    line's own read, or a module's forward under another line's call)."""
+    return frame[0].endswith("get_parametrized") and os.path.basename(frame[1]) == "parametrize.py"
 
 
 _STACK_CAPTURES = ("format_stack", "extract_stack")
@@ -209,6 +222,9 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
 
     `stack_capture_s` is the time inside Python stack captures that torch's C++ made (anomaly
     mode records the forward stack of every autograd node): work the script did not ask for.
+    `parametrized_s`: the time spent recomputing parametrized weights on their reads, whichever
+    line read them (a line's samples keep one library callee each, so a rebuild under another
+    line's module call is in no line's callee).
 
     Time the thread was ready to run while other processes had the CPU (`ready_s`, known on
     Linux) is left out of every figure but `ready_s` itself: it is the machine's load, not the
@@ -293,6 +309,7 @@ def hotspots(s: Samples, lo_s: float = -np.inf, hi_s: float = np.inf, top: int =
         "in_torch_ops_s": float((dur - outside)[win].sum()) if known else None,
         "ready_s": float(ready[win].sum()),
         "stack_capture_s": float(dur[win & s.stack_capture].sum()) if s.stack_capture is not None else 0.0,
+        "parametrized_s": float(dur[win & s.rebuilding].sum()) if s.rebuilding is not None else 0.0,
         "attributed_to_user_lines_s": user_total,
         "lines": out_lines,
         "functions": out_funcs,

@@ -263,6 +263,8 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 below = _helper_call_s(facts, line)  # calling it less saves all below its call
                 if below > removed:
                     removed, ev.called_at = below, int(line["callers"][0]["line"])
+            if not ev.waits and "get_parametrized" in callee:  # every read's rebuild goes, under any line's call
+                removed = max(removed, float(win.get("parametrized_s") or 0.0))
             hoist = _invariant_caller(facts, line) if not ev.waits and ev.called_at is None else None
             if hoist is not None:  # the same helper call on every pass: once is enough
                 ev.called_at, ev.invariant_call, below = hoist
@@ -291,6 +293,9 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 title = (f"{ev.invariant_call}() is called with the same arguments on every pass at line "
                          f"{ev.called_at}: it takes {100 * removed / total:.0f}% of each step"
                          + (f" (in {library})" if library else ""))
+            if "get_parametrized" in callee and not ev.waits and not ev.called_at:
+                title = (f"{line['function']}() reads a parametrized weight at line {line['line']}, recomputed on "
+                         f"every read: the rebuilds take {100 * removed / total:.0f}% of each step")
             if body:
                 title += f" (the loop at line {line['line']} and its body)"
             callers = line.get("callers") or []  # one call path carries the line's time: the fix may go there
