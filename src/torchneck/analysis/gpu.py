@@ -23,7 +23,7 @@ from ..model.analysis import (
 )
 from ..trace.table import GPU_CATEGORIES, Cat, EventTable, in_categories
 from .groups import distinct, totals_by_id
-from .intervals import ROW_BLOCK, UnionLength, ascending, merge, overlapping_rows
+from .intervals import ROW_BLOCK, UnionLength, ascending, overlapping_rows
 from .steps import NAMES_CACHED, is_communication
 
 KERNEL_WAIT_US = 30.0
@@ -284,9 +284,3 @@ def memcpy_summary(table: EventTable, rows: np.ndarray) -> dict[str, MemcpyDirec
         d.time_us += float(time_us[g])
         d.bytes += int(nbytes[g])
     return out
-
-
-def busy_intervals(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
-    """Merged intervals when any GPU was busy (used by tests and the timeline)."""
-    gpu = in_categories(table.cat, GPU_CATEGORIES)
-    return merge(table.ts[gpu], table.ts[gpu] + table.dur[gpu])

@@ -101,10 +101,6 @@ def sigterm_held_back():
     return held_back(signal.SIGTERM)
 
 
-class _TimedOut(BaseException):
-    pass
-
-
 def run_target(target: Target, code: types.CodeType | None, timeout: float | None,
                on_exception=None) -> Outcome:
     """Run the script and turn however it ends into an `Outcome` (never raises).

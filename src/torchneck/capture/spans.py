@@ -115,10 +115,6 @@ class OpenSpans:
         self.depth = 0  # their closing is not seen from here on
         self._open.clear()
 
-    def open_under(self, session: int) -> int:
-        """How many spans still open were opened while `session` recorded."""
-        return sum(1 for _, s in self._open.values() if s == session)
-
     def detach_open(self, session: int) -> int:
         """Make the spans opened under `session` (stopped by now) harmless to the next session:
         each gets an inert handle, opened with no session recording; its real handle is kept

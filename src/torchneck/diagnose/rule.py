@@ -170,13 +170,3 @@ def register(cls: type[Rule[E]]) -> type[Rule[E]]:
         raise ValueError(f"two rules report kind {cls.kind!r}")
     RULES.append(cls())
     return cls
-
-
-def rule_for(kind: str) -> Rule[Any]:
-    """The registered rule that reports `kind`."""
-    from . import rules  # noqa: F401  (importing the families registers them)
-
-    for r in RULES:
-        if r.kind == kind:
-            return r
-    raise KeyError(kind)
