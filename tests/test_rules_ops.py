@@ -999,6 +999,24 @@ def test_a_call_repeated_alone_or_with_fresh_arguments_is_not_loop_invariant(tmp
     assert invariant_call(str(src), 8, {"fb"}) == "fb" and invariant_call(str(src), 8, {"g"}) is None
 
 
+def test_a_loop_s_header_line_holds_its_header_s_calls_not_its_body_s(tmp_path):
+    """v_stream_anomaly: an inner loop's `for` line named (its body's time) is not where the
+    body's `learner.update()` is called; the inner loop's header computing the same table on
+    every outer pass is."""
+    from torchneck.diagnose.idioms import invariant_call
+
+    src = tmp_path / "stream.py"
+    src.write_text("for b, batch in enumerate(stream()):\n"
+                   "    for j, s in enumerate(zip(scores(batch), labels)):\n"
+                   "        thresh.update(s)\n"
+                   "        if j % 32 == 0:\n"
+                   "            learner.update()\n"
+                   "    for w in windows(table(), batch):\n"
+                   "        use(w)\n")
+    assert invariant_call(str(src), 2, {"update"}) is None
+    assert invariant_call(str(src), 6, {"table"}) == "table" and invariant_call(str(src), 6, {"windows"}) is None
+
+
 def test_a_helper_recomputed_in_a_loop_that_uses_its_item_elsewhere_is_loop_invariant(tmp_path):
     """`ref = reference(BANK, n)` on a line of its own in a loop whose other lines use the item: the
     same result every pass, when the samples show the call holds the time (`item_used_elsewhere`;

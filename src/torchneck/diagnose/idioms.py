@@ -17,6 +17,7 @@ from .source import (
     block_of,
     call_name,
     enclosing,
+    header_of,
     walk_own,
 )
 
@@ -424,8 +425,9 @@ def invariant_call(file: str, line: int, functions: set[str], called_repeatedly:
     if not path or not functions:
         return None
     stmt = path[-1]
+    own = [n for part in header_of(stmt) for n in walk_own(part)]  # a loop's line: its header, not its body
     loops = [s for s in path[:-1] if isinstance(s, LOOPS)]
-    comps = [n for n in walk_own(stmt) if isinstance(n, COMPREHENSIONS)]
+    comps = [n for n in own if isinstance(n, COMPREHENSIONS)]
     if called_repeatedly and not loops and not comps:
         return _invariant_in_function(file, line, stmt, functions, invariant_params)
     bound: set[str] = set()
@@ -435,14 +437,14 @@ def invariant_call(file: str, line: int, functions: set[str], called_repeatedly:
         bound |= {n.id for n in ast.walk(loop) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     for comp in comps:
         bound |= {n.id for g in comp.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
-    varying = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} & bound
+    varying = {n.id for n in own if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} & bound
     targets = _loop_targets(loops) if item_used_elsewhere else set()
     per_item = any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in targets
                    for loop in loops for n in ast.walk(loop)
                    if not isinstance(loop, (ast.For, ast.AsyncFor)) or n is not loop.target)
     if not varying and not per_item:
         return None  # nothing is done per item: a loop repeating the statement on purpose (a benchmark)
-    for call in walk_own(stmt):
+    for call in own:
         if not isinstance(call, ast.Call) or call_name(call) not in functions:
             continue
         if not loops and not any(call in set(ast.walk(c)) for c in comps):

@@ -556,6 +556,21 @@ def walk_own(node: ast.AST) -> Iterator[ast.AST]:
                  if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))]
 
 
+def header_of(stmt: ast.stmt) -> list[ast.AST]:
+    """What a statement's own line does: a compound statement's header (a loop's iterable or
+    test, an `if`'s test, a `with`'s items), any other statement whole. A call in a loop's body
+    belongs to its own line, not to the loop's."""
+    if isinstance(stmt, (ast.For, ast.AsyncFor)):
+        return [stmt.target, stmt.iter]
+    if isinstance(stmt, (ast.While, ast.If)):
+        return [stmt.test]
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return list(stmt.items)
+    if isinstance(stmt, (ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return []
+    return [stmt]
+
+
 def call_name(call: ast.Call) -> str | None:
     """The called name: `f` of `f(x)`, `m` of `obj.m(x)`."""
     return getattr(call.func, "attr", None) or getattr(call.func, "id", None)

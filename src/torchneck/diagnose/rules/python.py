@@ -308,7 +308,8 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
                 busiest = max(body, key=lambda ln: ln["total_s"])
                 first = [w for w in where if w.line == busiest["line"]][:1]
                 where = first + [w for w in where if w not in first]
-            if ev.reads_elements and not body and not ev.called_at:  # `for t, p in zip(a, b): m[t, p] += 1`
+            if ev.reads_elements and not body and not ev.called_at and not asks_too_often(callee):
+                # `for t, p in zip(a, b): m[t, p] += 1` (work asked too often is changed at its own line)
                 loop = next((s for s in reversed(enclosing(line["file"], int(line["line"]))[:-1])
                              if isinstance(s, (ast.For, ast.AsyncFor))), None)
                 # a loop over the tensors themselves (their elements are taken there, one by one), not
