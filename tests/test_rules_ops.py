@@ -1017,6 +1017,35 @@ def test_a_loop_s_header_line_holds_its_header_s_calls_not_its_body_s(tmp_path):
     assert invariant_call(str(src), 6, {"table"}) == "table" and invariant_call(str(src), 6, {"windows"}) is None
 
 
+def test_a_training_step_called_with_the_same_names_every_epoch_is_not_loop_invariant(tmp_path):
+    """v_gnn_pkg: `loss = train_epoch(model, graph, optimizer)` passes the same names on every
+    epoch, but the function steps the optimizer: a new model each pass, not a value to hoist. A
+    helper that only reads its arguments still is one."""
+    from torchneck.diagnose.idioms import invariant_call
+    from torchneck.diagnose.loop_invariants import invariant_statement
+
+    src = tmp_path / "train.py"
+    src.write_text("def train_epoch(model, graph, optimizer):\n"
+                   "    loss = model(graph).sum()\n"
+                   "    loss.backward()\n"
+                   "    optimizer.step()\n"
+                   "    return loss.item()\n"
+                   "def count(stats, x):\n"
+                   "    stats.append(x)\n"
+                   "def table(graph):\n"
+                   "    return graph.adj @ graph.adj\n"
+                   "def fit(model, graph, optimizer, x):\n"
+                   "    for epoch in range(9):\n"
+                   "        loss = train_epoch(model, graph, optimizer)\n"
+                   "        t = table(graph)\n"
+                   "        n = count(stats, x)\n"
+                   "        log(epoch, loss, t, n)\n")
+    assert not invariant_statement(str(src), 12) and invariant_statement(str(src), 13)
+    assert not invariant_statement(str(src), 14)  # appends to what it is given
+    assert invariant_call(str(src), 12, {"train_epoch"}, item_used_elsewhere=True) is None
+    assert invariant_call(str(src), 13, {"table"}, item_used_elsewhere=True) == "table"
+
+
 def test_a_helper_recomputed_in_a_loop_that_uses_its_item_elsewhere_is_loop_invariant(tmp_path):
     """`ref = reference(BANK, n)` on a line of its own in a loop whose other lines use the item: the
     same result every pass, when the samples show the call holds the time (`item_used_elsewhere`;

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Sequence
 
+from .loop_invariants import changes_its_arguments
 from .source import (
     COMPREHENSIONS,
     LOOPS,
@@ -452,6 +453,8 @@ def invariant_call(file: str, line: int, functions: set[str], called_repeatedly:
         arguments = [*call.args, *(k.value for k in call.keywords)]
         if any(isinstance(n, ast.Call) for a in arguments for n in ast.walk(a)):
             continue  # an argument made by a call may differ every pass (torch.rand, next(it))
+        if changes_its_arguments(file, call, line):
+            continue  # a training step: the same names, a new model every pass
         if not varying and not isinstance(call.func, ast.Name):
             continue  # alone in a statement, an object's method may change the object (a training epoch)
         used = {n.id for a in arguments for n in ast.walk(a) if isinstance(n, ast.Name)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 
-from .source import LOOPS, _tree, call_name, enclosing, walk_own
+from .source import LOOPS, _tree, _user_function, call_name, enclosing, walk_own
 
 PASS_VARYING_CALLS = frozenset({
     "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal", "normal_",
@@ -47,11 +47,32 @@ def invariant_statement(file: str, line: int) -> bool:
         return False
     if any(isinstance(n, (ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr)) for n in ast.walk(stmt.value)):
         return False
+    if any(isinstance(n, ast.Call) and changes_its_arguments(file, n, line) for n in ast.walk(stmt.value)):
+        return False  # `loss = train_epoch(model, data, optimizer)`: the same names, a new model every pass
     users = [s for s in ast.walk(loop) if isinstance(s, ast.stmt) and s is not stmt and s is not loop
              and {n.id for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} & set(targets)]
     if not any({n.id for n in ast.walk(s) if isinstance(n, ast.Name)} & (bound - set(targets)) for s in users):
         return False
     return not _changed_in_place(loop, set(targets) | read, stmt)
+
+
+STATE_STEPPING_CALLS = frozenset({"backward", "step", "zero_grad"})
+"""Calls that move a training state forward: a function making them is a training step."""
+
+
+def changes_its_arguments(file: str, call: ast.Call, line: int) -> bool:
+    """The user's function that `call` runs changes what it is given: it steps a training state
+    (`backward`, an optimizer's `step`) or changes a parameter in place (an in-place op, a
+    container's append, a write through it). Called again with the same names, it answers
+    differently."""
+    found = _user_function(file, call, line)
+    if found is None:
+        return False
+    fdef = found[1]
+    if any(isinstance(n, ast.Call) and call_name(n) in STATE_STEPPING_CALLS for n in walk_own(fdef)):
+        return True
+    return _changed_in_place(fdef, {a.arg for a in fdef.args.posonlyargs + fdef.args.args + fdef.args.kwonlyargs},
+                             None)  # its object (`self`) too
 
 
 def _rebound(loop: ast.stmt) -> set[str]:
@@ -69,7 +90,7 @@ CONTAINER_MUTATORS = frozenset({"append", "appendleft", "extend", "extendleft", 
 """Methods changing a list, deque, dict, set or queue in place: a sliding window's `history.append`."""
 
 
-def _changed_in_place(loop: ast.stmt, names: set[str], stmt: ast.stmt) -> bool:
+def _changed_in_place(loop: ast.AST, names: set[str], stmt: ast.stmt | None) -> bool:
     """A name augmented (`x += 1`), written through (`x[i] = v`) or changed by an in-place
     method (`x.add_(...)`, a container's `history.append(frame)`) inside the loop."""
     for node in ast.walk(loop):
