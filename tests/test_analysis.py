@@ -242,6 +242,33 @@ def test_one_long_call_seen_in_the_window_does_not_decide_for_the_whole_run():
     assert np.allclose(est[n_in:], 0.02 * 5 / 6)
 
 
+def test_a_long_c_call_the_window_never_saw_is_an_op_unless_the_line_calls_outside_torch(tmp_path):
+    """v_ddpm_sampler: `gc.collect()` on every snapshot, after the profiled window: each sample
+    there stands for one long C call. Taken for the previous line's op on a line calling torch,
+    it is the line's own work on one calling only `gc` or NumPy (read from the run's directory)."""
+    import numpy as np
+
+    from torchneck.analysis.python_stacks import Samples
+    from torchneck.analysis.run import _op_seconds_beyond_window, calls_outside_torch
+
+    (tmp_path / "ddpm.py").write_text("import gc\nimport numpy as np\ngc.collect()\nu, s, vt = np.linalg.svd(a)\n"
+                                      "y = torch.mm(a, np.ones(3))\nfor i in range(\n")
+    d = str(tmp_path)
+    assert calls_outside_torch("ddpm.py", 3, d) and calls_outside_torch("ddpm.py", 4, d)
+    assert not calls_outside_torch("ddpm.py", 5, d) and not calls_outside_torch("ddpm.py", 6, d)
+    assert not calls_outside_torch("ddpm.py", 1, d)  # no call at all
+    n = 4
+    frames = [["release", "ddpm.py", 3], ["step", "ddpm.py", 5]]
+    uf = np.array([0, 0, 1, 1], dtype=np.int64)
+    s = Samples(frames=frames, end_s=np.arange(1, n + 1) * 0.3, dur_s=np.full(n, 0.3), user_frame=uf,
+                leaf_is_user=np.ones(n, bool), leaf_frame=uf, tool=np.zeros(n, bool), importing=np.zeros(n, bool),
+                compiling=np.zeros(n, bool), loading=np.zeros(n, bool), start_monotonic_ns=0,
+                stacks=[[0], [0], [1], [1]], cpu_s=np.full(n, 0.3), runq_s=np.zeros(n))
+    est = _op_seconds_beyond_window(s, np.zeros(n), np.zeros(n, bool), d)
+    assert np.allclose(est, [0.0, 0.0, 0.3, 0.3])
+    assert np.allclose(_op_seconds_beyond_window(s, np.zeros(n), np.zeros(n, bool)), 0.3)  # sources unknown
+
+
 def test_a_line_the_window_barely_saw_takes_its_function_s_share_outside_it():
     """A CG solver (n_heat_cg): in the window the line marker keeps `Ap = A @ p`'s samples on its
     own line (84); outside it each 3 ms product's signal is handled at the next call, line 85,

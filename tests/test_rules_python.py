@@ -341,3 +341,15 @@ def test_a_parametrized_weight_recomputed_at_every_access_is_named_with_its_regi
     python["window"]["parametrized_s"] = 0.8
     [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=python))
     assert abs(f.time_lost_s - 0.8) < 1e-9 and "the rebuilds take 80%" in f.title
+
+
+@fires("python_hotspot")
+def test_garbage_collected_in_a_loop_is_named_with_its_fix(tmp_path):
+    """v_ddpm_sampler: `gc.collect()` on every snapshot of a sampling loop. The sampler sees no
+    frame of a C function: the source names it, and the fix is to collect less, not to vectorise."""
+    src = tmp_path / "ddpm.py"
+    src.write_text("import gc\ndef release():\n    gc.collect()\nfor i in range(9):\n    release()\n")
+    hot = dict(_line(3, 0.4, 0.4), file=str(src), function="release")
+    [f] = PythonHotspot().check(facts(analysis=analysis(window_us=1e6), python=_window(hot)))
+    assert f.evidence["calls_into"] == "gc.collect (gc)" and "gc.collect()" in f.fix and "vectorised" not in f.fix
+    assert "in gc.collect" in f.title

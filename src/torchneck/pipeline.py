@@ -111,7 +111,7 @@ def report_from_run_dir(run_dir: Path, tables: TableOptions | None = None) -> Re
         views = {}
         if not any(w.startswith("no trace") for w in warnings):
             warnings.append("no trace was recorded" + (f": {run['trace_error']}" if run.get("trace_error") else ""))
-    python = python_phases(samples, phases, op_s)
+    python = python_phases(samples, phases, op_s, source_dir=(run.get("target") or {}).get("cwd"))
     profiling_note = profiling_warning(phases)
     if profiling_note:
         warnings.append(profiling_note)

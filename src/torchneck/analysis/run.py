@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+import functools
+import linecache
 import os
 
 import numpy as np
@@ -374,13 +377,15 @@ DEFERRING_OP_US = 1000.0
 0.5 ms after it (shorter ops would make the guess a coin toss)."""
 
 
-def python_phases(samples: Samples, phases: dict, op_s: np.ndarray | None = None) -> dict:
+def python_phases(samples: Samples, phases: dict, op_s: np.ndarray | None = None,
+                  source_dir: str | None = None) -> dict:
     """Python hotspots of the steady state (the whole run after start-up: `window`), of the
     profiled window alone (`profiled_window`), of start-up (one-time costs) and of the whole run.
 
     `op_s` (see `sample_op_seconds`) moves time inside torch ops out of "self" time. The trace
     covers the profiled window only; a sample outside it is given the share of op time that its
-    line showed inside the window, and a line never seen there counts as outside torch ops."""
+    line showed inside the window, and a line never seen there counts as outside torch ops.
+    `source_dir`: where the samples' relative file names are (the run's working directory)."""
     w0, w1 = phases["window_offsets_s"]
     steady = phases.get("steady_from_offset_s", phases["first_tick_offset_s"])
     in_window = None
@@ -388,7 +393,7 @@ def python_phases(samples: Samples, phases: dict, op_s: np.ndarray | None = None
     if op_s is not None:
         mid = samples.end_s - samples.dur_s / 2
         in_window = (mid >= w0) & (mid < w1)
-        steady_op_s = _op_seconds_beyond_window(samples, op_s, in_window)
+        steady_op_s = _op_seconds_beyond_window(samples, op_s, in_window, source_dir)
     return {
         "window": hotspots(samples, steady, np.inf, op_s=steady_op_s),
         "profiled_window": hotspots(samples, w0, w1, op_s=op_s),
@@ -440,7 +445,8 @@ def step_growth(samples: Samples, phases: dict) -> dict | None:
     return out
 
 
-def _op_seconds_beyond_window(samples: Samples, op_s: np.ndarray, in_window: np.ndarray) -> np.ndarray:
+def _op_seconds_beyond_window(samples: Samples, op_s: np.ndarray, in_window: np.ndarray,
+                               source_dir: str | None = None) -> np.ndarray:
     """Per sample, seconds inside torch ops: measured inside the window, estimated outside it
     from the same user line's share inside it (0 for a line the window never saw).
 
@@ -487,6 +493,9 @@ def _op_seconds_beyond_window(samples: Samples, op_s: np.ndarray, in_window: np.
     own_in_calls = np.bincount(uf[seen], weights=own[seen], minlength=n)
     calls_seen = np.bincount(uf[seen], minlength=n)
     fallback = np.where(own_by_line > 0, share, 1.0)
+    for fid in np.unique(uf[one_call & ~known & (uf >= 0)]).tolist():  # lines the window never saw
+        if fid < len(samples.frames) and calls_outside_torch(*samples.frames[fid][1:3], source_dir):
+            fallback[fid] = 0.0  # `gc.collect()`, `np.linalg.svd(a)`: the line's own C call, not an op
     call_share = np.divide(op_in_calls, own_in_calls, out=fallback.copy(),
                            where=(own_in_calls > 0) & (calls_seen >= MIN_ONE_CALL_SAMPLES))
     estimate = np.where(one_call, call_share[np.maximum(uf, 0)] * samples.dur_s, estimate)
@@ -501,6 +510,35 @@ def _function_ids(frames: list, n: int) -> np.ndarray:
     for fid, frame in enumerate(frames[:n]):
         out[fid] = ids.setdefault((frame[1], frame[0]), fid)
     return out
+
+
+NON_TORCH_MODULES = frozenset({"gc", "np", "numpy", "scipy", "time", "os", "shutil", "subprocess", "pickle",
+                               "json", "zlib", "gzip", "lzma", "bz2", "hashlib", "pd", "pandas", "cv2", "PIL",
+                               "Image", "math", "random", "re", "sklearn"})
+"""Modules (as programs name them) whose calls run no torch op: a long C call of a line calling
+only them is the line's own work, not an op the trace would have shown."""
+
+
+@functools.lru_cache(maxsize=1024)
+def calls_outside_torch(file: str, line: int, source_dir: str | None = None) -> bool:
+    """The source line makes calls, every one of them into `NON_TORCH_MODULES` (`gc.collect()`,
+    `u, s, vt = np.linalg.svd(a)`). False when it calls anything else, or cannot be read alone
+    (a statement over several lines). A relative `file` is read from `source_dir` first."""
+    if source_dir and not os.path.isabs(file) and os.path.isfile(os.path.join(source_dir, file)):
+        file = os.path.join(source_dir, file)
+    text = linecache.getline(file, line).strip() if isinstance(line, int) else ""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return False
+    roots = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            while isinstance(func, ast.Attribute):
+                func = func.value
+            roots.append(func.id if isinstance(func, ast.Name) else None)
+    return bool(roots) and all(r in NON_TORCH_MODULES for r in roots)
 
 
 ONE_C_CALL_S = 0.005

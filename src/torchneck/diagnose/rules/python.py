@@ -53,6 +53,9 @@ REPEATED_WORK_FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
                             "weight_norm, orthogonal) recomputed at every access, so every call rebuilds it. At "
                             "inference merge it once: parametrize.remove_parametrizations(module, 'weight', "
                             "leave_parametrized=True), or run the loop under `with parametrize.cached():`."),
+    (("gc.collect",), "Do not collect garbage inside the loop: gc.collect() walks every object the program holds "
+                      "(and torch.cuda.empty_cache() makes the next allocations ask the driver again). Python frees "
+                      "a tensor when its last reference goes; collect once after the loop if at all."),
     (("__repr__", "__format__", "_tensor_str"), "Do not format tensors every step: log a few scalars "
                                                 "(loss.item()) every N steps, or format only when that log "
                                                 "level is on (logging evaluates f-strings even when it drops them)."),
@@ -75,6 +78,17 @@ def registered_parametrizations(where: list[Where]) -> list[Where]:
             if isinstance(node, ast.Call) and call_name(node) == "register_parametrization":
                 found.append(Where(file=file, line=node.lineno, function=function_at(file, node.lineno)))
     return found
+
+
+def c_call_of(file: str, line: int) -> str:
+    """What a line calls that the sampler sees no frame of (a C function), named from the source as
+    the sampler names callees: `gc.collect()` -> "gc.collect (gc)"; "" otherwise."""
+    path = enclosing(file, int(line))
+    for node in walk_own(path[-1]) if path else ():
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "collect" \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "gc":
+            return "gc.collect (gc)"
+    return ""
 
 
 def asks_too_often(callee: str) -> bool:
@@ -239,7 +253,7 @@ class PythonHotspot(Rule[PythonHotspotEvidence]):
             repeated = [ln for ln in lines
                         if ln is line or called_in_loop or in_loop(ln["file"], int(ln["line"]))]
             callee = next((c for c in (ln.get("library") or "" for ln in repeated) if asks_too_often(c)),
-                          line.get("library") or "")
+                          line.get("library") or "") or c_call_of(line["file"], line["line"])
             waiting = sum(ln.get("waiting_s") or 0.0 for ln in lines)
             ev = PythonHotspotEvidence(outside_torch_s=outside, self_python_s=sum(ln["self_s"] for ln in lines),
                                        waiting_s=waiting,
