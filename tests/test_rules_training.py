@@ -271,6 +271,42 @@ def test_optimizer_updating_a_parameter_the_program_writes_itself(tmp_path):
 
 
 @fires("optimizer")
+def test_hundreds_of_single_number_parameters_are_named_where_they_are_made(tmp_path):
+    """v_pinn_heat: per-neuron slopes as a ParameterList of scalars, 512 of the optimizer's 522
+    tensors. The line making them leads, the fix keeps them in one tensor, the saving is the
+    whole step, and the tiny ops they cost elsewhere (dispatch_overhead) fold under it. A few
+    scalars (a learned temperature) stay the ordinary finding."""
+    from torchneck.model.findings import Finding, Where
+
+    src = tmp_path / "pinn.py"
+    src.write_text("import torch\nfrom torch import nn\nclass Act(nn.Module):\n    def __init__(self, width):\n"
+                   "        self.scale = nn.Parameter(torch.tensor(1.0))\n"
+                   "        self.slopes = nn.ParameterList(\n"
+                   "            nn.Parameter(torch.tensor(0.1)) for _ in range(width))\n"
+                   "def train(m):\n    opt = torch.optim.Adam(m.parameters())\n"
+                   "    lbfgs = torch.optim.LBFGS(m.parameters())\n")
+    sites = [{"what": "optimizer", "optimizer": "Adam", "params": 522, "scalars": 512, "foreach": None,
+              "fused": None, "file": str(src), "line": 9, "function": "train"},
+             {"what": "optimizer", "optimizer": "LBFGS", "params": 522, "scalars": 512, "foreach": None,
+              "fused": None, "file": str(src), "line": 10, "function": "train"}]
+    ops = [_op("aten::lerp_", 9_000.0, count=2600), _op("aten::sqrt", 3_000.0, count=520)]
+    [f] = SingleTensorOptimizer().check(facts(analysis=_optimizer_steps(40_000.0, ops, floor_us=5.0),
+                                              call_sites=sites))
+    assert [w.line for w in f.where] == [7, 9, 10] and f.evidence["scalar_parameters"] == 512
+    assert "512 of their parameter tensors hold one number each (line 7)" in f.title
+    assert "one tensor" in f.fix and abs(f.time_lost_s - 0.040) < 1e-12
+    tiny = Finding(kind="dispatch_overhead", title="", time_lost_s=0.07, time_lost_pct=70.0, fix="", severity="high",
+                   where=[Where(file=str(src), line=9, function="train")])
+    explained = SingleTensorOptimizer().explained(f, tiny, facts())
+    assert explained is not None and abs(explained.beyond_s - 0.03) < 1e-12
+    sites = [dict(c, scalars=3) for c in sites]
+    [f] = SingleTensorOptimizer().check(facts(analysis=_optimizer_steps(40_000.0, ops, floor_us=5.0),
+                                              call_sites=sites))
+    assert f.evidence["scalar_parameters"] == 0 and "fused=True" in f.fix
+    assert SingleTensorOptimizer().explained(f, tiny, facts()) is None
+
+
+@fires("optimizer")
 def test_single_tensor_optimizer_over_a_few_large_tensors():
     """Four embedding tables: a short loop, but each out-of-place op allocates and fills a
     temporary as big as a table; fused keeps at most the in-place passes over the state."""

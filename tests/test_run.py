@@ -466,3 +466,17 @@ def test_a_running_median_over_the_whole_loss_history_is_named_as_steps_growing(
     assert top["kind"] == "step_time_growth" and top["where"][0]["line"] == planted_line(script), top
     assert top["evidence"]["late_step_s"] > 1.5 * top["evidence"]["early_step_s"] and top["evidence"]["hint"] == "cat"
     assert report["python"]["growth"]["steps"] >= 400
+
+
+def test_single_number_parameters_are_named_where_they_are_made(run_dir):
+    """A ParameterList of per-neuron slopes (192 scalars, and the last bias): the optimizer's call site records them,
+    and the optimizer finding leads at the line making them, the tiny ops folded under it."""
+    script = SCRIPTS / "scalar_slopes.py"
+    r = torchneck("run", "--out", str(run_dir), str(script))
+    assert r.returncode == 0, r.stderr
+    report = read_report(run_dir)
+    [site] = [c for c in report["run"]["call_sites"] if c["what"] == "optimizer"]
+    assert site["params"] == 200 and site["scalars"] == 193
+    top = report["findings"][0]
+    assert top["kind"] == "optimizer" and top["where"][0]["line"] == planted_line(script)
+    assert top["evidence"]["scalar_parameters"] == 193 and "one tensor" in top["fix"]

@@ -60,9 +60,10 @@ class CallSites:
         def optimizer_init(opt, params, defaults, *args, **kwargs):
             opt_init(opt, params, defaults, *args, **kwargs)
             try:
+                params = [p for g in opt.param_groups for p in g["params"]]
                 sites._add("optimizer", optimizer=type(opt).__name__,
                            foreach=opt.defaults.get("foreach"), fused=opt.defaults.get("fused"),
-                           params=sum(len(g["params"]) for g in opt.param_groups))
+                           params=len(params), scalars=sum(1 for p in params if p.numel() == 1))
             except Exception:
                 pass
 

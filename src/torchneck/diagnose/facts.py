@@ -94,6 +94,11 @@ class Facts(msgspec.Struct, kw_only=True):
         """`seconds` as a percentage of the profiled window."""
         return 100 * seconds / self.window_s if self.window_s > 0 else 0.0
 
+    def sampled_files(self) -> list[str]:
+        """The program's files its steady state's sampled lines are in, busiest first."""
+        lines = ((self.python or {}).get("window") or {}).get("lines") or []
+        return list(dict.fromkeys(ln["file"] for ln in lines if ln.get("file")))
+
     def lines_for_ops(self, names: Collection[str] | None, limit: int = 3) -> list[Where]:
         """User lines under which these ops (None: all ops together) spent most self time. With
         all ops, these are the lines where the CPU issues the work, and the kernel launches."""

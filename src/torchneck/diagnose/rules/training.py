@@ -20,7 +20,7 @@ from ..idioms import (
     written_parameter,
 )
 from ..rule import DOCS, Explanation, Rule, register
-from ..source import LOOPS, call_name, enclosing, walk_own
+from ..source import LOOPS, _tree, call_name, enclosing, function_at, walk_own
 from .ops_evidence import is_backward_op
 
 
@@ -236,6 +236,10 @@ class OptimizerEvidence(Record):
     it every step, its moments as large as it, and backward computes its gradient."""
     state_made_at: int | None = None
     state_written_at: int | None = None
+    scalar_parameters: int = 0
+    """Parameter tensors of one element among the optimizer's (a ParameterList of per-neuron
+    scalars): each costs the optimizer, zero_grad and autograd their per-tensor ops every step."""
+    scalars_made_at: int | None = None
 
 
 def _steps_optimizer(callee: str) -> bool:
@@ -297,12 +301,18 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
     docs = DOCS["optim"]
     evidence_type = OptimizerEvidence
     saving_basis = ("the Optimizer.step time less what a fused step keeps (the in-place ops' self time net of the "
-                    "per-op floor; every op's for foreach)")
+                    "per-op floor; every op's for foreach); with hundreds of single-number parameters, the whole "
+                    "step and the tiny ops they cost elsewhere (dispatch_overhead, folded under it)")
+    explains = ("dispatch_overhead",)
     MIN_SHARE = 0.15
     """An optimizer step under 15 % of the window is not worth changing. No parameter-count
     threshold: the step's share of the window already says whether the loop matters."""
     FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad")
     """The classes with `fused=True` on CPU and CUDA (torch >= 2.4; the others take foreach only)."""
+
+    SCALAR_PARAMETERS = 64
+    """Single-number parameter tensors (and half the optimizer's at least) from which they are the
+    cause: a few scalars (a temperature, a learned scale) cost a few ops; per-neuron ones, hundreds."""
 
     def check(self, facts: Facts) -> list[Finding]:
         a = facts.analysis
@@ -349,6 +359,19 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
             title = (f"{', '.join(names)} steps take {100 * step_s / facts.window_s:.0f}% of the time, updating "
                      f"self.{state[0]}, a parameter the program writes itself (line {state[2]})")
             lost = step_s  # the step is that parameter's update, and its gradient is not needed either
+        # the largest optimizer's: a second one (LBFGS after Adam) usually holds the same tensors
+        scalars, tensors = max((c.get("scalars") or 0, c.get("params") or 0) for c in sites) if sites else (0, 0)
+        if state is None and scalars >= self.SCALAR_PARAMETERS and 2 * scalars >= tensors:
+            # one tensor of n numbers: its step is a handful of ops, whatever the class or flags
+            evidence.scalar_parameters = scalars
+            made = next((m for file in dict.fromkeys([*(w.file for w in where), *facts.sampled_files()])
+                         if (m := scalar_parameters_made(file))), None)
+            if made is not None:
+                evidence.scalars_made_at = made.line
+                where = [made, *where]
+            title = (f"{', '.join(names)} steps take {100 * step_s / facts.window_s:.0f}% of the time: {scalars} of "
+                     "their parameter tensors hold one number each" + (f" (line {made.line})" if made else ""))
+            lost = step_s
         return [self.finding(evidence, title=title, lost_s=lost, pct=facts.pct(lost), where=where,
                              ops=[n.name for n in steps])]
 
@@ -364,7 +387,21 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
                    if not in_place_only or o.name.endswith("_"))
         return sum(s.total_us for s in spans), kept
 
+    def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
+        """Hundreds of single-number parameters are hundreds of tiny ops a step beyond the optimizer's
+        (stacked in forward, their gradients, zero_grad): the tiny ops' overhead is theirs."""
+        if symptom.kind != "dispatch_overhead" or not cause.evidence.get("scalar_parameters"):
+            return None
+        return Explanation(symptom.time_lost_s, beyond_s=max(0.0, symptom.time_lost_s - cause.time_lost_s))
+
     def fix(self, evidence: OptimizerEvidence) -> str:
+        if evidence.scalar_parameters:
+            at = f" (line {evidence.scalars_made_at})" if evidence.scalars_made_at else ""
+            return (f"Keep the {evidence.scalar_parameters} single-number parameters{at} in one tensor: "
+                    "nn.Parameter(torch.full((n,), value)) indexed or broadcast where used, instead of a "
+                    "ParameterList of scalars stacked in forward. The optimizer, zero_grad and autograd pay a few "
+                    "ops per parameter tensor every step, whatever its size; foreach or fused only shortens the "
+                    "optimizer's part.")
         if evidence.state_parameter is not None:
             return (f"self.{evidence.state_parameter} (line {evidence.state_made_at}) is an nn.Parameter the "
                     f"program overwrites itself (line {evidence.state_written_at}): state, not a weight, yet the "
@@ -541,3 +578,18 @@ class ZeroGradKernels(Rule[ZeroGradEvidence]):
     def fix(self, evidence: ZeroGradEvidence) -> str:
         return ("Call optimizer.zero_grad(set_to_none=True) (the default since PyTorch 2.0; "
                 "do not pass set_to_none=False), or model.zero_grad(set_to_none=True).")
+
+
+def scalar_parameters_made(file: str) -> Where | None:
+    """The line making parameters of one number each in a loop or a comprehension
+    (`nn.ParameterList(nn.Parameter(torch.tensor(0.1)) for _ in range(width))`), or None."""
+    tree = _tree(file)
+    for node in ast.walk(tree) if tree is not None else ():
+        if not isinstance(node, (*LOOPS, ast.ListComp, ast.GeneratorExp)):
+            continue
+        for call in walk_own(node):
+            if isinstance(call, ast.Call) and call_name(call) == "Parameter" and call.args \
+                    and isinstance(inner := call.args[0], ast.Call) and call_name(inner) == "tensor" and inner.args \
+                    and not isinstance(inner.args[0], (ast.List, ast.Tuple, ast.ListComp)):
+                return Where(file=file, line=call.lineno, function=function_at(file, call.lineno))
+    return None
