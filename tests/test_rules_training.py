@@ -307,6 +307,38 @@ def test_hundreds_of_single_number_parameters_are_named_where_they_are_made(tmp_
 
 
 @fires("optimizer")
+def test_dense_embedding_gradients_are_named_at_the_table_with_sparse_ones_as_the_fix(tmp_path):
+    """v_two_tower_lit: Adagrad over 200,000-row id tables whose gradients are dense: backward
+    zeroes a gradient as large as each table for 512 looked-up rows (embedding_dense_backward 23x
+    its own time) and the step updates every row. The table's line leads, the saving is the step
+    and that backward, and the zeros' op_hotspot folds under it. Sparse tables stay ordinary."""
+    from torchneck.model.findings import Finding, Where
+
+    src = tmp_path / "towers.py"
+    src.write_text("from torch import nn\nclass Tower(nn.Module):\n    def __init__(self, n, d, sparse):\n"
+                   "        self.feats = nn.Embedding(16, d, sparse=True)\n"
+                   "        self.ids = nn.Embedding(n, d, sparse=sparse)\n"
+                   "def opt(m):\n    return torch.optim.Adagrad(m.parameters())\n")
+    sites = [{"what": "optimizer", "optimizer": "Adagrad", "params": 12, "scalars": 0, "foreach": None,
+              "fused": None, "file": str(src), "line": 7, "function": "opt"}]
+    ops = [_op("aten::addcmul_", 20_000.0, count=60), _op("aten::sqrt", 20_000.0, count=60)]
+    dense = OpRow(name="aten::embedding_dense_backward", count=10, self_us=1_500.0, total_us=34_000.0, mean_us=3_400.0)
+    a = _optimizer_steps(50_000.0, ops, floor_us=3.0, by_name=[dense])
+    [f] = SingleTensorOptimizer().check(facts(analysis=a, call_sites=sites))
+    assert [w.line for w in f.where] == [5, 7] and abs(f.time_lost_s - 0.084) < 1e-12
+    assert "over whole embedding tables: their gradients are dense (line 5)" in f.title
+    assert "sparse=True" in f.fix and "SparseAdam" in f.fix
+    zeros = Finding(kind="op_hotspot", title="", time_lost_s=0.03, time_lost_pct=30.0, fix="", severity="medium",
+                    where=[Where(file=str(src), line=9, function="fit")], ops=["aten::fill_"])
+    assert SingleTensorOptimizer().explained(f, zeros, facts()) is not None
+    lean = OpRow(name="aten::embedding_dense_backward", count=10, self_us=1_500.0, total_us=3_000.0, mean_us=300.0)
+    [f] = SingleTensorOptimizer().check(facts(analysis=_optimizer_steps(50_000.0, ops, floor_us=3.0, by_name=[lean]),
+                                              call_sites=sites))
+    assert f.evidence["dense_embedding_backward_s"] == 0.0 and "fused=True" in f.fix
+    assert SingleTensorOptimizer().explained(f, zeros, facts()) is None
+
+
+@fires("optimizer")
 def test_single_tensor_optimizer_over_a_few_large_tensors():
     """Four embedding tables: a short loop, but each out-of-place op allocates and fills a
     temporary as big as a table; fused keeps at most the in-place passes over the state."""

@@ -240,6 +240,11 @@ class OptimizerEvidence(Record):
     """Parameter tensors of one element among the optimizer's (a ParameterList of per-neuron
     scalars): each costs the optimizer, zero_grad and autograd their per-tensor ops every step."""
     scalars_made_at: int | None = None
+    dense_embedding_backward_s: float = 0.0
+    """Backward's dense embedding gradients (`aten::embedding_dense_backward`, mostly zeroing a
+    gradient as large as the table) when they are most of that op's time: with the step, what
+    sparse gradients save."""
+    embedding_made_at: int | None = None
 
 
 def _steps_optimizer(callee: str) -> bool:
@@ -302,14 +307,19 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
     evidence_type = OptimizerEvidence
     saving_basis = ("the Optimizer.step time less what a fused step keeps (the in-place ops' self time net of the "
                     "per-op floor; every op's for foreach); with hundreds of single-number parameters, the whole "
-                    "step and the tiny ops they cost elsewhere (dispatch_overhead, folded under it)")
-    explains = ("dispatch_overhead",)
+                    "step and the tiny ops they cost elsewhere (dispatch_overhead, folded under it); with dense "
+                    "embedding gradients, the whole step and backward's aten::embedding_dense_backward")
+    explains = ("dispatch_overhead", "op_hotspot")
     MIN_SHARE = 0.15
     """An optimizer step under 15 % of the window is not worth changing. No parameter-count
     threshold: the step's share of the window already says whether the loop matters."""
     FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad")
     """The classes with `fused=True` on CPU and CUDA (torch >= 2.4; the others take foreach only)."""
 
+    DENSE_GRADIENT_FILL = 5.0
+    """`aten::embedding_dense_backward`'s total time over its self time from which the dense
+    gradient (a table of zeros, filled) is its work, not the batch's rows: 23x in a two-tower
+    model of 200,000 ids and 512 a batch."""
     SCALAR_PARAMETERS = 64
     """Single-number parameter tensors (and half the optimizer's at least) from which they are the
     cause: a few scalars (a temperature, a learned scale) cost a few ops; per-neuron ones, hundreds."""
@@ -372,6 +382,20 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
             title = (f"{', '.join(names)} steps take {100 * step_s / facts.window_s:.0f}% of the time: {scalars} of "
                      "their parameter tensors hold one number each" + (f" (line {made.line})" if made else ""))
             lost = step_s
+        dense = next((o for o in a.ops.by_name if o.name == "aten::embedding_dense_backward"), None)
+        if state is None and not evidence.scalar_parameters and dense is not None \
+                and dense.total_us >= self.DENSE_GRADIENT_FILL * max(dense.self_us, 1.0):
+            # whole tables' gradients written and stepped for the rows a batch looks up
+            evidence.dense_embedding_backward_s = min(dense.total_us / 1e6, facts.window_s)
+            made = next((m for file in dict.fromkeys([*facts.sampled_files(), *(w.file for w in where)])
+                         if (m := dense_embedding_made(file))), None)
+            if made is not None:
+                evidence.embedding_made_at = made.line
+                where = [made, *where]
+            lost = min(step_s + evidence.dense_embedding_backward_s, facts.window_s)
+            title = (f"{', '.join(names)} steps take {100 * step_s / facts.window_s:.0f}% of the time and backward "
+                     f"{100 * evidence.dense_embedding_backward_s / facts.window_s:.0f}% more, over whole embedding "
+                     "tables: their gradients are dense" + (f" (line {made.line})" if made else ""))
         return [self.finding(evidence, title=title, lost_s=lost, pct=facts.pct(lost), where=where,
                              ops=[n.name for n in steps])]
 
@@ -390,11 +414,21 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """Hundreds of single-number parameters are hundreds of tiny ops a step beyond the optimizer's
         (stacked in forward, their gradients, zero_grad): the tiny ops' overhead is theirs."""
+        if cause.evidence.get("dense_embedding_backward_s") and symptom.kind == "op_hotspot" \
+                and set(symptom.ops) <= {"aten::fill_", "aten::zero_", "aten::embedding_dense_backward"}:
+            return Explanation(min(symptom.time_lost_s, cause.time_lost_s))  # the dense gradients' zeros
         if symptom.kind != "dispatch_overhead" or not cause.evidence.get("scalar_parameters"):
             return None
         return Explanation(symptom.time_lost_s, beyond_s=max(0.0, symptom.time_lost_s - cause.time_lost_s))
 
     def fix(self, evidence: OptimizerEvidence) -> str:
+        if evidence.dense_embedding_backward_s:
+            at = f" (line {evidence.embedding_made_at})" if evidence.embedding_made_at else ""
+            return (f"Give the large embeddings sparse gradients{at}: nn.Embedding(n, d, sparse=True), with an "
+                    "optimizer that takes them (SGD and Adagrad as they are, torch.optim.SparseAdam for Adam; the "
+                    "dense parameters in a second optimizer). Backward then writes only the rows a batch looked "
+                    "up, and the step updates only those, instead of a gradient and an update as large as the "
+                    "whole table every step.")
         if evidence.scalar_parameters:
             at = f" (line {evidence.scalars_made_at})" if evidence.scalars_made_at else ""
             return (f"Keep the {evidence.scalar_parameters} single-number parameters{at} in one tensor: "
@@ -592,4 +626,15 @@ def scalar_parameters_made(file: str) -> Where | None:
                     and isinstance(inner := call.args[0], ast.Call) and call_name(inner) == "tensor" and inner.args \
                     and not isinstance(inner.args[0], (ast.List, ast.Tuple, ast.ListComp)):
                 return Where(file=file, line=call.lineno, function=function_at(file, call.lineno))
+    return None
+
+
+def dense_embedding_made(file: str) -> Where | None:
+    """The first `nn.Embedding(...)` made without `sparse=True` (a table whose gradient is dense)."""
+    tree = _tree(file)
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Call) and call_name(node) == "Embedding" and not any(
+                k.arg == "sparse" and isinstance(k.value, ast.Constant) and k.value.value is True
+                for k in node.keywords):
+            return Where(file=file, line=node.lineno, function=function_at(file, node.lineno))
     return None
