@@ -508,3 +508,31 @@ def test_a_covariance_built_whole_for_its_diagonal_outside_the_window(tmp_path):
     assert [w.line for w in found[0].where][:2] == [5, 6] and found[0].severity != "info"
     assert found[0].time_lost_s == pytest.approx((4.0 + 2.0 + 0.5) / 8.0)
     assert "keeps only its diagonal" in found[0].fix
+
+
+def test_a_row_index_copied_across_the_columns_for_a_gather_or_scatter_is_found(tmp_path):
+    """v_gnn_pkg: message passing gathers and scatter-adds node rows with an index `.repeat`-ed
+    across the features, made by a helper; the helper's copying line is named, from either call.
+    An `.expand` view (no copy), index_select, and a gather whose index is the data are not."""
+    from torchneck.diagnose.indexing import repeated_index
+
+    src = tmp_path / "layers.py"
+    src.write_text("import torch\n"
+                   "def broadcast_index(index, f, contiguous=True):\n"
+                   "    if contiguous:\n"
+                   "        return index.unsqueeze(-1).repeat(1, f)\n"
+                   "    return index.unsqueeze(-1).expand(-1, f)\n"
+                   "def gather_rows(h, index):\n"
+                   "    return h.gather(0, broadcast_index(index, h.size(-1)))\n"
+                   "def scatter_sum(m, index, n):\n"
+                   "    idx = index[:, None].expand(-1, m.size(1)).contiguous()\n"
+                   "    return m.new_zeros(n, m.size(1)).scatter_add_(0, idx, m)\n"
+                   "def picked(h, index):\n"
+                   "    return torch.gather(h, 0, index[:, None].expand(-1, h.size(1)))\n"
+                   "def rows(h, index):\n"
+                   "    return h.index_select(0, index)\n"
+                   "def top(scores, k):\n"
+                   "    return scores.gather(1, scores.topk(k).indices)\n")
+    assert repeated_index(str(src), 7) == 4 and repeated_index(str(src), 10) == 9
+    assert repeated_index(str(src), 12) is None and repeated_index(str(src), 14) is None
+    assert repeated_index(str(src), 16) is None

@@ -66,6 +66,11 @@ LINE_IDIOM_FIXES: tuple[tuple[str, str], ...] = (
      "Line {at} builds a one-hot matrix (batch x categories, all zeros but one per row) to multiply it by "
      "a table: index the table instead, `table[ids]` (or F.embedding(ids, table), an nn.Embedding): the "
      "same rows, with no product over the zeros and no one-hot matrix, backward included."),
+    ("index_copied_at",
+     "Line {at} copies a row index across every column so a gather or scatter can take it: an [E, F] int64 "
+     "tensor written on every call, then read beside the values. Take the rows with the row index itself: "
+     "x.index_select(0, idx) for the gather, out.index_add_(0, idx, src) for the scatter-add (or, keeping "
+     "gather, idx[:, None].expand(-1, F), a view that writes nothing)."),
     ("refactorised_at",
      "Line {at} factorises {what} again on every call, and it never changes: factorise it once where it is"
      " built (lu, piv = torch.linalg.lu_factor(A); torch.linalg.cholesky(A) when it is symmetric positive "

@@ -43,6 +43,7 @@ from ..idioms import (
     sorted_then_searched,
     sorted_then_sliced,
 )
+from ..indexing import repeated_index
 from ..line_fixes import backward_fix, line_idiom_fix
 from ..loop_invariants import invariant_statement, reads_recomputed, restacks_window
 from ..masks import mask_group_by, mask_loop_us
@@ -255,6 +256,14 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                        None) if where and top.name not in {*self.MATMULS, *CONVOLUTION_OPS, *self.LAYOUT_OPS} else None
         if strided is not None:  # its calls on the view, an upper bound: a contiguous input still costs a pass
             lost = top.self_us * strided.share / 1e6
+        copied_index = next((Where(file=w.file, line=at, function=function_at(w.file, at)) for w in where
+                             if (at := repeated_index(w.file, w.line)) is not None), None)
+        if copied_index is not None:  # the copy goes, and the index's half of the gathers' and scatters' reads
+            users = [w for w in facts.lines_for_ops(list(self.INDEXED_ROW_OPS), limit=4)
+                     if repeated_index(w.file, w.line) == copied_index.line]
+            lost = max(lost, (sum(e["self_us"] for e in facts.ops_at(copied_index))
+                              + self.INDEX_READ_SHARE * sum(e["self_us"] for w in users for e in facts.ops_at(w)
+                                                            if e["op"] in self.INDEXED_ROW_OPS)) / 1e6)
         counted = next((w for w in where if pairwise_comparison_count(w.file, w.line)), None)
         if counted is not None:  # every op of the line goes: a sort and a search replace them
             lost = max(lost, sum(e["self_us"] for e in facts.ops_at(counted)) / 1e6)
@@ -342,6 +351,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                                determinant_at=determinant.line if determinant else None,
                                rank_by_sort=searched.line if searched else None,
                                one_hot_at=one_hot.line if one_hot else None,
+                               index_copied_at=copied_index.line if copied_index else None,
                                refactorised=factorised[1] if factorised else None,
                                refactorised_at=factorised[0].line if factorised else None,
                                dense_embedding_rows=table[0] if table else None,
@@ -383,6 +393,7 @@ class OpHotspot(Rule[OpHotspotEvidence]):
                             (searched, "sorts a whole tensor to find where given elements rank"),
                             (one_hot, "multiplies a one-hot matrix by a table (an embedding lookup)"),
                             (counted, "compares every pair of two tensors' elements to count them"),
+                            (copied_index, "copies a row index across every column for a gather or scatter"),
                             (where[0] if strided else None, f"runs it on a view whose last dimension is not "
                              f"contiguous ({ev.strided_input}: a transposed or permuted tensor)"),
                             (restacked, "stacks the whole window it keeps again on every pass to reduce it"),
@@ -438,6 +449,13 @@ class OpHotspot(Rule[OpHotspotEvidence]):
     PAIRWISE_OPS = frozenset({"aten::sub", "aten::pow", "aten::square", "aten::abs", "aten::mul", "aten::sum",
                               "aten::mean", "aten::norm", "aten::linalg_vector_norm"})
     """Ops of a squared broadcast difference reduced, and of its backward (the square's is a mul)."""
+    INDEXED_ROW_OPS = frozenset({"aten::gather", "aten::scatter_add_", "aten::scatter_add", "aten::scatter_",
+                                 "aten::scatter", "aten::scatter_reduce", "aten::scatter_reduce_"})
+    """Ops reading a full-shape index beside their values."""
+    INDEX_READ_SHARE = 0.5
+    """Of a gather's or scatter's time, what reading its [E, F] int64 index costs: it is twice the
+    bytes of the float32 values read beside it, so at least half the traffic; index_select and
+    index_add_ read one index per row."""
     MASK_OPS = frozenset({
         "aten::nonzero", "aten::index", "aten::masked_select", "aten::argwhere", "aten::index_put_",
         "aten::_index_put_impl_", "aten::eq", "aten::ne", "aten::lt", "aten::le", "aten::gt", "aten::ge",

@@ -65,6 +65,8 @@ class OpHotspotEvidence(Record):
     """A line sorting a whole tensor to find where given elements rank."""
     one_hot_at: int | None = None
     """A line multiplying a one-hot matrix it builds by a table: an embedding lookup done densely."""
+    index_copied_at: int | None = None
+    """A line copying a row index across the columns for a gather or scatter (`.repeat(1, F)`)."""
     refactorised: str | None = None
     """The matrix (as written) a line factorises again on every call though it never changes."""
     refactorised_at: int | None = None
@@ -91,7 +93,7 @@ IDIOM_FIELDS = ("densified_at", "mostly_zero_shape", "one_hot_at", "grouped_by_m
                 "recomputed_at", "chain_at", "gradient_asked_at", "inverse_at", "diagonal_at", "jacobian_diagonal_at",
                 "determinant_at", "rank_by_sort", "refactorised_at", "top_k_by_sort", "dense_embedding_rows",
                 "window_restacked_at", "copied_whole_at", "dense_diagonal_at", "full_factors_at",
-                "separable_at", "pair_count_at", "strided_at")
+                "separable_at", "pair_count_at", "strided_at", "index_copied_at")
 """`OpHotspotEvidence` fields naming a slower way to the op's result than needed, read from the
 source or the capture: the op is then a cause, not the model's compute."""
 
