@@ -413,7 +413,8 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
 
     def explained(self, cause: Finding, symptom: Finding, facts: Facts) -> Explanation | None:
         """Hundreds of single-number parameters are hundreds of tiny ops a step beyond the optimizer's
-        (stacked in forward, their gradients, zero_grad): the tiny ops' overhead is theirs."""
+        (stacked in forward, their gradients, zero_grad): the tiny ops' overhead is theirs. Dense
+        embedding gradients are tables of zeros filled every backward: a fill_ hotspot is theirs."""
         if cause.evidence.get("dense_embedding_backward_s") and symptom.kind == "op_hotspot" \
                 and set(symptom.ops) <= {"aten::fill_", "aten::zero_", "aten::embedding_dense_backward"}:
             return Explanation(min(symptom.time_lost_s, cause.time_lost_s))  # the dense gradients' zeros
