@@ -27,8 +27,8 @@ def repeated_index(file: str, line: int) -> int | None:
     """The line writing the copied index a row gather or scatter at `line` is given (this line,
     the line assigning its name, or the `return` of the user's helper making it); None when the
     index is not made so, or the source is unreadable."""
-    path = enclosing(file, line)
-    if not path:
+    path, tree = enclosing(file, line), _tree(file)
+    if not path or tree is None:
         return None
     for call in walk_own(path[-1]):
         if not (isinstance(call, ast.Call) and call_name(call) in ROW_OPS and len(call.args) >= 2):
@@ -46,8 +46,7 @@ def repeated_index(file: str, line: int) -> int | None:
             copied = next((r for r in returns if r.value is not None and _copies_across(r.value)), None)
             if copied is not None and helper_file == file:
                 return copied.lineno
-        tree = _tree(file)
-        if isinstance(index, ast.Name) and tree is not None:
+        if isinstance(index, ast.Name):
             assigned = _assigned_before(tree, file, line, index.id)
             if assigned is not None and assigned.value is not None and _copies_across(assigned.value):
                 return assigned.lineno

@@ -12,6 +12,7 @@ from ...model.base import Record
 from ...model.findings import Finding, Where
 from ..facts import Facts, where_of
 from ..idioms import (
+    EMBEDDINGS,
     computed_then_sliced,
     indexes_own_tensors,
     invariant_call,
@@ -374,8 +375,7 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
         if state is None and scalars >= self.SCALAR_PARAMETERS and 2 * scalars >= tensors:
             # one tensor of n numbers: its step is a handful of ops, whatever the class or flags
             evidence.scalar_parameters = scalars
-            made = next((m for file in dict.fromkeys([*(w.file for w in where), *facts.sampled_files()])
-                         if (m := scalar_parameters_made(file))), None)
+            made = _first_found(scalar_parameters_made, [*(w.file for w in where), *facts.sampled_files()])
             if made is not None:
                 evidence.scalars_made_at = made.line
                 where = [made, *where]
@@ -387,8 +387,7 @@ class SingleTensorOptimizer(Rule[OptimizerEvidence]):
                 and dense.total_us >= self.DENSE_GRADIENT_FILL * max(dense.self_us, 1.0):
             # whole tables' gradients written and stepped for the rows a batch looks up
             evidence.dense_embedding_backward_s = min(dense.total_us / 1e6, facts.window_s)
-            made = next((m for file in dict.fromkeys([*facts.sampled_files(), *(w.file for w in where)])
-                         if (m := dense_embedding_made(file))), None)
+            made = _first_found(dense_embedding_made, [*facts.sampled_files(), *(w.file for w in where)])
             if made is not None:
                 evidence.embedding_made_at = made.line
                 where = [made, *where]
@@ -615,6 +614,11 @@ class ZeroGradKernels(Rule[ZeroGradEvidence]):
                 "do not pass set_to_none=False), or model.zero_grad(set_to_none=True).")
 
 
+def _first_found(find: Callable[[str], Where | None], files: list[str]) -> Where | None:
+    """What `find` finds in the first of `files` (each read once) that holds it."""
+    return next((found for file in dict.fromkeys(files) if (found := find(file)) is not None), None)
+
+
 def scalar_parameters_made(file: str) -> Where | None:
     """The line making parameters of one number each in a loop or a comprehension
     (`nn.ParameterList(nn.Parameter(torch.tensor(0.1)) for _ in range(width))`), or None."""
@@ -631,10 +635,11 @@ def scalar_parameters_made(file: str) -> Where | None:
 
 
 def dense_embedding_made(file: str) -> Where | None:
-    """The first `nn.Embedding(...)` made without `sparse=True` (a table whose gradient is dense)."""
+    """The first `nn.Embedding(...)` (or EmbeddingBag) made without `sparse=True` (a table whose
+    gradient is dense)."""
     tree = _tree(file)
     for node in ast.walk(tree) if tree is not None else ():
-        if isinstance(node, ast.Call) and call_name(node) == "Embedding" and not any(
+        if isinstance(node, ast.Call) and call_name(node) in EMBEDDINGS and not any(
                 k.arg == "sparse" and isinstance(k.value, ast.Constant) and k.value.value is True
                 for k in node.keywords):
             return Where(file=file, line=node.lineno, function=function_at(file, node.lineno))
